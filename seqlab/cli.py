@@ -1,0 +1,125 @@
+"""The `seqlab` command line: argparse subcommands, user errors as exit code 2 with one sentence.
+
+Each subcommand is a pair of functions, `_add_<name>(subparsers)` and `_run_<name>(args)`. Heavy modules
+are imported inside the `_run_` functions so that `seqlab --help` is instant and nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from seqlab import __version__
+from seqlab.errors import UserError
+
+
+def _split_fractions(text: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--split expects three numbers like 0.9,0.05,0.05, not {text!r}") from None
+    if len(parts) != 3 or any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-6:
+        raise argparse.ArgumentTypeError(f"--split expects three non-negative fractions that sum to 1, not {text!r}")
+    return parts  # type: ignore[return-value]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return value
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="read a mail source, clean, dedupe, split by thread, fit a tokenizer, write DATA_DIR",
+        description="Read mail from SOURCE (an mbox file, a Maildir, a folder of message files, an Enron-style "
+        "tree, a CSV with a raw-message column, one message file, or the named corpora 'spamassassin' and "
+        "'synthetic'), split it by thread and write token files to DATA_DIR.",
+    )
+    p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic'")
+    p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
+    p.add_argument("--tokenizer", choices=("byte", "bpe"), default="byte")
+    p.add_argument("--vocab-size", type=_positive_int, default=4096, help="BPE vocabulary size (default 4096)")
+    p.add_argument("--split", type=_split_fractions, default=(0.9, 0.05, 0.05), help="train,val,test fractions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the thread-to-split hash (default 0)")
+    p.add_argument("--keep-quotes", action="store_true", help="keep quoted replies and forwarded text")
+    p.add_argument("--keep-signatures", action="store_true", help="keep signatures after '-- '")
+    p.add_argument("--mask-pii", action="store_true", help="replace email addresses, URLs and phone numbers")
+    p.add_argument("--limit", type=_positive_int, default=None, help="read at most N messages")
+    p.add_argument("--count", type=_positive_int, default=2000, help="emails to generate for 'synthetic'")
+    p.add_argument("--groups", default=None, help="spamassassin groups, comma-separated (default: the ham groups)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="download cache (default ~/.cache/seqlab)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _run_prepare(args: argparse.Namespace) -> int:
+    from seqlab.data.prepare import format_report, prepare
+
+    meta = prepare(
+        args.source,
+        args.out,
+        tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size,
+        split=args.split,
+        seed=args.seed,
+        keep_quotes=args.keep_quotes,
+        keep_signatures=args.keep_signatures,
+        mask_pii=args.mask_pii,
+        limit=args.limit,
+        count=args.count,
+        groups=args.groups.split(",") if args.groups else None,
+        cache_dir=args.cache_dir,
+        progress=not args.quiet,
+    )
+    print(format_report(meta))
+    print(f"wrote {args.out}")
+    return 0
+
+
+# ---------------------------------------------------------------- entry point
+
+COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
+    "prepare": (_add_prepare, _run_prepare),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="seqlab",
+        description="Train, compare and inspect next-token language models (RNN, GRU, minGRU, attention) on email.",
+    )
+    parser.add_argument("--version", action="version", version=f"seqlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command][1](args)
+    except UserError as exc:
+        print(f"seqlab: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("seqlab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""Configuration: plain dataclasses validated on construction, presets as functions, `key=value` overrides.
+
+`RunConfig` groups `model`, `data` and `train`; the whole of it is saved to a run's `config.json`, so a
+model can always be rebuilt from its run folder. Every field is reachable from the command line as
+`section.field=value` (for example `model.mixer=gru train.lr=3e-3`), so the CLI does not grow with the
+config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+MIXERS = ("rnn", "gru", "mingru", "attention")
+RECURRENT_MIXERS = ("rnn", "gru", "mingru")
+POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
+# Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
+ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(message)
+
+
+@dataclass
+class ModelConfig:
+    """Everything `build_model` needs; saved verbatim in `config.json`."""
+
+    vocab_size: int = 259
+    block_size: int = 256  # longest window (attention) / truncated-BPTT chunk (recurrent) in tokens
+    mixer: str = "attention"  # rnn | gru | mingru | attention
+    n_layer: int = 2
+    n_embd: int = 128
+    n_head: int = 4  # attention heads; d_k = n_embd / n_head
+    pos: str = "rope"  # none | learned | sinusoidal | rope | alibi
+    dropout: float = 0.0
+    bias: bool = False  # biases in attention/MLP projections
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * n_embd; 0 disables the MLP
+    cross_attention: bool = False  # add cross-attention over an encoded context to every block
+    tie_weights: bool = True  # output head shares the token embedding matrix
+    fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
+
+    def __post_init__(self) -> None:
+        _check(self.mixer in MIXERS, f"model.mixer must be one of {', '.join(MIXERS)}, not {self.mixer!r}")
+        _check(self.pos in POSITIONS, f"model.pos must be one of {', '.join(POSITIONS)}, not {self.pos!r}")
+        for name in ("vocab_size", "block_size", "n_layer", "n_embd", "n_head"):
+            _check(getattr(self, name) >= 1, f"model.{name} must be at least 1, not {getattr(self, name)}")
+        _check(self.mlp_ratio >= 0, f"model.mlp_ratio must be 0 or more, not {self.mlp_ratio}")
+        _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
+        if self.mixer == "attention" or self.cross_attention:
+            _check(
+                self.n_embd % self.n_head == 0,
+                f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}",
+            )
+        if self.mixer in RECURRENT_MIXERS:
+            _check(
+                self.pos in ADDITIVE_POSITIONS,
+                f"model.pos={self.pos} acts inside attention and cannot be used with model.mixer={self.mixer}",
+            )
+        if self.pos == "rope" and self.mixer == "attention":
+            _check(
+                (self.n_embd // self.n_head) % 2 == 0,
+                f"model.pos=rope needs an even head width, but n_embd/n_head = {self.n_embd // self.n_head}",
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass
+class DataConfig:
+    """How training examples are formed from a prepared DATA_DIR."""
+
+    # windows: independent windows inside one email (attention); stream: each batch lane reads emails
+    # consecutively with a reset flag at email starts (truncated BPTT); auto: stream for recurrent mixers.
+    mode: str = "auto"
+    # keep an email's padding-only tail out of the windows of an attention model
+    min_window_tokens: int = 2
+
+    def __post_init__(self) -> None:
+        _check(self.mode in ("auto", "windows", "stream"), f"data.mode must be auto, windows or stream, not {self.mode!r}")
+        _check(self.min_window_tokens >= 2, f"data.min_window_tokens must be at least 2, not {self.min_window_tokens}")
+
+    def resolved_mode(self, mixer: str) -> str:
+        if self.mode != "auto":
+            return self.mode
+        return "stream" if mixer in RECURRENT_MIXERS else "windows"
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, schedule, evaluation and checkpoint cadence."""
+
+    max_steps: int = 2000
+    max_minutes: float = 0.0  # wall-clock budget; 0 means no budget
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 100
+    weight_decay: float = 0.1  # applied to matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping
+    eval_every: int = 200
+    eval_batches: int = 16  # fixed validation windows per evaluation
+    ckpt_every: int = 200
+    log_every: int = 10
+    early_stop: int = 0  # stop after this many evaluations without improvement; 0 disables
+    seed: int = 1337
+    device: str = "auto"  # auto | cpu | cuda | mps
+    compile: bool = False
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+
+    def __post_init__(self) -> None:
+        for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every"):
+            _check(getattr(self, name) >= 1, f"train.{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("warmup_steps", "early_stop", "threads", "seed"):
+            _check(getattr(self, name) >= 0, f"train.{name} must be 0 or more, not {getattr(self, name)}")
+        _check(self.lr > 0, f"train.lr must be positive, not {self.lr}")
+        _check(0.0 <= self.min_lr_ratio <= 1.0, f"train.min_lr_ratio must be in [0, 1], not {self.min_lr_ratio}")
+        _check(self.max_minutes >= 0, f"train.max_minutes must be 0 or more, not {self.max_minutes}")
+        _check(self.weight_decay >= 0, f"train.weight_decay must be 0 or more, not {self.weight_decay}")
+        _check(self.grad_clip >= 0, f"train.grad_clip must be 0 or more, not {self.grad_clip}")
+        _check(self.device in ("auto", "cpu", "cuda", "mps"), f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
+
+
+@dataclass
+class RunConfig:
+    """The whole configuration of a training run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        sections = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(d) - set(sections)
+        _check(not unknown, f"unknown config section(s): {', '.join(sorted(unknown))}")
+        kwargs = {}
+        for name, f in sections.items():
+            sub_cls = typing.get_type_hints(cls)[name]
+            sub = d.get(name, {})
+            known = {g.name for g in dataclasses.fields(sub_cls)}
+            bad = set(sub) - known
+            _check(not bad, f"unknown config field(s): {', '.join(f'{name}.{b}' for b in sorted(bad))}")
+            kwargs[name] = sub_cls(**sub)
+        return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- presets
+
+
+def preset_tiny() -> RunConfig:
+    """Seconds on a CPU: for tests and smoke runs."""
+    return RunConfig(
+        model=ModelConfig(block_size=32, n_layer=1, n_embd=32, n_head=2, pos="rope", mlp_ratio=2),
+        train=TrainConfig(max_steps=30, batch_size=8, lr=3e-3, warmup_steps=5, eval_every=10,
+                          eval_batches=4, ckpt_every=10, log_every=5),
+    )
+
+
+def preset_small() -> RunConfig:
+    """A useful model in about 10-30 minutes on 2 CPU cores."""
+    return RunConfig(
+        model=ModelConfig(block_size=128, n_layer=2, n_embd=128, n_head=4, pos="rope", dropout=0.0),
+        train=TrainConfig(max_steps=3000, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=250,
+                          eval_batches=32, ckpt_every=250, log_every=25),
+    )
+
+
+def preset_base() -> RunConfig:
+    """A GPU run."""
+    return RunConfig(
+        model=ModelConfig(block_size=512, n_layer=6, n_embd=384, n_head=6, pos="rope", dropout=0.1),
+        train=TrainConfig(max_steps=20000, batch_size=64, lr=1e-3, warmup_steps=500, eval_every=1000,
+                          eval_batches=64, ckpt_every=1000, log_every=50),
+    )
+
+
+PRESETS: dict[str, Callable[[], RunConfig]] = {"tiny": preset_tiny, "small": preset_small, "base": preset_base}
+
+
+def get_preset(name: str) -> RunConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]()
+
+
+# ---------------------------------------------------------------- key=value overrides
+
+
+def _parse_value(text: str, annotation: Any, key: str) -> Any:
+    """Turn the text of an override into the field's declared type, or raise ValueError naming the key."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if text.lower() in ("none", "null"):
+            return None
+        annotation = args[0]
+    if annotation is bool:
+        low = text.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{key} expects true or false, not {text!r}")
+    if annotation in (int, float):
+        try:
+            return annotation(text)
+        except ValueError:
+            raise ValueError(f"{key} expects {annotation.__name__}, not {text!r}") from None
+    return text
+
+
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Return a new config with `section.field=value` overrides applied and everything re-validated."""
+    d = cfg.to_dict()
+    hints = {name: typing.get_type_hints(sub) for name, sub in typing.get_type_hints(RunConfig).items()}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ValueError(f"override {item!r} must look like section.field=value (for example model.mixer=gru)")
+        if section not in hints or name not in hints[section]:
+            raise ValueError(f"unknown config field {key!r}")
+        d[section][name] = _parse_value(value.strip(), hints[section][name], key)
+    return RunConfig.from_dict(d)

@@ -1,0 +1,1 @@
+"""The data pipeline: mail sources -> Email records -> split corpus -> tokenizer -> token store."""

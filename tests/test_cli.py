@@ -1,0 +1,46 @@
+"""The command line: help works, user errors are exit code 2 with one sentence and no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from seqlab.cli import main
+from seqlab.config import RunConfig, apply_overrides, get_preset
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "seqlab", *args], capture_output=True, text=True)
+
+
+def test_help_and_prepare_help() -> None:
+    for args in (["--help"], ["prepare", "--help"]):
+        r = _run(*args)
+        assert r.returncode == 0
+        assert "usage: seqlab" in r.stdout
+
+
+def test_bad_option_is_exit_2_without_traceback() -> None:
+    r = _run("prepare", "x", "--out", "y", "--split", "0.5,0.5")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "--split" in r.stderr
+
+
+def test_overrides_are_typed_and_checked() -> None:
+    cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.lr=1e-2", "model.bias=true"])
+    assert cfg.model.mixer == "gru" and cfg.train.lr == 1e-2 and cfg.model.bias is True
+    for bad in (["model.nope=1"], ["train.lr=fast"], ["mixer=gru"], ["model.mixer=lstm"], ["model.pos=rope", "model.mixer=gru"]):
+        with pytest.raises(ValueError):
+            apply_overrides(get_preset("tiny"), bad)
+
+
+def test_config_round_trips_through_json() -> None:
+    import json
+
+    cfg = apply_overrides(get_preset("small"), ["model.mixer=mingru", "model.pos=none"])
+    assert RunConfig.from_dict(json.loads(cfg.to_json())) == cfg
+
+
+def test_main_without_command_prints_help(capsys: pytest.CaptureFixture) -> None:
+    assert main([]) == 2
