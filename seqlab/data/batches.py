@@ -1,0 +1,153 @@
+"""Window batches for attention models, drawn from a token store (`seqlab.data.dataset.TokenStore`).
+
+Every training example is a window `w` of `block_size + 1` tokens taken inside ONE email, with inputs
+`x = w[:-1]` and targets `y = w[1:]` (the lecture's "shift targets by one token; split whole emails
+before forming training examples"). An email shorter than a window is padded: `x` with `pad_id`, `y`
+with `IGNORE_INDEX` (-1), which the trainer's `F.cross_entropy(..., ignore_index=-1)` skips. No window
+ever reads across an email boundary, so no target is predicted from another email's text.
+
+- `WindowSampler.batch(step)`: random windows, a pure function of `(seed, step)`, so training resumes
+  exactly from a step number.
+- `iter_eval_windows`: every target of every email exactly once, in a fixed order (full evaluation).
+- `fixed_eval_batches`: a fixed random subset of those windows (the same ones at every evaluation).
+
+Recurrent models read streams instead: see `seqlab.data.stream`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+import torch
+
+from seqlab.errors import UserError
+
+if TYPE_CHECKING:
+    from seqlab.data.dataset import TokenStore
+
+IGNORE_INDEX = -1  # target value the loss skips (padding, or a position with no target)
+
+
+def check_positive(**values: int) -> None:
+    """ValueError naming the first argument that is not a positive integer."""
+    for name, v in values.items():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
+def gather_windows(tokens: np.ndarray, start: np.ndarray, length: np.ndarray, block_size: int, pad_id: int,
+                   skip: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut windows out of the token file and shift them into (x, y), both (B, T) int64.
+
+    Row b reads `length[b] <= T + 1` real tokens from `tokens[start[b]:]` (the caller guarantees they
+    lie in one email); the rest of the row is padding. `skip[b]` leading targets are also set to -1
+    (positions already counted by an earlier evaluation window).
+    """
+    T = block_size
+    offs = np.arange(T + 1)
+    real = offs[None, :] < length[:, None]  # (B, T+1) which window positions hold email tokens
+    pos = np.where(real, start[:, None] + offs[None, :], 0)  # (B, T+1) padded slots read token 0, masked below
+    w = np.asarray(tokens[pos]).astype(np.int64)  # (B, T+1)
+    x = np.where(real[:, :-1], w[:, :-1], pad_id)  # (B, T) inputs  x = w[:-1]
+    y = np.where(real[:, 1:], w[:, 1:], IGNORE_INDEX)  # (B, T) targets y = w[1:], shifted by one
+    if skip is not None:
+        y[offs[None, :T] < skip[:, None]] = IGNORE_INDEX
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+class WindowSampler:
+    """Random training windows inside emails; `batch(step)` depends on `(seed, step)` alone.
+
+    Placement: a window holds T targets. Among all placements of T consecutive target slots that
+    overlap the email in at least `min_window_tokens` tokens (slots may hang off either end), one is
+    drawn uniformly over the whole split, then slid inside the email (or left at the email's start when
+    the email is shorter than a window, which is then padded). Each email thus gets `L + T + 2 - 2m`
+    placements, proportional to its length for long emails, and every target token, including the first
+    tokens after `bos` and the last before `eos`, is covered at least as often as a token in the middle
+    of a long email. Emails with fewer than `min_window_tokens` tokens are never drawn.
+    """
+
+    def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int, *,
+                 min_window_tokens: int = 2) -> None:
+        check_positive(block_size=block_size, batch_size=batch_size)
+        if not 2 <= min_window_tokens <= block_size + 1:
+            raise ValueError(f"min_window_tokens must be in [2, block_size + 1], not {min_window_tokens}")
+        self.store, self.block_size, self.batch_size = store, block_size, batch_size
+        self.seed, self.pad_id, self.min_window_tokens = seed, pad_id, min_window_tokens
+        T, m = block_size, min_window_tokens
+        self._lengths = store.lengths
+        self._slots = np.where(self._lengths >= m, self._lengths + T + 2 - 2 * m, 0)  # placements per email
+        self._cum = np.cumsum(self._slots)
+        if len(self._cum) == 0 or self._cum[-1] == 0:
+            raise UserError(f"the {store.split} split has no email of at least {m} tokens to train on.")
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, y), each (B, T) int64, for training step `step` (any step, in any order)."""
+        if step < 0:
+            raise ValueError(f"step must be 0 or more, not {step}")
+        T, m = self.block_size, self.min_window_tokens
+        rng = np.random.default_rng([self.seed, step])  # a fresh generator per step: resume needs only the step
+        u = rng.integers(0, self._cum[-1], size=self.batch_size)  # (B,) placement ids over the split
+        i = np.searchsorted(self._cum, u, side="right")  # (B,) email of each placement
+        r = u - (self._cum[i] - self._slots[i])  # (B,) placement inside its email
+        L = self._lengths[i]
+        s = np.clip(r - (T + 1 - m), 0, np.maximum(L - T - 1, 0))  # window start inside the email
+        return gather_windows(self.store.tokens, self.store.starts[i] + s, np.minimum(T + 1, L - s), T,
+                              self.pad_id)
+
+
+def _eval_windows(store: TokenStore, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Global start, real length and skipped leading targets of every evaluation window, in email order.
+
+    An email of L tokens has L - 1 targets, cut into K = ceil((L - 1) / T) windows: windows k < K - 1
+    start at kT; the last one is aligned to the email's end so that its first targets see more context,
+    and the targets an earlier window already counted are skipped. Each target is counted exactly once.
+    """
+    T = block_size
+    L = store.lengths
+    n = np.maximum(L - 1, 0)  # targets per email
+    K = (n + T - 1) // T  # windows per email
+    e = np.repeat(np.arange(len(L)), K)  # (W,) email of each window
+    k = np.arange(len(e)) - np.repeat(np.cumsum(K) - K, K)  # (W,) window number inside its email
+    tail = (k == K[e] - 1) & (K[e] > 1)  # last window of an email that needs several
+    s = np.where(tail, L[e] - 1 - T, k * T)
+    skip = np.where(tail, (K[e] - 1) * T - s, 0)
+    return store.starts[e] + s, np.minimum(T + 1, L[e] - s), skip
+
+
+def eval_window_count(store: TokenStore, block_size: int) -> int:
+    """How many windows `iter_eval_windows` yields in all (batches: ceil(count / batch_size))."""
+    check_positive(block_size=block_size)
+    n = np.maximum(store.lengths - 1, 0)
+    return int(((n + block_size - 1) // block_size).sum())
+
+
+def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int,
+                      pad_id: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(x, y) batches over every window of the split, covering each target exactly once, in email order.
+
+    The last batch may have fewer than `batch_size` rows.
+    """
+    check_positive(block_size=block_size, batch_size=batch_size)
+    start, length, skip = _eval_windows(store, block_size)
+    for a in range(0, len(start), batch_size):
+        sl = slice(a, a + batch_size)
+        yield gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])
+
+
+def fixed_eval_batches(store: TokenStore, block_size: int, batch_size: int, n_batches: int, seed: int,
+                       pad_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`n_batches` batches of distinct evaluation windows chosen once from `seed`: the same every call.
+
+    When the split has fewer than `n_batches * batch_size` windows, all of them are used (fewer or
+    smaller batches); an empty split gives an empty list.
+    """
+    check_positive(block_size=block_size, batch_size=batch_size, n_batches=n_batches)
+    start, length, skip = _eval_windows(store, block_size)
+    want = min(len(start), n_batches * batch_size)
+    if want == 0:
+        return []
+    pick = np.sort(np.random.default_rng([seed]).choice(len(start), size=want, replace=False))
+    return [gather_windows(store.tokens, start[p], length[p], block_size, pad_id, skip[p])
+            for p in np.array_split(pick, range(batch_size, want, batch_size))]
