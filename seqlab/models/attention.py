@@ -1,0 +1,257 @@
+"""The lecture's attention: one equation, its masks, and a multi-head module for self- and cross-attention.
+
+- `attention(q, k, v, mask)`: S = Q K^T / sqrt(d_k) + M, A = softmax_row(S) with the row maximum
+  subtracted, Y = A V (slides "Self-attention is one input-dependent matrix operation", "Softmax turns
+  matching scores into relative combination weights", "A causal mask removes future positions before
+  softmax"). When A is not needed the same result comes from the fused
+  `torch.nn.functional.scaled_dot_product_attention`; both give zeros for a fully masked row.
+- `causal_mask(L)`, `document_mask(doc_ids)`: additive masks (0 = may attend, -inf = may not).
+- `MultiHeadAttention`: W_Q, W_K, W_V, an output projection, heads as learned subspaces of width
+  d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
+  from a context C, slide "Cross-attention gets queries and context from different sequences"); a
+  key/value cache for incremental decoding; weights exposed through `recorder.record_attention()`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqlab.models.positional import PositionHandler
+from seqlab.models.recorder import active_recorder
+
+
+def stable_softmax(s: Tensor, dim: int = -1) -> Tensor:
+    """a_j = exp(s_j - m) / sum_k exp(s_k - m), m = max_k s_k (lecture: "Subtracting the row maximum
+    preserves the weights and avoids large exponentials"). A row that is all -inf gives all zeros."""
+    # m carries no gradient: the weights do not depend on it, so detaching changes nothing but work
+    m = s.detach().amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf row: exp(-inf - 0) = 0
+    e = torch.exp(s - m)
+    z = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(z > 0, z, torch.ones_like(z))  # 0 / 1 = 0 on a fully masked row
+
+
+def causal_mask(L: int, device: torch.device | str | None = None, offset: int = 0) -> Tensor:
+    """The lecture's additive causal mask M: 0 on and below the diagonal, -inf above.
+
+    Returns (L, offset + L): query row i sits at position offset + i and may see keys 0..offset + i
+    (offset > 0 is the key/value-cache case; offset = 0 gives the square L x L matrix of the slide).
+    """
+    full = torch.full((L, offset + L), float("-inf"), device=device)
+    return torch.triu(full, diagonal=offset + 1)
+
+
+def document_mask(doc_ids: Tensor) -> Tensor:
+    """Block-diagonal causal mask for packed sequences: doc_ids (B, L) -> additive (B, 1, L, L).
+
+    Query i may see key j iff j <= i and both belong to the same document; the singleton head axis
+    broadcasts over heads. The diagonal is always allowed, so no row is ever fully masked.
+    """
+    L = doc_ids.size(1)
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, L, L)
+    past = torch.ones(L, L, dtype=torch.bool, device=doc_ids.device).tril()  # (L, L)
+    keep = (same & past).unsqueeze(1)  # (B, 1, L, L)
+    zero = torch.zeros((), device=doc_ids.device)
+    return torch.where(keep, zero, torch.full_like(zero, float("-inf")))
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    need_weights: bool = False,
+    dropout_p: float = 0.0,
+    training: bool = False,
+    is_causal: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Y = softmax_row(Q K^T / sqrt(d_k) + M) V for q (..., Lq, D), k (..., Lk, D), v (..., Lk, Dv).
+
+    mask: additive float (0 / -inf / any bias), broadcastable to (..., Lq, Lk). is_causal=True means
+    M = causal_mask(L) without building it (needs Lq == Lk and mask None). Returns (Y (..., Lq, Dv),
+    A (..., Lq, Lk) before dropout, or None). The explicit path runs when need_weights is True.
+    """
+    lq, lk = q.size(-2), k.size(-2)
+    if is_causal and (mask is not None or lq != lk):
+        raise ValueError(f"is_causal=True needs mask=None and Lq == Lk, got Lq={lq}, Lk={lk}")
+    p = dropout_p if training else 0.0
+    if not need_weights:
+        if mask is not None and mask.dtype != q.dtype:
+            mask = mask.to(q.dtype)  # the fused kernel wants the query dtype (or bool)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+        if mask is not None:
+            # fully masked rows: some kernels return NaN, the explicit path returns 0; agree on 0
+            dead = torch.isneginf(mask).all(dim=-1, keepdim=True)  # (..., Lq, 1)
+            y = y.masked_fill(dead, 0.0)
+        return y, None
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., Lq, Lk): S = Q K^T / sqrt(d_k)
+    if is_causal:
+        s = s + causal_mask(lq, device=q.device).to(s.dtype)
+    elif mask is not None:
+        s = s + mask.to(s.dtype)
+    a = stable_softmax(s, dim=-1)  # A, one normalized row per query
+    y = F.dropout(a, p=p, training=p > 0) @ v  # (..., Lq, Dv): Y = A V
+    return y, a
+
+
+@dataclass
+class KVCache:
+    """Keys and values of all earlier positions of one self-attention module, for incremental decoding.
+
+    k, v: (B, H, capacity, D) buffers of which the first `length` positions are filled; `length` is
+    also the position offset of the next token (RoPE/ALiBi continue from it). Updated in place and
+    grown by doubling, so decoding n tokens copies O(n) entries in total; `clone()` before branching.
+    """
+
+    k: Tensor
+    v: Tensor
+    length: int
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, T, D) keys and values; return all of them so far, (B, H, length, D)."""
+        need = self.length + k.size(2)
+        if k.requires_grad or v.requires_grad or self.k.requires_grad:
+            # under autograd an in-place write would invalidate tensors saved for backward
+            self.k = torch.cat((self.k[:, :, : self.length], k), dim=2)
+            self.v = torch.cat((self.v[:, :, : self.length], v), dim=2)
+        else:
+            if need > self.k.size(2):
+                self._grow(max(need, 2 * self.k.size(2)))
+            self.k[:, :, self.length : need] = k
+            self.v[:, :, self.length : need] = v
+        self.length = need
+        return self.k[:, :, :need], self.v[:, :, :need]
+
+    def _grow(self, capacity: int) -> None:
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_empty(old.size(0), old.size(1), capacity, old.size(3))  # (B, H, capacity, D)
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+
+    def clone(self) -> "KVCache":
+        return KVCache(self.k[:, :, : self.length].clone(), self.v[:, :, : self.length].clone(), self.length)
+
+
+@dataclass
+class CrossKV:
+    """Keys and values (B, H, Lc, D) of an encoded context, computed once and reused at every step."""
+
+    k: Tensor
+    v: Tensor
+    keep: Tensor | None = None  # (B, Lc) bool, False for context padding
+
+
+def padding_bias(keep: Tensor, dtype: torch.dtype) -> Tensor:
+    """(B, Lc) bool -> additive (B, 1, 1, Lc): 0 where a context row may be attended, -inf for padding."""
+    zero = torch.zeros((), dtype=dtype, device=keep.device)
+    return torch.where(keep, zero, torch.full_like(zero, float("-inf")))[:, None, None, :]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention; single-head is n_head=1.
+
+    Q = X W_Q, K = Z W_K, V = Z W_V with Z = X (self) or Z = C (cross); each head attends in its own
+    d_k = n_embd / n_head wide subspace and the heads are concatenated and projected by W_O.
+    kdim: width of the context rows for cross-attention (default n_embd).
+    """
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        bias: bool = False,
+        dropout: float = 0.0,
+        pos: PositionHandler | None = None,
+        kdim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if n_embd % n_head:
+            raise ValueError(f"n_embd={n_embd} must be divisible by n_head={n_head}")
+        self.n_embd, self.n_head, self.head_dim = n_embd, n_head, n_embd // n_head
+        self.kdim = kdim or n_embd
+        self.q_proj = nn.Linear(n_embd, n_embd, bias=bias)  # W_Q for all heads side by side
+        self.kv_proj = nn.Linear(self.kdim, 2 * n_embd, bias=bias)  # [W_K | W_V]: one matmul for both
+        self.out_proj = nn.Linear(n_embd, n_embd, bias=bias)  # W_O
+        self.dropout = dropout
+        self.pos = pos  # rope / alibi act here; additive positions are added by the LM
+        self.layer = -1  # block index, set by the LM, used to label recorded weights
+
+    def _heads(self, t: Tensor) -> Tensor:
+        """(B, L, C) -> (B, H, L, D): split the features into H subspaces of width D."""
+        b, l, _ = t.shape
+        return t.view(b, l, self.n_head, self.head_dim).transpose(1, 2)
+
+    def _merge(self, y: Tensor) -> Tensor:
+        """(B, H, L, D) -> (B, L, C): concatenate the heads, then W_O."""
+        b, _, l, _ = y.shape
+        return self.out_proj(y.transpose(1, 2).reshape(b, l, self.n_embd))
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        state: KVCache | CrossKV | None = None,
+        reset: Tensor | None = None,
+        causal: bool = True,
+        context_mask: Tensor | None = None,
+    ) -> tuple[Tensor, KVCache | CrossKV]:
+        """x (B, T, C) -> (y (B, T, C), state).
+
+        Self-attention when context is None and state is not a CrossKV: state is the KVCache of earlier
+        positions (None at the start) and the returned state includes this call's keys and values.
+        Cross-attention when context (B, Lc, kdim) is given (or state is a CrossKV from an earlier
+        call): never causal, no positions; context_mask (B, Lc) bool marks real context rows.
+        `reset` is accepted for the mixer contract and ignored (attention has no running state).
+        """
+        if context is not None or isinstance(state, CrossKV):
+            return self._cross(x, context, state, context_mask)
+        return self._self(x, state, causal)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, kind: str) -> Tensor:
+        rec = active_recorder()
+        y, a = attention(q, k, v, mask=mask, need_weights=rec is not None, dropout_p=self.dropout,
+                         training=self.training, is_causal=is_causal)
+        if rec is not None and a is not None:
+            rec.add(self.layer, kind, a)
+        return self._merge(y)
+
+    def _self(self, x: Tensor, state: KVCache | None, causal: bool) -> tuple[Tensor, KVCache]:
+        t = x.size(1)
+        if self.kdim != self.n_embd:
+            raise ValueError(f"self-attention needs kdim == n_embd, but kdim={self.kdim}, n_embd={self.n_embd}")
+        q = self._heads(self.q_proj(x))  # (B, H, T, D)
+        k, v = (self._heads(z) for z in self.kv_proj(x).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        offset = state.length if state is not None else 0
+        if self.pos is not None:
+            q, k = self.pos.rotate(q, k, offset)  # RoPE: keys are cached already rotated
+        if state is None:
+            state = KVCache(k, v, t)  # no copy: the cache starts as this call's tensors
+        else:
+            k, v = state.append(k, v)  # (B, H, offset + T, D)
+        lk = k.size(2)
+        # the plain causal square takes the fused kernel's is_causal route; one new token needs no mask
+        mask = causal_mask(t, x.device, offset) if causal and t > 1 and offset > 0 else None
+        is_causal = causal and t > 1 and offset == 0
+        bias = self.pos.score_bias(t, lk, offset, x.device, q.dtype) if self.pos is not None else None
+        if bias is not None:  # ALiBi: fold the per-head bias and the causal mask into one float mask
+            if is_causal:
+                mask, is_causal = causal_mask(t, x.device), False
+            mask = bias if mask is None else bias + mask.to(bias.dtype)  # (H, T, Lk)
+        return self._attend(q, k, v, mask, is_causal, "self"), state
+
+    def _cross(
+        self, x: Tensor, context: Tensor | None, state: CrossKV | None, keep: Tensor | None
+    ) -> tuple[Tensor, CrossKV]:
+        if context is not None:
+            k, v = (self._heads(z) for z in self.kv_proj(context).split(self.n_embd, dim=-1))  # (B, H, Lc, D)
+            state = CrossKV(k, v, keep)
+        assert state is not None  # forward() routes here only with a context or a CrossKV
+        q = self._heads(self.q_proj(x))  # (B, H, Lq, D)
+        mask = padding_bias(state.keep, q.dtype) if state.keep is not None else None  # (B, 1, 1, Lc)
+        return self._attend(q, state.k, state.v, mask, False, "cross"), state

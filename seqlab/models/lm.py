@@ -1,0 +1,264 @@
+"""The language-model shell shared by every mixer family, and `build_model`.
+
+    idx (B, T) -> token embedding (+ additive positions) -> n_layer blocks -> LayerNorm -> head -> logits
+
+Each block is pre-norm residual (GPT-2, Radford et al. 2019):
+    x = x + mixer(ln(x))                     attention, RNN, GRU or minGRU (the `MIXERS` registry)
+    x = x + xattn(ln(x), context)            only with cfg.cross_attention
+    x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
+The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
+computed outside the model. Every mixer follows one contract:
+    mixer(x (B, T, C), state=None, reset=None (B, T) bool) -> (y (B, T, C), new state)
+so that feeding tokens one at a time with the returned state equals one full forward pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seqlab.config import ModelConfig
+from seqlab.models.attention import CrossKV, MultiHeadAttention
+from seqlab.models.positional import attention_positions, build_positions
+
+
+def _attention_mixer(cfg: ModelConfig) -> nn.Module:
+    return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout, attention_positions(cfg))
+
+
+def _recurrent_mixer(cell: str) -> Callable[[ModelConfig], nn.Module]:
+    def make(cfg: ModelConfig) -> nn.Module:
+        from seqlab.models.rnn import RecurrentMixer  # imported on use: nothing heavy at import time
+
+        return RecurrentMixer(cfg, cell)
+
+    return make
+
+
+def _mingru_mixer(cfg: ModelConfig) -> nn.Module:
+    from seqlab.models.mingru import MinGRUMixer
+
+    return MinGRUMixer(cfg)
+
+
+# name (ModelConfig.mixer) -> constructor of the sequence mixer of one block
+MIXERS: dict[str, Callable[[ModelConfig], nn.Module]] = {
+    "attention": _attention_mixer,
+    "rnn": _recurrent_mixer("rnn"),
+    "gru": _recurrent_mixer("gru"),
+    "mingru": _mingru_mixer,
+}
+
+
+def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    """Apply fn to every tensor inside a state (tensors, tuples, lists, dicts, dataclasses); copy the rest."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {key: map_tensors(o, fn) for key, o in obj.items()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: map_tensors(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)})
+    return obj
+
+
+@dataclass
+class LMState:
+    """Everything incremental decoding needs, batch-first everywhere.
+
+    layers: one mixer state per block (KVCache for attention, hidden state for RNN/GRU/minGRU);
+    cross: one CrossKV per block (context keys/values computed once), or None entries;
+    pos: (B,) long, the position of the next token in each lane (restarts at reset flags).
+    """
+
+    layers: list[Any]
+    cross: list[CrossKV | None]
+    pos: Tensor
+
+    def detach(self) -> "LMState":
+        """Cut the graph (truncated BPTT carries the values, not the history)."""
+        return map_tensors(self, lambda t: t.detach())
+
+    def index_select(self, index: Tensor) -> "LMState":
+        """Keep/reorder batch lanes (beam search): a new state whose lane i is old lane index[i]."""
+        return map_tensors(self, lambda t: t.index_select(0, index))
+
+    def clone(self) -> "LMState":
+        """An independent copy (attention caches are updated in place by later calls)."""
+        return map_tensors(self, lambda t: t.clone())
+
+
+def position_ids(t: int, start: Tensor, reset: Tensor | None) -> Tensor:
+    """Positions (B, T) of T new tokens: start (B,) + 0..T-1, restarting at 0 where reset[b, t] is True."""
+    steps = torch.arange(t, device=start.device)  # (T,)
+    pos = start[:, None] + steps  # (B, T)
+    if reset is not None:
+        # index of the latest email start at or before each step, -1 when none in this chunk
+        last = torch.where(reset, steps, torch.full_like(steps, -1)).cummax(dim=1).values  # (B, T)
+        pos = torch.where(last >= 0, steps - last, pos)
+    return pos
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: C -> mlp_ratio * C -> GELU -> C."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.n_embd, cfg.mlp_ratio * cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU()
+        self.proj = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    """One pre-norm residual block: mixer, optional cross-attention, optional MLP."""
+
+    def __init__(self, cfg: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mixer = MIXERS[cfg.mixer](cfg)
+        if isinstance(self.mixer, MultiHeadAttention):
+            self.mixer.layer = layer
+        self.ln_x = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.cross_attention else None
+        self.xattn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout) if cfg.cross_attention else None
+        if self.xattn is not None:
+            self.xattn.layer = layer
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.mlp_ratio > 0 else None
+        self.mlp = MLP(cfg) if cfg.mlp_ratio > 0 else None
+        self.drop = nn.Dropout(cfg.dropout)  # residual dropout on every branch
+
+    def forward(
+        self,
+        x: Tensor,
+        state: Any,
+        context: Tensor | None,
+        cross: CrossKV | None,
+        reset: Tensor | None,
+        context_mask: Tensor | None,
+    ) -> tuple[Tensor, Any, CrossKV | None]:
+        h, state = self.mixer(self.ln_1(x), state=state, reset=reset)
+        x = x + self.drop(h)
+        # without any context (none given, none cached) the cross-attention branch is skipped
+        if self.xattn is not None and self.ln_x is not None and (context is not None or cross is not None):
+            h, cross = self.xattn(self.ln_x(x), context=context, state=cross, context_mask=context_mask)
+            x = x + self.drop(h)
+        if self.mlp is not None and self.ln_2 is not None:
+            x = x + self.drop(self.mlp(self.ln_2(x)))
+        return x, state, cross
+
+
+class LM(nn.Module):
+    """A next-token language model: `model(idx, state=None, context=None, reset=None) -> (logits, state)`."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)  # token embedding (V, C)
+        self.pos = build_positions(cfg)  # learned / sinusoidal vectors added here; rope / alibi live in attention
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        self.ln_ctx = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.cross_attention else None
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self._init_weights()
+        if cfg.tie_weights:
+            self.head.weight = self.wte.weight  # one (V, C) matrix reads tokens in and scores them out
+
+    def _init_weights(self) -> None:
+        """GPT-2 init: N(0, 0.02) for embeddings and linear maps, zero biases, and the projections that
+        write into the residual stream scaled by 1/sqrt(2 n_layer) (Radford et al. 2019, section 2.3)
+        so the residual variance does not grow with depth. Recurrent mixers keep their own init."""
+        recurrent = {id(m) for b in self.blocks if not isinstance(b.mixer, MultiHeadAttention) for m in b.mixer.modules()}
+        for m in self.modules():
+            if id(m) in recurrent:
+                continue
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
+        std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        for b in self.blocks:
+            for attn in (b.mixer, b.xattn):
+                if isinstance(attn, MultiHeadAttention):
+                    nn.init.normal_(attn.out_proj.weight, mean=0.0, std=std)
+            if b.mlp is not None:
+                nn.init.normal_(b.mlp.proj.weight, mean=0.0, std=std)
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count (a tied matrix counted once); non_embedding drops token and position tables."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding:
+            n -= sum(p.numel() for p in self.wte.parameters()) + sum(p.numel() for p in self.pos.parameters())
+        return n
+
+    def encode_context(self, context: Tensor) -> Tensor:
+        """Context rows for cross-attention: (B, Lc) token ids go through the shared token embedding
+        (+ additive positions 0..Lc-1); a float (B, Lc, C) tensor is taken as already-encoded rows."""
+        if context.dtype in (torch.long, torch.int32, torch.int16, torch.uint8):
+            positions = torch.arange(context.size(1), device=context.device).expand_as(context)  # (B, Lc)
+            ctx = self.wte(context)  # (B, Lc, C)
+            pe = self.pos.embed(positions)
+            ctx = ctx if pe is None else ctx + pe.to(ctx.dtype)
+        elif context.dim() == 3 and context.size(-1) == self.cfg.n_embd:
+            ctx = context
+        else:
+            raise ValueError(f"context must be (B, Lc) token ids or (B, Lc, {self.cfg.n_embd}) rows, got {tuple(context.shape)}")
+        assert self.ln_ctx is not None
+        return self.ln_ctx(ctx)
+
+    def forward(
+        self,
+        idx: Tensor,
+        state: LMState | None = None,
+        context: Tensor | None = None,
+        reset: Tensor | None = None,
+        context_mask: Tensor | None = None,
+    ) -> tuple[Tensor, LMState]:
+        """idx (B, T) token ids -> (logits (B, T, vocab_size), state after the last token).
+
+        state: from an earlier call, to continue the same sequences (None starts fresh).
+        context: (B, Lc) ids or (B, Lc, C) rows read by cross-attention; cached in the state, so later
+            calls may omit it. context_mask (B, Lc) bool is False on context padding.
+        reset: (B, T) bool, True where an email starts: recurrent mixers zero their hidden state and
+            additive positions restart at 0 (attention ignores it: its windows lie inside one email).
+        """
+        if context is not None and not self.cfg.cross_attention:
+            raise ValueError("a context was given but model.cross_attention is false")
+        b, t = idx.shape
+        start = state.pos if state is not None else torch.zeros(b, dtype=torch.long, device=idx.device)
+        positions = position_ids(t, start, reset)  # (B, T)
+        x = self.wte(idx)  # (B, T) -> (B, T, C)
+        pe = self.pos.embed(positions)
+        if pe is not None:
+            x = x + pe.to(x.dtype)
+        x = self.drop(x)
+        ctx = self.encode_context(context) if context is not None else None
+        layers: list[Any] = []
+        crosses: list[CrossKV | None] = []
+        for i, block in enumerate(self.blocks):
+            layer_state = state.layers[i] if state is not None else None
+            cross = state.cross[i] if state is not None else None
+            x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask)
+            layers.append(layer_state)
+            crosses.append(cross)
+        logits = self.head(self.ln_f(x))  # (B, T, V)
+        return logits, LMState(layers, crosses, positions[:, -1] + 1)
+
+
+def build_model(cfg: ModelConfig) -> LM:
+    """Validate the config (again: a dataclass can be edited after construction) and build the LM."""
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(f"build_model needs a ModelConfig, not {type(cfg).__name__}")
+    dataclasses.replace(cfg)  # re-runs ModelConfig.__post_init__: ValueError naming a bad value/combination
+    if cfg.mixer not in MIXERS:
+        raise ValueError(f"model.mixer={cfg.mixer!r} has no implementation; known: {', '.join(MIXERS)}")
+    return LM(cfg)
