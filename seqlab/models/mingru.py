@@ -1,0 +1,152 @@
+"""minGRU (Feng et al. 2024, "Were RNNs All We Needed?"): a GRU whose gates read only the input.
+
+Holds the two ways of computing the same recurrence, `mingru_scan` (all positions at once, log-space
+parallel scan) and `mingru_sequential` (one position after the other, for one-token decoding), the
+`MinGRU` layer that chooses between them, and `MinGRUMixer`, the `(x, state, reset) -> (y, state)` mixer
+the LM shell stacks.
+
+Recurrence (Feng et al. 2024, Sec. 3.1, minGRU):
+    z_t  = sigmoid(Linear_z(x_t))              update gate, from the input only
+    h~_t = g(Linear_h(x_t))                    candidate, g(v) = v + 0.5 if v >= 0 else sigmoid(v) > 0
+    h_t  = (1 - z_t) * h_{t-1} + z_t * h~_t
+Because z_t and h~_t do not depend on h, this is the linear recurrence h_t = a_t h_{t-1} + b_t with
+a_t = 1 - z_t and b_t = z_t h~_t, both positive, which the scan solves for every t in O(log) depth.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqlab.config import ModelConfig
+from seqlab.models.rnn import segment_starts
+
+
+def g(v: Tensor) -> Tensor:
+    """The paper's positive activation (Feng et al. 2024, Sec. 3.3): v + 0.5 for v >= 0, sigmoid(v) below."""
+    return torch.where(v >= 0, F.relu(v) + 0.5, torch.sigmoid(v))
+
+
+def log_g(v: Tensor) -> Tensor:
+    """log g(v) without taking the log of anything that can be 0: log(v + 0.5) and log sigmoid(v) = -softplus(-v).
+
+    Both branches are finite everywhere (relu keeps the first >= log 0.5), so `where` passes no NaN
+    gradient from the branch it does not take.
+    """
+    return torch.where(v >= 0, torch.log(F.relu(v) + 0.5), -F.softplus(-v))
+
+
+def _scan_dtype(dtype: torch.dtype) -> torch.dtype:
+    # The log-space sums need at least float32 (half precision loses the cumulative sums); float64 stays.
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _scan_piece(log_a: Tensor, log_b: Tensor, h0: Tensor | None) -> Tensor:
+    """h_t = a_t h_{t-1} + b_t for every t of a piece without resets; log_a, log_b (B, T, H), h0 (B, H) -> (B, T, H).
+
+    Heinsen (2023), "Efficient parallelization of a ubiquitous sequential computation":
+        a*_t = sum_{s<=t} log a_s,      log h_t = a*_t + logcumsumexp_{s<=t}(log b_s - a*_s)
+    (h_t = sum_s (prod_{u=s+1..t} a_u) b_s, with the products as exp(a*_t - a*_s)). The initial state
+    enters linearly as prod_{u<=t} a_u * h0 = exp(a*_t) h0, which needs no log of h0: it may be zero
+    (a reset lane) or of any sign.
+    """
+    a_star = torch.cumsum(log_a, dim=1)  # (B, T, H), <= 0 since every a_s is in (0, 1)
+    h = torch.exp(a_star + torch.logcumsumexp(log_b - a_star, dim=1))  # (B, T, H)
+    if h0 is not None:
+        h = h + torch.exp(a_star) * h0.unsqueeze(1)  # (B, T, H) * (B, 1, H)
+    return h
+
+
+def mingru_scan(
+    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """All positions at once: pre-activations pre_z, pre_h (B, T, H), h0 (B, H) -> h (B, T, H), h_T (B, H).
+
+    `reset[b, t]` True treats lane b's h_{t-1} as zero. The sequence is cut where any lane resets
+    (`segment_starts`); inside each piece resets happen only at its first position, where the carried
+    state of the resetting lanes is zeroed. Nothing is set to -inf, so no inf or NaN reaches a gradient.
+    """
+    out_dtype = pre_z.dtype
+    dt = _scan_dtype(out_dtype)
+    pre_z, pre_h = pre_z.to(dt), pre_h.to(dt)
+    log_a = -F.softplus(pre_z)  # log(1 - z_t) = log sigmoid(-k), stable for any k
+    log_b = F.logsigmoid(pre_z) + log_g(pre_h)  # log(z_t * h~_t)
+    h = None if h0 is None else h0.to(dt)
+    T = pre_z.shape[1]
+    bounds = [0, *segment_starts(reset), T]
+    pieces = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if reset is not None and h is not None:
+            h = h * (~reset[:, start]).to(dt).unsqueeze(-1)  # (B, H) * (B, 1)
+        piece = _scan_piece(log_a[:, start:end], log_b[:, start:end], h)  # (B, end-start, H)
+        pieces.append(piece)
+        h = piece[:, -1]
+    out = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+    return out.to(out_dtype), out[:, -1].to(out_dtype)
+
+
+def mingru_sequential(
+    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """The same recurrence one position at a time (decoding): same arguments and results as `mingru_scan`."""
+    B, T, H = pre_z.shape
+    h = pre_z.new_zeros(B, H) if h0 is None else h0
+    z = torch.sigmoid(pre_z)  # (B, T, H)
+    one_minus_z = torch.sigmoid(-pre_z)  # 1 - z without the rounding of 1 - sigmoid(k)
+    cand = g(pre_h)  # h~ (B, T, H)
+    outs = []
+    for t in range(T):
+        if reset is not None:
+            h = h * (~reset[:, t]).to(h.dtype).unsqueeze(-1)  # (B, H) * (B, 1)
+        h = one_minus_z[:, t] * h + z[:, t] * cand[:, t]  # Feng et al. 2024, minGRU update
+        outs.append(h)
+    return torch.stack(outs, dim=1), h  # T x (B, H) -> (B, T, H)
+
+
+MODES = ("auto", "scan", "sequential")
+
+
+class MinGRU(nn.Module):
+    """One minGRU layer: x (B, T, I) -> h (B, T, H), with the gate projections Linear_z and Linear_h."""
+
+    def __init__(self, input_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.linear_z = nn.Linear(input_size, hidden_size)
+        self.linear_h = nn.Linear(input_size, hidden_size)
+
+    def forward(
+        self, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None, mode: str = "auto"
+    ) -> tuple[Tensor, Tensor]:
+        """x (B, T, I), h0 (B, H) or None -> h (B, T, H), h_T (B, H); mode auto = sequential for T == 1, else scan."""
+        if mode not in MODES:
+            raise ValueError(f"minGRU mode must be one of {', '.join(MODES)}, not {mode!r}")
+        pre_z, pre_h = self.linear_z(x), self.linear_h(x)  # (B, T, H) each
+        if mode == "sequential" or (mode == "auto" and x.shape[1] == 1):
+            return mingru_sequential(pre_z, pre_h, h0, reset)
+        return mingru_scan(pre_z, pre_h, h0, reset)
+
+
+class MinGRUMixer(nn.Module):
+    """minGRU of width C = n_embd followed by an output projection, as a mixer.
+
+    The hidden state is positive (g > 0, convex mixing), so the projection lets the block add signed
+    updates to the residual stream. `mode` ("auto", "scan", "sequential") selects the computation.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.rnn = MinGRU(cfg.n_embd, cfg.n_embd)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.mode = "auto"
+
+    def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (B, T, C), state = last h (B, C) or None, reset (B, T) bool or None -> y (B, T, C), h_T (B, C)."""
+        B, T, C = x.shape
+        if state is not None and state.shape != (B, C):
+            raise ValueError(f"minGRU state must have shape {(B, C)}, not {tuple(state.shape)}")
+        if reset is not None and reset.shape != (B, T):
+            raise ValueError(f"reset must have shape {(B, T)}, not {tuple(reset.shape)}")
+        h, h_last = self.rnn(x, state, reset, mode=self.mode)
+        return self.proj(h), h_last
