@@ -186,6 +186,8 @@ def test_windows_stay_inside_emails(tmp_path: Path) -> None:
         # padding only at the tail, and only for an email shorter than a window read from its start
         assert np.all(np.diff((xa == pad).astype(int), axis=1) >= 0)
         assert all(int(r[0]) in starts for r in xa[padded])
+        long_rows = store.lengths[email_of(store)[xa[:, 0]]] > T
+        assert np.all(y.numpy()[long_rows] != -1)  # a window of a long email lies wholly inside it
         assert not np.isin(xa[:, 0], store.starts[store.lengths == 1]).any()  # 1-token emails have no target
 
 
