@@ -228,10 +228,11 @@ def assign_threads(metas: Sequence[ThreadMeta]) -> list[str]:
     its header roots, i.e. the Message-IDs that no References/In-Reply-To link names as a child: in
     well-formed mail the first message of the thread, whether present or only referenced. With several
     roots (subject-joined conversations) the earliest one wins, undated ones (including roots that are
-    only referenced) before dated ones since their age is unknown, ties by id. So a reply, the late arrival of a thread's missing first message, or newer header-less
-    mail joining by subject all leave the key (and the split) unchanged; only mail that links
-    previously separate threads, or that is older than a thread's root, can change it. A reference
-    cycle with no root falls back to its smallest id. Nodes are namespaced ("m:" ids, "s:" subject
+    only referenced) before dated ones since their age is unknown, ties by id. So a reply, the late
+    arrival of a thread's missing first message, or newer header-less mail joining by subject all
+    leave the key (and the split) unchanged; only mail that links previously separate threads, or
+    that is older than a thread's root, can change it. A reference cycle with no root falls back to
+    its smallest id. Nodes are namespaced ("m:" ids, "s:" subject
     keys) inside union-find only.
     """
     uf = _UnionFind()
