@@ -1,6 +1,6 @@
 """Corpus hygiene before any training example exists: dedupe, thread reconstruction, split by thread.
 
-The lecture's rule "split whole emails before forming training examples" (seed notes, slide 1) is
+The lecture's rule "split whole emails before forming training examples" (lecture notes, opening summary) is
 enforced here, one level stricter: whole *threads* go to one split, because a reply quotes, paraphrases
 and repeats its parent, so a reply in val whose parent is in train leaks.
 
