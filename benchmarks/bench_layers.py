@@ -1,0 +1,177 @@
+"""Layer speed ratios against PyTorch built-ins, measured side by side in one run (issue 3, "Speed").
+
+Rows (each a training step: forward, a scalar loss, backward):
+  attention  our MultiHeadAttention vs torch.nn.MultiheadAttention, causal     goal: ours/torch <= 1.0
+  gru_fused  our RecurrentMixer('gru'), fused path, vs torch.nn.GRU             goal: throughput ratio >= 0.95
+  mingru     minGRU parallel scan vs the explicit GRU time loop, L = 512        goal: >= 10x faster
+
+The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
+repeats is kept, so both see the same machine load. Prints a table with PASS/MISS per goal and writes
+JSON (default out/bench_layers.json).
+
+    python benchmarks/bench_layers.py [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from seqlab.config import ModelConfig
+from seqlab.models.mingru import MinGRUMixer
+from seqlab.models.rnn import RecurrentMixer
+
+Step = Callable[[], None]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(module: nn.Module, run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Step:
+    """A closure doing forward, mean-square loss, backward, and dropping the gradients again."""
+
+    def step() -> None:
+        y = run(x)
+        y.float().pow(2).mean().backward()
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return step
+
+
+def time_pair(a: Step, b: Step, repeats: int, warmup: int, device: torch.device) -> tuple[float, float]:
+    """Median seconds of a and b, timed alternately (a b, b a, ...) after `warmup` runs of each."""
+    for _ in range(warmup):
+        a(), b()
+    _sync(device)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for r in range(repeats):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        for which in order:
+            fn = a if which == 0 else b
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[which].append(time.perf_counter() - t0)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def _row(name: str, ours: str, ref: str, t_ours: float, t_ref: float, metric: str, goal: str, ok: bool,
+         value: float, sizes: dict[str, int]) -> dict[str, Any]:
+    return {"name": name, "ours": ours, "reference": ref, "ours_ms": t_ours * 1e3, "reference_ms": t_ref * 1e3,
+            "metric": metric, "value": value, "goal": goal, "pass": ok, "sizes": sizes}
+
+
+def bench_attention(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """(a) our MultiHeadAttention vs torch.nn.MultiheadAttention, causal self-attention, fwd+bwd."""
+    try:
+        from seqlab.models.attention import MultiHeadAttention
+    except ImportError as exc:  # the attention module is written by another part of issue 3
+        return {"name": "attention", "skipped": f"seqlab.models.attention is not importable ({exc})"}
+    B, L, C, H = args.batch, args.attn_len, args.n_embd, args.n_head
+    ours = MultiHeadAttention(C, H, bias=False).to(device)
+    ref = nn.MultiheadAttention(C, H, bias=False, batch_first=True).to(device)
+    x = torch.randn(B, L, C, device=device, requires_grad=True)
+    causal = torch.ones(L, L, dtype=torch.bool, device=device).triu(1)  # True = may not attend
+
+    def run_ref(t: torch.Tensor) -> torch.Tensor:
+        return ref(t, t, t, attn_mask=causal, is_causal=True, need_weights=False)[0]
+
+    t_ours, t_ref = time_pair(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, run_ref, x),
+                              args.repeats, args.warmup, device)
+    ratio = t_ours / t_ref
+    return _row("attention", "MultiHeadAttention (causal)", "torch.nn.MultiheadAttention (causal)", t_ours,
+                t_ref, "time ours / torch", "<= 1.0", ratio <= 1.0, ratio, {"B": B, "L": L, "n_embd": C, "n_head": H})
+
+
+def bench_gru_fused(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """(b) our GRU layer through its fused path vs a plain torch.nn.GRU of the same size, fwd+bwd."""
+    B, L, C = args.gru_batch, args.gru_len, args.n_embd
+    cfg = ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none", fused_rnn=True)
+    ours = RecurrentMixer(cfg, "gru").to(device)
+    ref = nn.GRU(C, C, batch_first=True).to(device)
+    x = torch.randn(B, L, C, device=device, requires_grad=True)
+    assert ours.uses_fused()
+    t_ours, t_ref = time_pair(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, lambda t: ref(t)[0], x),
+                              args.repeats, args.warmup, device)
+    throughput = t_ref / t_ours  # tokens/s ours over tokens/s torch
+    return _row("gru_fused", "RecurrentMixer('gru') fused path", "torch.nn.GRU", t_ours, t_ref,
+                "throughput ours / torch", ">= 0.95", throughput >= 0.95, throughput, {"B": B, "L": L, "n_embd": C})
+
+
+def bench_mingru(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """(c) minGRU (scan, with its output projection) vs the explicit gate-by-gate GRU loop, fwd+bwd."""
+    B, L, C = args.scan_batch, args.scan_len, args.n_embd
+    cfg = ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none", fused_rnn=False)
+    loop = RecurrentMixer(cfg, "gru").to(device)
+    mingru = MinGRUMixer(ModelConfig(mixer="mingru", n_embd=C, n_head=1, pos="none")).to(device)
+    mingru.mode = "scan"
+    x = torch.randn(B, L, C, device=device, requires_grad=True)
+    assert not loop.uses_fused()
+    t_scan, t_loop = time_pair(train_step(mingru, lambda t: mingru(t)[0], x),
+                               train_step(loop, lambda t: loop(t)[0], x), args.repeats, args.warmup, device)
+    speedup = t_loop / t_scan
+    return _row("mingru", "MinGRUMixer parallel scan", "RecurrentMixer('gru') explicit loop", t_scan, t_loop,
+                "speedup loop / scan", ">= 10x", speedup >= 10.0, speedup, {"B": B, "L": L, "n_embd": C})
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", type=Path, default=Path("out/bench_layers.json"), help="where to write the results")
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (fixed for the whole run)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--batch", type=int, default=8, help="attention batch")
+    p.add_argument("--attn-len", type=int, default=256)
+    p.add_argument("--gru-batch", type=int, default=16)
+    p.add_argument("--gru-len", type=int, default=256)
+    p.add_argument("--scan-batch", type=int, default=8)
+    p.add_argument("--scan-len", type=int, default=512)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.repeats, args.warmup = 3, 1
+        args.n_embd, args.attn_len, args.gru_len, args.scan_len = 64, 64, 64, 128
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda was asked for but CUDA is not available")
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    rows = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
+    print(f"{'row':<10} {'ours ms':>9} {'ref ms':>9}  {'metric':<24} {'value':>7}  {'goal':<8} result")
+    for r in rows:
+        if "skipped" in r:
+            print(f"{r['name']:<10} skipped: {r['skipped']}")
+            continue
+        print(f"{r['name']:<10} {r['ours_ms']:9.2f} {r['reference_ms']:9.2f}  {r['metric']:<24} {r['value']:7.3f}"
+              f"  {r['goal']:<8} {'PASS' if r['pass'] else 'MISS'}")
+    settings = {"threads": args.threads, "device": args.device, "repeats": args.repeats, "warmup": args.warmup,
+                "quick": args.quick, "torch": torch.__version__, "python": platform.python_version(),
+                "machine": platform.machine()}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"settings": settings, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
