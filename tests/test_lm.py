@@ -10,6 +10,7 @@ import torch
 
 from seqlab.config import ModelConfig
 from seqlab.models import LM, MIXERS, LMState, build_model, record_attention
+from seqlab.models.lm import map_tensors
 
 V, T = 37, 12
 COMBOS = [("attention", p) for p in ("none", "learned", "sinusoidal", "rope", "alibi")] + [
@@ -106,8 +107,6 @@ def test_state_index_select_detach_clone(mixer: str) -> None:
     _, state = model(idx)
     cut = state.detach()
     tensors: list[torch.Tensor] = []
-    from seqlab.models.lm import map_tensors
-
     map_tensors(cut, lambda t: tensors.append(t) or t)
     assert tensors and not any(t.requires_grad for t in tensors)
 
