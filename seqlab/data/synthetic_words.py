@@ -197,7 +197,8 @@ OPENERS = ("Hope you had a good weekend.", "Thanks for your note.", "Quick one f
            "Sorry for the slow reply.", "Hope the trip went well.", "Thanks for yesterday.",
            "Good to see you at the offsite.", "Hope you're well.", "Thanks for the quick turnaround.",
            "As promised, a short update.", "Just a heads-up.", "Thanks for sorting that out so quickly.",
-           "I hope this finds you well.", "Welcome back!", "Hope your week is going well.", "Apologies for the long email.")
+           "I hope this finds you well.", "Welcome back!", "Hope your week is going well.",
+           "Apologies for the long email.")
 CLOSERS = ("Let me know if you have any questions.", "Thanks in advance.", "Shout if anything is unclear.",
            "Happy to talk it through if easier.", "Let me know what you think.", "Thanks for your help.",
            "I'll keep you posted.", "Speak on {day}.", "Let me know if that doesn't work.",
