@@ -124,7 +124,9 @@ def complete(
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
     temperature 0 is greedy; a positive temperature samples (with top_k / top_p, reproducible with
-    `seed`); beam > 1 runs beam search (deterministic, temperature ignored) and keeps the best beam.
+    `seed`); beam > 1 runs beam search (deterministic, temperature ignored) and keeps the beam with the
+    best mean log-probability per token (length_penalty=1, so a beam cut short by a newline is not
+    preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
     suggestion whose confidence (the first word's probability) is below it comes back empty.
@@ -140,7 +142,7 @@ def complete(
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
-                                      stop=stop, first_allowed=allowed)[0]
+                                      stop=stop, length_penalty=1.0, first_allowed=allowed)[0]
         new, logps = best.ids, best.logps
     else:
         new, logps = generate_with_logprobs(

@@ -10,7 +10,8 @@ Every target of the split is scored once (not a sample):
   the hidden state carried from chunk to chunk (emails are the batch lanes, sorted by length), so a
   window cut never costs them context; the result does not depend on `block_size` or the batch size.
 
-Bits per byte (bpb) = (sum of target NLL in nats / ln 2) / (UTF-8 bytes those targets stand for). The
+Bits per byte (bpb) = (sum of target NLL in nats / ln 2) / (UTF-8 bytes those targets stand for), the
+tokenizer-independent measure of Gao et al. (2020, "The Pile", section 5) and of text compression. The
 targets of an email `[bos] + text + [eos]` are `text + [eos]`; a text token counts its own bytes
 (`token_bytes`) and eos counts as one byte, a terminator like a newline. Every email therefore counts
 len(text.encode()) + 1 bytes whatever the tokenizer, so byte- and BPE-tokenized models divide by the
