@@ -240,3 +240,22 @@ def test_complete_runs_a_real_model_and_splits_words() -> None:
     c = complete(model, tok, "Hi Bob, could you send me the ", max_words=3, temperature=0.8, seed=5)
     assert c == complete(model, tok, "Hi Bob, could you send me the ", max_words=3, temperature=0.8, seed=5)
     assert len(c.words) <= 3 and 0.0 <= c.confidence <= 1.0
+
+
+def test_token_healing_with_a_bpe_tokenizer() -> None:
+    from seqlab.complete import encode_prompt
+    from seqlab.data.tokenizer import fit_tokenizer
+
+    tok = fit_tokenizer("bpe", ["could you send me the file, please"] * 30, vocab_size=300)
+    ids, allowed, skip = encode_prompt(tok, "could you send me the ")
+    assert ids == [tok.bos_id, *tok.encode("could you send me the")] and skip == 1
+    assert allowed is not None and allowed.shape == (tok.vocab_size,)
+    the = tok.encode(" the")
+    assert len(the) == 1 and bool(allowed[the[0]])  # " the" is one merged token, and it may come first
+    assert not bool(allowed[tok.encode("the")[0]])
+    assert encode_prompt(tok, "could you")[1] is None
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=16, mixer="gru", pos="none",
+                                    n_layer=1, n_embd=16, mlp_ratio=0)).eval()
+    c = complete(model, tok, "could you send me the ", max_words=2, beam=2)
+    assert len(c.words) <= 2 and not c.text.startswith(" ")
