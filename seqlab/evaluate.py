@@ -43,9 +43,12 @@ from seqlab.smart_compose import completion_quality, threshold_for_coverage  # n
 SEPARATOR = b"\n"  # what an email's eos stands for when bytes are counted and compressors read the split
 
 
-def target_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
-    """(V,) int64: bytes each token counts for as a target; eos counts 1, bos and pad count 0."""
-    lengths = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)], dtype=np.int64)
+def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
+    """(V,) int64: bytes each token counts for as a target; eos counts 1, bos and pad count 0.
+
+    Index it with the non-ignored targets of a batch to get their byte count (also used by the trainer's
+    validation, so its bits per byte are the same quantity as here)."""
+    lengths = torch.tensor([len(tokenizer.token_bytes(i)) for i in range(tokenizer.vocab_size)], dtype=torch.long)
     lengths[tokenizer.eos_id] = len(SEPARATOR)
     lengths[tokenizer.bos_id] = lengths[tokenizer.pad_id] = 0
     return lengths
@@ -82,7 +85,7 @@ def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size
     if store.num_emails == 0 or int((store.lengths - 1).sum()) == 0:
         raise UserError(f"the {store.split} split of {store.data_dir} has no tokens to evaluate.")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    byte_len = torch.from_numpy(target_byte_lengths(tokenizer))
+    byte_len = token_byte_lengths(tokenizer)
     carry = context_limit(model) is None  # recurrent: state runs through whole emails
     if carry:
         batches = _email_lane_batches(store, block_size, batch_size, tokenizer.pad_id)
