@@ -190,26 +190,48 @@ def test_positions_are_seeded_word_boundaries_with_a_true_next_word() -> None:
 # ---------------------------------------------------------------- a whole run
 
 
-def test_evaluate_run_end_to_end(tiny_run_dir: Path, tiny_data_dir: Path, tmp_path: Path) -> None:
-    r = evaluate_run(tiny_run_dir, split="test", completion_emails=4, positions_per_email=2,
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(RUN_DIR, DATA_DIR): a tiny attention model trained for a few steps by the real trainer."""
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.train import train
+
+    root, tok, rng = tmp_path_factory.mktemp("evalrun"), ByteTokenizer(), random.Random(0)
+    data = make_data_dir(root / "data", tok, [])
+    for split in ("train", "val", "test"):
+        with TokenWriter(data, split, tok.vocab_size) as w:
+            for _ in range(40 if split == "train" else 6):
+                w.add(tok.encode_email(" ".join(rng.choice(TEXTS).split()[:12])))
+    cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=10", "train.threads=1", "train.eval_every=5"])
+    train(data, root / "run", cfg, progress=False)
+    return root / "run", data
+
+
+def test_evaluate_run_end_to_end(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
+    run_dir, data_dir = trained_run
+    r = evaluate_run(run_dir, split="test", completion_emails=4, positions_per_email=2,
                      completion_threshold=0.1, target_coverage=0.5)
     json.dumps(r, allow_nan=False)
     for key in ("split", "loss", "ppl", "bpb", "tokens", "bytes", "compressor_bpb", "exact_match", "coverage",
                 "threshold", "params"):
         assert key in r
     assert r["split"] == "test" and r["threshold"] == 0.1 and set(r["exact_match"]) == {"1", "2", "3", "4", "5"}
-    store = TokenStore(tiny_data_dir, "test")
+    store = TokenStore(data_dir, "test")
     assert r["tokens"] == int((store.lengths - 1).sum())
+    assert r["bytes"] == len(split_bytes(store, ByteTokenizer()))
     assert r["bpb"] == pytest.approx(r["loss"] * r["tokens"] / math.log(2) / r["bytes"])
-    assert r["at_coverage"]["coverage"] >= 0.5 or r["at_coverage"]["coverage"] == r["coverage"]
+    assert r["completion_positions"] == r["at_coverage"]["positions"] > 0
     table = format_eval(r)
     assert "xz -9e" in table and "EM@5" in table
     # The data folder is taken from run.json; without one, the user must name it.
     bare = tmp_path / "bare"
     bare.mkdir()
-    for f in os.listdir(tiny_run_dir):
-        if (tiny_run_dir / f).is_file() and f != "run.json":
-            (bare / f).write_bytes((tiny_run_dir / f).read_bytes())
+    for f in os.listdir(run_dir):
+        if (run_dir / f).is_file() and f != "run.json":
+            (bare / f).write_bytes((run_dir / f).read_bytes())
     with pytest.raises(UserError, match="--data"):
         evaluate_run(bare, split="test", completions=False)
-    assert evaluate_run(bare, tiny_data_dir, split="test", completions=False)["tokens"] == r["tokens"]
+    assert evaluate_run(bare, data_dir, split="test", completions=False)["tokens"] == r["tokens"]
+    other = make_data_dir(tmp_path / "bpe", fit_tokenizer("bpe", TEXTS * 20, vocab_size=300), TEXTS)
+    with pytest.raises(UserError, match="different tokenizer"):
+        evaluate_run(run_dir, other, split="test", completions=False)
