@@ -5,12 +5,13 @@ each new token is fed alone together with the `state` the model returned (RNN/GR
 last state, attention key/value cache), so generating n tokens costs n single-token forward passes,
 never a re-run over the growing sequence.
 
-Attention models see at most `block_size` tokens of context: that is the longest window they were
-trained on, and with learned positions there is no embedding for position `block_size`. When feeding
+Attention models (and any model with learned positions) see at most `block_size` tokens of context:
+that is the longest window attention was trained on, and with learned positions there is no embedding
+for position `block_size`. When feeding
 one more token would overflow the window, the decoder drops the cache and re-encodes the last
 `block_size // 2` tokens from scratch (a sliding window). One re-encode of block_size/2 tokens happens
 every block_size/2 new tokens, so the cost per generated token stays bounded and the total cost stays
-linear in the output length. Recurrent models have no such limit: their state summarises everything.
+linear in the output length. Other recurrent models have no limit: their state summarises everything.
 
 Word-level completions built on these decoders (`complete`, `Completion`) live in `seqlab.complete`;
 loading a run folder (`load_run`) lives in `seqlab.runs`.
