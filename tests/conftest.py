@@ -1,0 +1,36 @@
+"""Shared tiny fixtures: a prepared synthetic DATA_DIR and a briefly trained run, built once per session.
+
+Everything here is seeded and small so the whole suite stays within minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Reproducible CPU numerics for every test process (resume-exactness tests also pin threads per run).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DATA_DIR prepared from 160 synthetic emails with the byte tokenizer."""
+    from seqlab.data.prepare import prepare
+
+    out = tmp_path_factory.mktemp("data") / "synthetic"
+    prepare("synthetic", out, count=160, seed=0, split=(0.8, 0.1, 0.1), progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny attention model trained for a few steps on `tiny_data_dir`."""
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.train import train
+
+    run = tmp_path_factory.mktemp("runs") / "attn"
+    cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=20", "train.threads=1"])
+    train(tiny_data_dir, run, cfg, progress=False)
+    return run
