@@ -32,24 +32,10 @@ from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluate import token_byte_lengths
 from seqlab.models import build_model
+from seqlab.runs import resolve_device
 from seqlab.models.lm import LMState, map_tensors
 
 IGNORE = -1  # target id the loss ignores (padding, no next token inside the email)
-
-
-def select_device(pref: str = "auto") -> torch.device:
-    """CUDA, then Apple MPS, then CPU; an explicit choice that is not available is a user error."""
-    if pref == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if pref == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device=cuda was asked for but no CUDA device is available")
-    if pref == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise UserError("train.device=mps was asked for but Apple MPS is not available")
-    return torch.device(pref)
 
 
 def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -> float:
@@ -125,7 +111,7 @@ class Trainer:
         self.cfg, t = cfg, cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = select_device(t.device)
+        self.device = resolve_device(t.device)
         self.mode = cfg.data.resolved_mode(cfg.model.mixer)
         if self.mode == "stream" and cfg.model.pos == "learned":
             raise UserError("model.pos=learned cannot be used with data.mode=stream: long emails run past the "
