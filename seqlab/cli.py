@@ -219,7 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may come after options (`train DATA --out RUN --preset tiny model.mixer=gru`),
+    # which argparse's positional matching leaves unparsed: collect them here.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any(a.startswith("-") or "=" not in a for a in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help()
         return 2
