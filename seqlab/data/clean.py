@@ -1,0 +1,241 @@
+"""Cleaning the text of one email: quoted replies, forwards, signatures, whitespace, PII, HTML to text.
+
+Every function here takes and returns `str` and does work linear in the length of its input: the
+regular expressions have no nested or overlapping quantifiers that could backtrack catastrophically, and
+the line loops touch each line a bounded number of times. Callers cap the text length before calling
+(`mime.MAX_TEXT_CHARS`), so a hostile message costs a bounded amount of time.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """What `clean_body` removes. The defaults give the training text DESIGN.md describes."""
+
+    keep_quotes: bool = False  # keep `>` lines, "Original Message" / forwarded blocks, "On ... wrote:"
+    keep_signatures: bool = False  # keep the block after the last `-- ` line
+    mask_pii: bool = False  # replace addresses, URLs and phone numbers with <EMAIL>, <URL>, <PHONE>
+
+
+# ---------------------------------------------------------------- whitespace and control characters
+
+# C0 controls other than \t and \n, DEL and the C1 range: never useful in training text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TRAILING_WS = re.compile(r"[ \t\u00a0\u3000]+$", re.MULTILINE)
+_BLANK_RUN = re.compile(r"\n{3,}")
+
+
+def safe_text(text: str) -> str:
+    """Drop control characters and replace lone surrogates with U+FFFD, so the result encodes as UTF-8."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub("", text)
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def normalize_text(text: str) -> str:
+    """Line endings to \\n, no trailing whitespace, runs of 2+ blank lines collapsed to one, ends stripped."""
+    text = safe_text(text).replace("\ufeff", "")
+    text = _TRAILING_WS.sub("", text)
+    return _BLANK_RUN.sub("\n\n", text).strip("\n")
+
+
+# ---------------------------------------------------------------- quotes and forwards
+
+# A line from which everything below is someone else's text (Outlook, Enron/Lotus Notes, Gmail, Apple Mail).
+_CUT_LINE = re.compile(
+    r"^[ \t]*(?:-{2,}[ \t]*Original Message[ \t]*-{2,}"
+    r"|-{3,}[ \t]*Forwarded by\b"
+    r"|-{2,}[ \t]*Forwarded message[ \t]*-{2,}"
+    r"|Begin forwarded message:"
+    r"|_{20,}[ \t]*$)",
+    re.IGNORECASE,
+)
+_QUOTED = re.compile(r"^[ \t]*>")
+_ON_WROTE_ONE = re.compile(r"^[ \t]*On\b.{0,300}\bwrote:[ \t]*$", re.IGNORECASE)
+_WROTE_END = re.compile(r"\bwrote:[ \t]*$", re.IGNORECASE)
+_ON_START = re.compile(r"^[ \t]*On\b", re.IGNORECASE)
+_HEADERISH = re.compile(r"^[ \t]*(?:From|Sent|To|Cc|Subject|Date):[ \t]", re.IGNORECASE)
+
+
+def _next_nonblank(lines: list[str], i: int) -> int:
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    return i
+
+
+def _attribution_span(lines: list[str], i: int) -> int:
+    """How many lines starting at i form an `On ... wrote:` line (1 or 2 when wrapped), or 0."""
+    line = lines[i]
+    if len(line) > 400:
+        return 0
+    if _ON_WROTE_ONE.match(line):
+        return 1
+    if i + 1 < len(lines) and _ON_START.match(line) and len(lines[i + 1]) <= 300 and _WROTE_END.search(lines[i + 1]):
+        return 2
+    return 0
+
+
+def _is_header_block(lines: list[str], i: int) -> bool:
+    """An embedded `From:/Sent:/To:/Subject:` block (a reply header without the Original Message line)."""
+    if not _HEADERISH.match(lines[i]) or not lines[i].lstrip().lower().startswith(("from:", "to:")):
+        return False
+    return sum(1 for line in lines[i + 1:i + 5] if _HEADERISH.match(line)) >= 2
+
+
+def strip_quotes(text: str) -> str:
+    """Remove quoted replies and forwarded text: `>` lines, `On ... wrote:` before a quote, and everything
+    from an `-----Original Message-----`, `----- Forwarded by`, `Begin forwarded message:` or embedded
+    reply-header block to the end."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if _CUT_LINE.match(line) or _is_header_block(lines, i):
+            break
+        span = _attribution_span(lines, i)
+        if span:
+            nxt = _next_nonblank(lines, i + span)
+            if nxt == len(lines) or _QUOTED.match(lines[nxt]):
+                i += span  # the attribution of a quote that follows (or of nothing): drop it
+                continue
+        if not _QUOTED.match(line):
+            out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------- signatures
+
+MAX_SIGNATURE_LINES = 15  # a longer block after `-- ` is more likely content than a signature
+
+
+def strip_signature(text: str) -> str:
+    """Remove the block after the last `-- ` delimiter line when it is at most MAX_SIGNATURE_LINES long."""
+    lines = text.split("\n")
+    for i in range(len(lines) - 1, max(-1, len(lines) - MAX_SIGNATURE_LINES - 2), -1):
+        if lines[i].rstrip() == "--":
+            return "\n".join(lines[:i])
+    return text
+
+
+# ---------------------------------------------------------------- PII
+
+# Each pattern can only start at a token boundary (lookbehind) and uses bounded or non-overlapping
+# repeats, so a long run of address-like characters is scanned once, not once per start position.
+_URL = re.compile(r"(?<![\w.])(?:(?:https?|ftp)://|www\.)[^\s<>\"'()\[\]{}]{1,2000}", re.IGNORECASE)
+_URL_TAIL = ".,;:!?"
+_EMAIL = re.compile(
+    r"(?<![\w.!#$%&'*+/=?^`{|}~-])[\w!#$%&'*+/=?^`{|}~-](?:[\w.!#$%&'*+/=?^`{|}~-]{0,63})"
+    r"@[^\W_](?:[\w-]{0,62})(?:\.[^\W_][\w-]{0,62}){1,8}(?![\w-])"
+)
+_PHONE = re.compile(
+    r"(?<![\w+])(?:"
+    r"\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}"  # international: +44 20 7946 0958, +1 (713) 555-0100
+    r"|(?:1[ .-])?\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}"  # (713) 555-0100
+    r"|(?:1[ .-])?\d{3}[ .-]\d{3}[ .-]\d{4}"  # 713-555-0100, 713.555.0100
+    r")(?![\w])"
+)
+
+
+def _url_sub(m: re.Match[str]) -> str:
+    url = m.group(0)
+    tail = len(url) - len(url.rstrip(_URL_TAIL))  # "see http://x.org." keeps its full stop
+    return "<URL>" + url[len(url) - tail:] if tail else "<URL>"
+
+
+def mask_pii(text: str) -> str:
+    """Replace URLs, email addresses and phone numbers with `<URL>`, `<EMAIL>` and `<PHONE>`."""
+    text = _URL.sub(_url_sub, text)
+    text = _EMAIL.sub("<EMAIL>", text)
+    return _PHONE.sub("<PHONE>", text)
+
+
+# ---------------------------------------------------------------- HTML
+
+_BLOCK_TAGS = frozenset(
+    "p div br li ul ol tr table h1 h2 h3 h4 h5 h6 blockquote pre hr section article header footer "
+    "address dl dt dd form title center".split()
+)
+_CELL_TAGS = frozenset(("td", "th"))
+_SKIP_TAGS = frozenset(("script", "style", "head", "noscript", "template", "xml"))
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9:-]{0,40})")
+_WS = re.compile(r"[ \t\r\n\f\u00a0]+")
+_LINE_WS = re.compile(r"[ \t]*\n[ \t]*")
+
+
+def _text(chunk: str) -> str:
+    # \x01 is the marker for a tag-made line break (below), so it must not come from the text itself.
+    return html.unescape(chunk).replace("\x01", "")
+
+
+def html_to_text(markup: str) -> str:
+    """Text of an HTML body: script/style/head dropped, a line break per block element, entities unescaped.
+
+    A hand-written scanner rather than `html.parser`: on Python 3.11 `HTMLParser` takes quadratic time on
+    unterminated constructs (400 kB of `<!--` takes minutes), and hostile mail must stay bounded. Each
+    search for a terminator either moves `pos` past what it scanned or ends the loop, so the work is linear.
+    """
+    out: list[str] = []
+    pos, n = 0, len(markup)
+    while pos < n:
+        lt = markup.find("<", pos)
+        if lt < 0:
+            out.append(_text(markup[pos:]))
+            break
+        out.append(_text(markup[pos:lt]))
+        if markup.startswith("<!--", lt):
+            end = markup.find("-->", lt + 4)
+            if end < 0:
+                break  # an unterminated comment hides the rest, as in a browser
+            pos = end + 3
+            continue
+        m = _TAG.match(markup, lt)
+        if m is None and not markup.startswith(("<!", "<?"), lt):
+            out.append("<")  # a lone "<" in text
+            pos = lt + 1
+            continue
+        gt = markup.find(">", lt)
+        if gt < 0:  # an unterminated tag hides the rest, as in a browser
+            if m is None:
+                out.append(_text(markup[lt:]))
+            break
+        pos = gt + 1
+        if m is None:
+            continue  # <!DOCTYPE ...>, <?xml ...?>
+        closing, name = m.group(1), m.group(2).lower()
+        if name in _SKIP_TAGS and not closing:
+            end_tag = re.compile(rf"</{name}\s*>", re.IGNORECASE).search(markup, pos)
+            pos = n if end_tag is None else end_tag.end()
+            out.append("\x01")
+        elif name in _BLOCK_TAGS:
+            out.append("\x01")
+        elif name in _CELL_TAGS:
+            out.append(" ")
+    # Source newlines are plain whitespace (as in a browser); only tag-made breaks (\x01) end lines.
+    text = _WS.sub(" ", "".join(out)).replace("\x01", "\n")
+    return normalize_text(_LINE_WS.sub("\n", text))
+
+
+# ---------------------------------------------------------------- the whole body
+
+
+def clean_body(text: str, opts: CleanOptions) -> str:
+    """Cleaned body: normalized whitespace, then quotes and signature stripped and PII masked as asked."""
+    text = normalize_text(text)
+    if not opts.keep_quotes:
+        text = strip_quotes(text)
+    if not opts.keep_signatures:
+        text = strip_signature(text)
+    text = normalize_text(text)
+    if opts.mask_pii:
+        text = mask_pii(text)
+    return text
