@@ -156,7 +156,7 @@ def paragraph(rows: list[dict[str, float | str]], size: str) -> str:
         f"{float(none['equivariance_error']):.1e}, as the lecture's SA(PX) = P SA(X) says. "
         f"With position information the two \"report\" vectors differ by (norm, relative to the vector): "
         f"{listing}. The smallest, {smallest['position']}, is still "
-        f"{float(smallest['l2_diff']) / max(float(none['l2_diff']), ZERO_FLOOR):.0e} times the no-position "
+        f"{float(smallest['l2_diff']) / max(float(none['l2_diff']), ZERO_FLOOR):.1e} times the no-position "
         f"difference, and every variant breaks the permutation symmetry (equivariance errors from "
         f"{min(float(r['equivariance_error']) for r in others):.2g} to "
         f"{max(float(r['equivariance_error']) for r in others):.2g}). So attention alone sees a bag of words; "
