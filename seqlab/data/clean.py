@@ -63,6 +63,10 @@ _ON_WROTE_ONE = re.compile(r"^[ \t]*On\b.{0,300}\bwrote:[ \t]*$", re.IGNORECASE)
 _WROTE_END = re.compile(r"\bwrote:[ \t]*$", re.IGNORECASE)
 _ON_START = re.compile(r"^[ \t]*On\b", re.IGNORECASE)
 _HEADERISH = re.compile(r"^[ \t]*(?:From|Sent|To|Cc|Subject|Date):[ \t]", re.IGNORECASE)
+# Anything strip_quotes could act on; most bodies have none, and skip the line loop.
+_QUOTE_HINT = re.compile(
+    r"^[ \t]*(?:>|-{2,}|_{20,}|Begin forwarded|From:|To:)|wrote:[ \t]*$", re.IGNORECASE | re.MULTILINE
+)
 
 
 def _next_nonblank(lines: list[str], i: int) -> int:
@@ -74,7 +78,7 @@ def _next_nonblank(lines: list[str], i: int) -> int:
 def _attribution_span(lines: list[str], i: int) -> int:
     """How many lines starting at i form an `On ... wrote:` line (1 or 2 when wrapped), or 0."""
     line = lines[i]
-    if len(line) > 400:
+    if len(line) > 400 or ("wrote" not in line and (i + 1 == len(lines) or "wrote" not in lines[i + 1])):
         return 0
     if _ON_WROTE_ONE.match(line):
         return 1
@@ -94,6 +98,8 @@ def strip_quotes(text: str) -> str:
     """Remove quoted replies and forwarded text: `>` lines, `On ... wrote:` before a quote, and everything
     from an `-----Original Message-----`, `----- Forwarded by`, `Begin forwarded message:` or embedded
     reply-header block to the end."""
+    if not _QUOTE_HINT.search(text):
+        return text
     lines = text.split("\n")
     out: list[str] = []
     i = 0
@@ -168,6 +174,7 @@ _BLOCK_TAGS = frozenset(
 _CELL_TAGS = frozenset(("td", "th"))
 _SKIP_TAGS = frozenset(("script", "style", "head", "noscript", "template", "xml"))
 _TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9:-]{0,40})")
+_MARKUP_START = re.compile(r"<(?:/?[a-zA-Z]|!|\?)")  # where a tag, comment or declaration can begin
 _WS = re.compile(r"[ \t\r\n\f\u00a0]+")
 _LINE_WS = re.compile(r"[ \t]*\n[ \t]*")
 
@@ -187,10 +194,11 @@ def html_to_text(markup: str) -> str:
     out: list[str] = []
     pos, n = 0, len(markup)
     while pos < n:
-        lt = markup.find("<", pos)
-        if lt < 0:
+        start = _MARKUP_START.search(markup, pos)
+        if start is None:
             out.append(_text(markup[pos:]))
             break
+        lt = start.start()
         out.append(_text(markup[pos:lt]))
         if markup.startswith("<!--", lt):
             end = markup.find("-->", lt + 4)
@@ -199,10 +207,6 @@ def html_to_text(markup: str) -> str:
             pos = end + 3
             continue
         m = _TAG.match(markup, lt)
-        if m is None and not markup.startswith(("<!", "<?"), lt):
-            out.append("<")  # a lone "<" in text
-            pos = lt + 1
-            continue
         gt = markup.find(">", lt)
         if gt < 0:  # an unterminated tag hides the rest, as in a browser
             if m is None:

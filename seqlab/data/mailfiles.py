@@ -62,10 +62,19 @@ def detect_source_kind(path: Path) -> str:
         raise UserError(f"{path} cannot be read ({exc.strerror})") from None
     if path.suffix.lower() in _MBOX_SUFFIXES or _is_envelope(head.lstrip(b"\r\n")):
         return "mbox"
-    first = head.split(b"\n", 1)[0].decode("utf-8", "replace")
-    if "," in first and any(f.strip().lower() in CSV_MESSAGE_COLUMNS for f in next(csv.reader([first]), [])):
-        return "csv"
-    return "message"
+    return "csv" if _looks_like_csv_header(head) else "message"
+
+
+def _looks_like_csv_header(head: bytes) -> bool:
+    """A first line such as `"file","message"`: comma-separated with a known message column name."""
+    first = re.split(rb"[\r\n]", head, maxsplit=1)[0].decode("utf-8", "replace")
+    if "," not in first:
+        return False
+    try:
+        fields = next(csv.reader([first]), [])
+    except csv.Error:
+        return False
+    return any(f.strip().lower() in CSV_MESSAGE_COLUMNS for f in fields)
 
 
 # ---------------------------------------------------------------- mbox

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import re
 
 from seqlab.data.clean import safe_text
@@ -26,6 +27,9 @@ MAX_MESSAGE_BYTES = 2 * 1024 * 1024  # one raw message ["too_large"]
 MAX_HEADER_BYTES = 256 * 1024  # the top-level header block ["header_too_long"]
 MAX_HEADER_LINE = 64 * 1024  # one unfolded top-level header ["header_too_long"]
 MAX_MIME_HEADER = 8 * 1024  # one Content-* header anywhere; stdlib parses these ["header_too_long"]
+# The stdlib's parameter splitter costs about length x (semicolons + quotes) per header read; this bounds
+# the sum over all Content-* headers of a message (legitimate mail stays below 1% of it) ["header_too_long"].
+MAX_MIME_HEADER_COST = 8_000_000
 MAX_PARTS = 200  # MIME parts in one message ["too_many_parts"]
 MAX_DEPTH = 20  # multipart nesting depth ["too_deep"]
 MAX_TEXT_CHARS = 500_000  # decoded body text kept for cleaning (longer text is cut at a line end)
@@ -80,8 +84,14 @@ def prescan(raw: bytes) -> str | None:
     end, longest = header_block_end(raw)
     if end > MAX_HEADER_BYTES or longest > MAX_HEADER_LINE:
         return "header_too_long"
-    if any(len(m.group(0)) > MAX_MIME_HEADER for m in _MIME_HEADER.finditer(raw)):
-        return "header_too_long"
+    cost = 0
+    for m in _MIME_HEADER.finditer(raw):
+        header = m.group(0)
+        if len(header) > MAX_MIME_HEADER:
+            return "header_too_long"
+        cost += len(header) * (header.count(b";") + header.count(b'"') + 1)
+        if cost > MAX_MIME_HEADER_COST:
+            return "header_too_long"
     boundaries: list[tuple[int, bytes]] = []
     for m in _BOUNDARY.finditer(raw):
         boundaries.append((m.start(), m.group(1)))
@@ -118,7 +128,6 @@ _NOT_TEXT_CODECS = frozenset(
     "base64 bz2 hex quopri rot-13 rot13 uu zlib idna punycode undefined unicode-escape raw-unicode-escape "
     "unicode-internal mbcs oem charmap string-escape escape".replace("-", "_").split()
 )
-_NON_ASCII_TEXT = re.compile("[^\x00-\x7f\ufffd]")
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
 
 
@@ -141,8 +150,22 @@ def normalize_charset(name: str | None) -> str | None:
     return None
 
 
+@functools.cache
+def _cp1252_table() -> dict[int, str]:
+    # surrogateescape turns each undecodable byte 0xXY into U+DCXY; map those back through Windows-1252.
+    return {0xDC00 + b: bytes([b]).decode("cp1252", "replace") for b in range(0x80, 0x100)}
+
+
+def utf8_or_cp1252(data: bytes) -> str:
+    """UTF-8 where the bytes are valid UTF-8, Windows-1252 byte by byte where they are not.
+
+    Mail with mixed encodings (a UTF-8 subject edited by a Latin-1 client) decodes readably this way.
+    """
+    return data.decode("utf-8", "surrogateescape").translate(_cp1252_table())
+
+
 def _guess(data: bytes) -> str:
-    """Decode bytes of unknown charset: UTF-16 by its NULs, else UTF-8 when valid, else Windows-1252."""
+    """Decode bytes of unknown charset: UTF-16 by its NULs, else UTF-8 mixed with Windows-1252."""
     sample = data[:4096]
     if len(sample) >= 8:
         half = len(sample) // 2
@@ -150,10 +173,7 @@ def _guess(data: bytes) -> str:
             return data.decode("utf-16-le", "replace")
         if sample[0::2].count(0) > 0.4 * half and sample[1::2].count(0) < 0.1 * half:
             return data.decode("utf-16-be", "replace")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("cp1252", "replace")
+    return utf8_or_cp1252(data)
 
 
 def decode_bytes(data: bytes, charset: str | None = None) -> str:
@@ -169,11 +189,8 @@ def decode_bytes(data: bytes, charset: str | None = None) -> str:
         return safe_text(data.decode(name))
     except (UnicodeError, LookupError, ValueError, TypeError):
         pass
-    if name == "utf-8":
-        text = data.decode("utf-8", "replace")
-        if not _NON_ASCII_TEXT.search(text):  # not one valid multi-byte sequence: the label lies
-            text = data.decode("cp1252", "replace")
-        return safe_text(text)
+    if name == "utf-8":  # a lying label: the invalid bytes are almost always Windows-1252 / Latin-1
+        return safe_text(utf8_or_cp1252(data))
     try:
         return safe_text(data.decode(name, "replace"))
     except (UnicodeError, LookupError, ValueError, TypeError):
