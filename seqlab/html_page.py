@@ -35,7 +35,7 @@ p.note { color: #8a4b00; }
 
 @dataclass
 class Section:
-    """One part of a page: a heading, an optional paragraph, an optional PNG and HTML tables under it."""
+    """One part of a page: a heading ('' for none), an optional paragraph, PNG and HTML tables under it."""
 
     heading: str
     png: bytes | None = None
@@ -119,11 +119,12 @@ def page(title: str, sections: Sequence[Section], note: str = "") -> str:
     if note:
         body.append(f"<p class='note'>{esc(note)}</p>")
     for s in sections:
-        body.append(f"<h2>{esc(s.heading)}</h2>")
+        if s.heading:
+            body.append(f"<h2>{esc(s.heading)}</h2>")
         if s.paragraph:
             body.append(f"<p>{esc(s.paragraph)}</p>")
         if s.png is not None:
-            body.append(f"<img alt='{esc(s.heading, quote=True)}' src='{png_data_uri(s.png)}'>")
+            body.append(f"<img alt='{esc(s.heading or title, quote=True)}' src='{png_data_uri(s.png)}'>")
         body.extend(s.tables)
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<title>{esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")

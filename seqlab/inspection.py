@@ -24,7 +24,7 @@ from seqlab.plots import (
     soft_lookup_figure,
     soft_lookup_tables,
 )
-from seqlab.probe import attention_maps, gru_gates, learned_position_similarity, soft_lookup
+from seqlab.probe import attention_maps, gate_limit, gru_gates, learned_position_similarity, soft_lookup
 from seqlab.runs import load_run
 
 
@@ -78,6 +78,8 @@ def inspect_command(run_dir: Path | str, out_dir: Path | str, text: str) -> list
     model, tok, cfg = load_run(run_dir, device="cpu")
     # gates first: an empty text fails before any file is written
     gates = [gru_gates(model, tok, text, layer) for layer in range(cfg.model.n_layer)] if cfg.model.mixer == "gru" else []
+    if gates and len(tok.encode(text)) + 1 > gate_limit(model):
+        print(f"note: the gate view shows the last {gate_limit(model)} tokens of the text.", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [plot_sinusoidal(out_dir / "sinusoidal.png", cfg.model.block_size, cfg.model.n_embd)]
     if cfg.model.pos == "learned":

@@ -48,7 +48,8 @@ def output_kind(out_path: Path | str) -> str:
 def figure_png(fig: "Figure", dpi: int = 110) -> bytes:
     """The figure as PNG bytes; the figure is closed."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    # no Software/URL text chunk: the file holds the picture only
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
     pyplot().close(fig)
     return buf.getvalue()
 
@@ -62,7 +63,7 @@ def write_output(out_path: Path | str, title: str, fig: "Figure", tables: Sequen
     if kind == "png":
         out.write_bytes(png)
     else:
-        out.write_text(page(title, [Section(title, png, list(tables))], note), encoding="utf-8")
+        out.write_text(page(title, [Section("", png, list(tables))], note), encoding="utf-8")
     return out
 
 

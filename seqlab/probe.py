@@ -271,12 +271,21 @@ def soft_lookup(model: nn.Module, tokenizer: Tokenizer, text: str, query_pos: in
                       getattr(model.cfg, "pos", "none"))
 
 
+GATE_TOKENS = 256  # most tokens a gate view shows when positions do not limit the length
+
+
+def gate_limit(model: nn.Module) -> int:
+    """How many tokens `gru_gates` keeps: block_size with learned positions (no vectors beyond it), else
+    GATE_TOKENS (a recurrent model runs any length; the limit keeps the plot readable)."""
+    return model.cfg.block_size if getattr(model.cfg, "pos", "none") == "learned" else GATE_TOKENS
+
+
 def gru_gates(model: nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0,
               limit: int | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Reset gate r and update gate z of a GRU layer over [bos] + encode(text): labels, r (L, C), z (L, C).
 
-    Runs the gate-by-gate loop (`RecurrentMixer.record_gates`). limit: most tokens kept (the last ones;
-    default block_size, which keeps the plot readable).
+    Runs the gate-by-gate loop (`RecurrentMixer.record_gates`). limit: most tokens kept, the last ones
+    (default `gate_limit(model)`).
     """
     from seqlab.models.rnn import RecurrentMixer  # imported on use, like the LM does
 
@@ -286,7 +295,7 @@ def gru_gates(model: nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0,
         raise UserError("this run's model has no GRU layer; gate activations need model.mixer=gru.")
     (layer,) = _choose(layer, len(grus), "GRU layer")
     mixer = grus[layer]
-    ids, _ = encode_text(model, tokenizer, text, limit)
+    ids, _ = encode_text(model, tokenizer, text, limit or gate_limit(model))
     before = mixer.record_gates
     mixer.record_gates = True
     try:
