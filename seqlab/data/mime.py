@@ -237,7 +237,7 @@ def _decode_word(charset: str, encoding: str, text: str) -> str | None:
     charset = charset.split("*", 1)[0]  # RFC 2231 language suffix: =?utf-8*en?Q?...?=
     try:
         if encoding in "bB":
-            data = base64.b64decode(text + "=" * (-len(text) % 4))
+            data = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
         else:
             data = binascii.a2b_qp(text.encode("ascii", "replace"), header=True)
     except (binascii.Error, ValueError):
