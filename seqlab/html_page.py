@@ -71,7 +71,8 @@ def heat_table(matrix: np.ndarray, row_labels: Sequence[str], col_labels: Sequen
     """
     m = np.asarray(matrix, dtype=float)
     if m.size > MAX_TABLE_CELLS:
-        return f"<p class='note'>{html.escape(caption)}: {m.shape[0]} x {m.shape[1]} values, too many for a table; see the image.</p>"
+        return (f"<p class='note'>{html.escape(caption)}: {m.shape[0]} x {m.shape[1]} values, "
+                "too many for a table; see the image.</p>")
     lo = float(np.nanmin(m)) if lo is None else lo
     hi = float(np.nanmax(m)) if hi is None else hi
     esc = html.escape
@@ -126,5 +127,5 @@ def page(title: str, sections: Sequence[Section], note: str = "") -> str:
         if s.png is not None:
             body.append(f"<img alt='{esc(s.heading or title, quote=True)}' src='{png_data_uri(s.png)}'>")
         body.extend(s.tables)
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>{esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n")
+    head = f"<head><meta charset='utf-8'><title>{esc(title)}</title><style>{_STYLE}</style></head>"
+    return f"<!DOCTYPE html>\n<html lang='en'>{head}\n<body>\n" + "\n".join(body) + "\n</body></html>\n"

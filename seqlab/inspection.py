@@ -77,13 +77,15 @@ def inspect_command(run_dir: Path | str, out_dir: Path | str, text: str) -> list
     out_dir = Path(out_dir)
     model, tok, cfg = load_run(run_dir, device="cpu")
     # gates first: an empty text fails before any file is written
-    gates = [gru_gates(model, tok, text, layer) for layer in range(cfg.model.n_layer)] if cfg.model.mixer == "gru" else []
+    is_gru = cfg.model.mixer == "gru"
+    gates = [gru_gates(model, tok, text, layer) for layer in range(cfg.model.n_layer)] if is_gru else []
     if gates and len(tok.encode(text)) + 1 > gate_limit(model):
         print(f"note: the gate view shows the last {gate_limit(model)} tokens of the text.", file=sys.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [plot_sinusoidal(out_dir / "sinusoidal.png", cfg.model.block_size, cfg.model.n_embd)]
     if cfg.model.pos == "learned":
-        written.append(plot_position_similarity(learned_position_similarity(model), out_dir / "position-similarity.png"))
+        sim = learned_position_similarity(model)
+        written.append(plot_position_similarity(sim, out_dir / "position-similarity.png"))
     for layer, (labels, r, z) in enumerate(gates):
         written.append(plot_gates(labels, r, z, out_dir / f"gates-layer{layer}.png"))
     return written

@@ -67,13 +67,9 @@ def write_output(out_path: Path | str, title: str, fig: "Figure", tables: Sequen
     return out
 
 
-def _tick_step(n: int) -> int:
-    return max(1, math.ceil(n / MAX_TICKS))
-
-
-def _token_axis(ax: Any, labels: Sequence[str], axis: str) -> None:
-    """Token labels on one axis of a heatmap: every k-th token, small font, rotated on x."""
-    step = _tick_step(len(labels))
+def _token_axis(ax: Any, labels: Sequence[str], axis: str, max_ticks: int = MAX_TICKS) -> None:
+    """Token labels on one axis of a heatmap: every k-th token (at most max_ticks), small font, rotated on x."""
+    step = max(1, math.ceil(len(labels) / max_ticks))
     ticks = list(range(0, len(labels), step))
     names = [labels[i] for i in ticks]
     size = 7 if len(ticks) <= 32 else 6
@@ -93,11 +89,12 @@ def attention_figure(maps: AttentionMaps) -> "Figure":
     """A grid of heatmaps, one per chosen (layer, head): rows = queries, columns = keys, future keys grey."""
     plt = pyplot()
     n_rows, n_cols = len(maps.layers), len(maps.heads)
-    size = min(9.0, max(3.2, 0.14 * len(maps.labels) + 1.5))  # inches per panel: room for the tick labels
+    # inches per panel: room for the tick labels; one panel alone may grow larger than a grid's
+    size = min(14.0 if n_rows * n_cols == 1 else 9.0, max(3.2, 0.14 * len(maps.labels) + 1.5))
+    ticks = max(MAX_TICKS, int(size / 0.13))  # about 0.13 inch per label at font size 6
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols + 1.0, size * n_rows), squeeze=False,
                              layout="constrained")
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#d9d9d9")  # masked (future) keys: the causal triangle shows as grey
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#d9d9d9")  # masked future keys: a grey triangle
     image = None
     for r, layer in enumerate(maps.layers):
         for c, head in enumerate(maps.heads):
@@ -105,8 +102,8 @@ def attention_figure(maps: AttentionMaps) -> "Figure":
             image = ax.imshow(causal_masked(maps.weights[(layer, head)]), cmap=cmap, vmin=0.0, vmax=1.0,
                               interpolation="nearest")
             ax.set_title(f"layer {layer}, head {head}", fontsize=9)
-            _token_axis(ax, maps.labels, "x")
-            _token_axis(ax, maps.labels, "y")
+            _token_axis(ax, maps.labels, "x", ticks)
+            _token_axis(ax, maps.labels, "y", ticks)
             ax.set_xlabel("key (attended to)", fontsize=8)
             ax.set_ylabel("query (attending)", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
