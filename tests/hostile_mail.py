@@ -130,11 +130,21 @@ KINDS: dict[str, tuple[Builder, str | None]] = {
     "uuencode_garbage": (lambda r: _msg(b"Content-Transfer-Encoding: x-uuencode\n", b"begin 644 f\n!!!garbage\nend\n"), None),
     "single_huge_body_line": (lambda r: _msg(b"", b"w" * 1_500_000 + b"\n"), "kept"),
     "quotes_only_no_subject": (lambda r: b"From: a@b.c\nTo: d@e.f\n\n> quoted\n> only\n", "empty"),
+    "many_short_lines": (lambda r: _msg(b"", b"a\n" * 300_000), "too_many_lines"),
+    "many_header_lines": (lambda r: HEAD + b"X-A: b\n" * 10_000 + b"Subject: h\n\nbody\n", "header_too_long"),
+    "envelope_lines_as_headers": (lambda r: b"From a@b Mon Jan  1 10:00:00 2001\n" * 20_000, "header_too_long"),
+    "deep_nesting_many_lines": (lambda r: _nested(19).replace(b"deep text\n", b"x\n" * 50_000), "too_many_lines"),
+    "entity_bomb_html": (lambda r: _msg(b"Content-Type: text/html\n", b"<p>&#" * 200_000), "kept"),
+    "attribution_bomb": (lambda r: _msg(b"", b"On Monday Bob wrote:\n\n" * 50_000), None),
+    "pii_bombs": (lambda r: _msg(b"", (b"a" * 60 + b"@") * 5000 + b"1-" * 100_000 + b" +1" * 100_000
+                                 + b" http://" * 50_000 + b" " * 100_000 + b"x\n"), "kept"),
     "envelope_then_message": (lambda r: b"From a@b.c  Tue Apr  2 10:00:00 2002\n" + _msg(b"", b"after envelope\n"), "kept"),
 }
 
 HEAVY = frozenset(("ten_thousand_parts", "huge_header_line", "huge_folded_header", "huge_message", "single_huge_body_line",
-                   "html_unterminated_comments", "html_unterminated_tags", "content_type_huge_in_part"))
+                   "html_unterminated_comments", "html_unterminated_tags", "content_type_huge_in_part",
+                   "content_type_semicolon_bomb", "many_short_lines", "many_header_lines", "envelope_lines_as_headers",
+                   "deep_nesting_many_lines", "entity_bomb_html", "attribution_bomb", "pii_bombs"))
 
 
 def write_hostile_corpus(directory: Path, seed: int = 0) -> int:

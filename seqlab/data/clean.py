@@ -29,7 +29,9 @@ class CleanOptions:
 # C0 controls other than \t and \n, DEL and the C1 range: never useful in training text.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_TRAILING_WS = re.compile(r"[ \t\u00a0\u3000]+$", re.MULTILINE)
+# The lookbehinds make a match start only at the beginning of a run of blanks: without them a long run
+# not followed by a line end would be rescanned from every position in it (quadratic time).
+_TRAILING_WS = re.compile(r"(?<![ \t\u00a0\u3000])[ \t\u00a0\u3000]+$", re.MULTILINE)
 _BLANK_RUN = re.compile(r"\n{3,}")
 
 
@@ -49,74 +51,83 @@ def normalize_text(text: str) -> str:
 
 # ---------------------------------------------------------------- quotes and forwards
 
-# A line from which everything below is someone else's text (Outlook, Enron/Lotus Notes, Gmail, Apple Mail).
-_CUT_LINE = re.compile(
+# A line from which everything below is someone else's text (Outlook, Enron/Lotus Notes, Gmail, Apple
+# Mail), or the first line of an embedded reply header (`hdr`), which counts only when a block follows.
+_CUT = re.compile(
     r"^[ \t]*(?:-{2,}[ \t]*Original Message[ \t]*-{2,}"
     r"|-{3,}[ \t]*Forwarded by\b"
     r"|-{2,}[ \t]*Forwarded message[ \t]*-{2,}"
     r"|Begin forwarded message:"
-    r"|_{20,}[ \t]*$)",
-    re.IGNORECASE,
+    r"|_{20,}[ \t]*$"
+    r"|(?P<hdr>(?:From|To):[ \t]))",
+    re.IGNORECASE | re.MULTILINE,
 )
-_QUOTED = re.compile(r"^[ \t]*>")
-_ON_WROTE_ONE = re.compile(r"^[ \t]*On\b.{0,300}\bwrote:[ \t]*$", re.IGNORECASE)
-_WROTE_END = re.compile(r"\bwrote:[ \t]*$", re.IGNORECASE)
-_ON_START = re.compile(r"^[ \t]*On\b", re.IGNORECASE)
-_HEADERISH = re.compile(r"^[ \t]*(?:From|Sent|To|Cc|Subject|Date):[ \t]", re.IGNORECASE)
-# Anything strip_quotes could act on; most bodies have none, and skip the line loop.
-_QUOTE_HINT = re.compile(
-    r"^[ \t]*(?:>|-{2,}|_{20,}|Begin forwarded|From:|To:)|wrote:[ \t]*$", re.IGNORECASE | re.MULTILINE
-)
+_HEADERISH = re.compile(r"^[ \t]*(?:From|Sent|To|Cc|Subject|Date):[ \t]", re.IGNORECASE | re.MULTILINE)
+_QUOTED_LINE = re.compile(r"^[ \t]*>[^\n]*(?:\n|\Z)", re.MULTILINE)
+_WROTE = re.compile(r"\bwrote:[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_ON_START = re.compile(r"[ \t]*On\b", re.IGNORECASE)
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)*")
+_QUOTE_START = re.compile(r"[ \t]*>")
+MAX_ATTRIBUTION_CHARS = 300  # a longer line ending in "wrote:" is prose, not an attribution
 
 
-def _next_nonblank(lines: list[str], i: int) -> int:
-    while i < len(lines) and not lines[i].strip():
-        i += 1
-    return i
+def _line_start(text: str, pos: int) -> int:
+    return text.rfind("\n", 0, pos) + 1
 
 
-def _attribution_span(lines: list[str], i: int) -> int:
-    """How many lines starting at i form an `On ... wrote:` line (1 or 2 when wrapped), or 0."""
-    line = lines[i]
-    if len(line) > 400 or ("wrote" not in line and (i + 1 == len(lines) or "wrote" not in lines[i + 1])):
-        return 0
-    if _ON_WROTE_ONE.match(line):
-        return 1
-    if i + 1 < len(lines) and _ON_START.match(line) and len(lines[i + 1]) <= 300 and _WROTE_END.search(lines[i + 1]):
-        return 2
-    return 0
+def _is_header_block(text: str, start: int) -> bool:
+    """At least two of the four lines after `start` are `From:/Sent:/To:/Cc:/Subject:/Date:` lines."""
+    hits, pos = 0, start
+    for _ in range(4):
+        nl = text.find("\n", pos)
+        if nl < 0:
+            break
+        pos = nl + 1
+        hits += _HEADERISH.match(text, pos, min(len(text), pos + 40)) is not None
+    return hits >= 2
 
 
-def _is_header_block(lines: list[str], i: int) -> bool:
-    """An embedded `From:/Sent:/To:/Subject:` block (a reply header without the Original Message line)."""
-    if not _HEADERISH.match(lines[i]) or not lines[i].lstrip().lower().startswith(("from:", "to:")):
-        return False
-    return sum(1 for line in lines[i + 1:i + 5] if _HEADERISH.match(line)) >= 2
+def _cut_offset(text: str) -> int:
+    """Offset of the first line from which the rest is forwarded or replied-to text (len(text) if none)."""
+    for m in _CUT.finditer(text):
+        if m.group("hdr") is None or _is_header_block(text, m.start()):
+            return m.start()
+    return len(text)
+
+
+def _attribution_spans(text: str) -> list[tuple[int, int]]:
+    """`... wrote:` lines (two when an `On ...` line wraps) followed by a quote or by nothing."""
+    spans = []
+    for m in _WROTE.finditer(text):
+        start = _line_start(text, m.start())
+        if m.end() - start > MAX_ATTRIBUTION_CHARS:
+            continue
+        if start > 0:
+            prev = _line_start(text, start - 1)
+            if start - prev <= MAX_ATTRIBUTION_CHARS and _ON_START.match(text, prev):
+                start = prev  # "On Mon, 1 Jan 2001, Bob Jones <bob@x.com>\nwrote:"
+        after = m.end()
+        blanks = _BLANK_LINES.match(text, after)
+        nxt = blanks.end() if blanks else after
+        if nxt >= len(text) or _QUOTE_START.match(text, nxt):
+            spans.append((start, min(len(text), after + 1)))
+    return spans
 
 
 def strip_quotes(text: str) -> str:
-    """Remove quoted replies and forwarded text: `>` lines, `On ... wrote:` before a quote, and everything
+    """Remove quoted replies and forwarded text: `>` lines, `... wrote:` before a quote, and everything
     from an `-----Original Message-----`, `----- Forwarded by`, `Begin forwarded message:` or embedded
-    reply-header block to the end."""
-    if not _QUOTE_HINT.search(text):
-        return text
-    lines = text.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if _CUT_LINE.match(line) or _is_header_block(lines, i):
-            break
-        span = _attribution_span(lines, i)
-        if span:
-            nxt = _next_nonblank(lines, i + span)
-            if nxt == len(lines) or _QUOTED.match(lines[nxt]):
-                i += span  # the attribution of a quote that follows (or of nothing): drop it
-                continue
-        if not _QUOTED.match(line):
-            out.append(line)
-        i += 1
-    return "\n".join(out)
+    reply-header block to the end. Regex scans only, so long inputs cost linear time at C speed."""
+    cut = _cut_offset(text)
+    if cut < len(text):
+        text = text[:cut].rstrip("\n")
+    pieces, pos = [], 0
+    for start, end in _attribution_spans(text):
+        if start >= pos:
+            pieces.append(text[pos:start])
+            pos = end
+    pieces.append(text[pos:])
+    return _QUOTED_LINE.sub("", "".join(pieces))
 
 
 # ---------------------------------------------------------------- signatures
@@ -126,8 +137,9 @@ MAX_SIGNATURE_LINES = 15  # a longer block after `-- ` is more likely content th
 
 def strip_signature(text: str) -> str:
     """Remove the block after the last `-- ` delimiter line when it is at most MAX_SIGNATURE_LINES long."""
-    lines = text.split("\n")
-    for i in range(len(lines) - 1, max(-1, len(lines) - MAX_SIGNATURE_LINES - 2), -1):
+    lines = text.rsplit("\n", MAX_SIGNATURE_LINES + 1)  # only the tail is looked at
+    lowest = 1 if len(lines) == MAX_SIGNATURE_LINES + 2 else 0  # lines[0] is then the rest of the body
+    for i in range(len(lines) - 1, lowest - 1, -1):
         if lines[i].rstrip() == "--":
             return "\n".join(lines[:i])
     return text
@@ -176,7 +188,7 @@ _SKIP_TAGS = frozenset(("script", "style", "head", "noscript", "template", "xml"
 _TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9:-]{0,40})")
 _MARKUP_START = re.compile(r"<(?:/?[a-zA-Z]|!|\?)")  # where a tag, comment or declaration can begin
 _WS = re.compile(r"[ \t\r\n\f\u00a0]+")
-_LINE_WS = re.compile(r"[ \t]*\n[ \t]*")
+_LINE_WS = re.compile(r"(?<![ \t])[ \t]*\n[ \t]*")
 
 
 def _text(chunk: str) -> str:

@@ -5,7 +5,7 @@ files such as the Enron `maildir/<user>/<folder>/<n>` layout, a CSV with a raw-m
 message file; see `mailfiles.py`) or any iterable of `(label, raw bytes)` (e.g. generated mail), and
 yields one `Email` per kept message. Every message seen is either kept or counted under a named reason:
 
-    too_large, header_too_long, too_many_parts, too_deep    caps against hostile input (mime.py)
+    too_large, header_too_long, too_many_parts, too_deep, too_many_lines   caps against hostile input (mime.py)
     no_boundary      a multipart without a boundary parameter: its parts cannot be found
     not_mail         no mail header at all (a stray text or binary file)
     no_text_part     only attachments / non-text parts
@@ -40,6 +40,7 @@ from seqlab.data.clean import (  # noqa: F401  (re-exported: the public cleaning
 from seqlab.data.mailfiles import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
 from seqlab.data.mime import (
     MAX_DEPTH,
+    MAX_HTML_CHARS,
     MAX_PARTS,
     MAX_SUBJECT_CHARS,
     MAX_TEXT_CHARS,
@@ -53,7 +54,7 @@ from seqlab.data.mime import (
 from seqlab.data.records import Email, SkipReport
 
 SKIP_REASONS = frozenset(
-    "too_large header_too_long too_many_parts too_deep no_boundary not_mail no_text_part binary empty unparseable "
+    "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary empty unparseable "
     "hidden_file hidden_dir not_mail_file not_a_file unreadable csv_error csv_short_row".split()
 )
 # Headers whose presence makes a blob of bytes mail rather than a stray file.
@@ -174,7 +175,7 @@ def _body_from_message(msg: Message, keep_nested: bool) -> str | None:
     if plain:
         return "\n\n".join(plain)
     if html:
-        return "\n\n".join(html_to_text(_cap(h)) for h in html)
+        return "\n\n".join(html_to_text(h[:MAX_HTML_CHARS]) for h in html)
     return None
 
 

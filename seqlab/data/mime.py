@@ -26,30 +26,35 @@ from seqlab.data.clean import safe_text
 MAX_MESSAGE_BYTES = 2 * 1024 * 1024  # one raw message ["too_large"]
 MAX_HEADER_BYTES = 256 * 1024  # the top-level header block ["header_too_long"]
 MAX_HEADER_LINE = 64 * 1024  # one unfolded top-level header ["header_too_long"]
+MAX_HEADER_LINES = 5000  # lines in the top-level header block; each costs the stdlib ~5 us ["header_too_long"]
 MAX_MIME_HEADER = 8 * 1024  # one Content-* header anywhere; stdlib parses these ["header_too_long"]
 # The stdlib's parameter splitter costs about length x (semicolons + quotes) per header read; this bounds
 # the sum over all Content-* headers of a message (legitimate mail stays below 1% of it) ["header_too_long"].
 MAX_MIME_HEADER_COST = 8_000_000
 MAX_PARTS = 200  # MIME parts in one message ["too_many_parts"]
 MAX_DEPTH = 20  # multipart nesting depth ["too_deep"]
-MAX_TEXT_CHARS = 500_000  # decoded body text kept for cleaning (longer text is cut at a line end)
+MAX_TEXT_CHARS = 200_000  # decoded body text kept for cleaning (longer text is cut at a line end)
+MAX_HTML_CHARS = 100_000  # HTML converted to text (the scanner's work is per tag)
+# The stdlib feed parser does about a microsecond of work per line and per open multipart level; this caps
+# lines x (3 + nesting depth), i.e. a few hundred thousand lines at most ["too_many_lines"].
+MAX_PARSE_WORK = 400_000
 MAX_SUBJECT_CHARS = 1000
 BINARY_FRACTION = 0.1  # a body with more control characters than this is "binary"
 
-_HEADER_START = re.compile(rb"[!-9;-~]+:")  # a header line, as the stdlib feed parser defines it
+_HEADER_START = re.compile(rb"From |[!-9;-~]+:")  # a header line, as the stdlib feed parser defines it
 _MIME_HEADER = re.compile(rb"(?im)^content-[a-z-]{1,40}[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*")
 _BOUNDARY = re.compile(rb'(?i)\bboundary[ \t]*=[ \t]*"?([^"\s;]{1,200})')
 
 
-def header_block_end(raw: bytes) -> tuple[int, int]:
-    """Offset where the top-level header block ends, and the length of its longest unfolded header.
+def header_block_end(raw: bytes) -> tuple[int, int, int]:
+    """Where the top-level header block ends, the length of its longest unfolded header, its line count.
 
     `raw` has \\n line endings. Mirrors the feed parser: the block ends at a blank line or at the first line
-    that is neither a header nor a continuation. Stops early once the block is over MAX_HEADER_BYTES.
+    that is neither a header nor a continuation. Stops early once the block is over a cap.
     """
-    pos, longest, current = 0, 0, 0
+    pos, longest, current, lines = 0, 0, 0, 0
     n = len(raw)
-    while pos < n and pos <= MAX_HEADER_BYTES:
+    while pos < n and pos <= MAX_HEADER_BYTES and lines <= MAX_HEADER_LINES:
         nl = raw.find(b"\n", pos)
         end = n if nl < 0 else nl
         if end == pos:
@@ -61,8 +66,8 @@ def header_block_end(raw: bytes) -> tuple[int, int]:
         else:
             break
         longest = max(longest, current)
-        pos = end + 1
-    return pos, longest
+        pos, lines = end + 1, lines + 1
+    return pos, longest, lines
 
 
 def _nesting_depth(raw: bytes, boundaries: list[tuple[int, bytes]]) -> int:
@@ -81,8 +86,8 @@ def prescan(raw: bytes) -> str | None:
     """A skip reason when `raw` (\\n line endings) breaks a cap, else None. Linear in len(raw)."""
     if len(raw) > MAX_MESSAGE_BYTES:
         return "too_large"
-    end, longest = header_block_end(raw)
-    if end > MAX_HEADER_BYTES or longest > MAX_HEADER_LINE:
+    end, longest, lines = header_block_end(raw)
+    if end > MAX_HEADER_BYTES or longest > MAX_HEADER_LINE or lines > MAX_HEADER_LINES:
         return "header_too_long"
     cost = 0
     for m in _MIME_HEADER.finditer(raw):
@@ -101,8 +106,11 @@ def prescan(raw: bytes) -> str | None:
         delimiters = sum(raw.count(b"\n--" + b) for b in {b for _, b in boundaries})
         if delimiters > MAX_PARTS + 2 * len(boundaries):
             return "too_many_parts"
-    if len(boundaries) > MAX_DEPTH and _nesting_depth(raw, boundaries) > MAX_DEPTH:
+    depth = len(boundaries) if len(boundaries) <= MAX_DEPTH else _nesting_depth(raw, boundaries)
+    if depth > MAX_DEPTH:
         return "too_deep"
+    if raw.count(b"\n") * (3 + depth) > MAX_PARSE_WORK:
+        return "too_many_lines"
     return None
 
 
