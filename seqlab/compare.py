@@ -5,10 +5,11 @@
 What is trained (model names, matched budget, matched parameter count) is planned in
 `seqlab.compare_plan`. Each model is trained by the one trainer (`seqlab.train.train`) in its own child
 process (`seqlab.compare_worker`, so its peak memory is measured alone) into OUT/runs/<name>, then
-evaluated in this process by `seqlab.evaluate.evaluate_run` on the whole val split (loss, perplexity,
-bits per byte) and the whole test split (the same, plus ExactMatch@1..3 of greedy completions at the
-threshold that shows a proposal at one common coverage, 0.5 by default, so models are compared at equal
-coverage). `seqlab.report` writes report.md, results.csv, results.json and a self-contained report.html.
+evaluated in this process by `seqlab.evaluate.evaluate_run` (the run's best checkpoint by the trainer's
+validation loss) on the whole val split (loss, perplexity, bits per byte) and the whole test split (the
+same, plus ExactMatch@1..3 of greedy completions at the threshold that shows a proposal at one common
+coverage, 0.5 by default, so models are compared at equal coverage). `seqlab.report` writes report.md,
+results.csv, results.json and a self-contained report.html.
 
 Interrupting and re-running: OUT/runs/<name> holding a finished run with the same config, trained on the
 same DATA_DIR, is reused, not retrained; an unfinished one (interrupted by Ctrl-C or killed) is resumed

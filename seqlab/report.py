@@ -78,9 +78,9 @@ def _figure() -> tuple[Figure, Any]:
 def _curve_plot(results: dict[str, Any], column: int, xlabel: str) -> Figure:
     """Validation bits per byte (the trainer's fixed validation windows) against step or seconds."""
     fig, ax = _figure()
-    for name, points in results["curves"].items():
-        if points:
-            ax.plot([p[column] for p in points], [p[2] for p in points], marker=".", label=name)
+    for i, (name, points) in enumerate(results["curves"].items()):
+        if points:  # color Ci for the i-th model in every plot
+            ax.plot([p[column] for p in points], [p[2] for p in points], marker=".", label=name, color=f"C{i % 10}")
     if results["xz"].get("val") is not None:
         ax.axhline(results["xz"]["val"], color="gray", linestyle="--", label="xz -9e (val)")
     ax.set_xlabel(xlabel)
@@ -93,9 +93,20 @@ def _curve_plot(results: dict[str, Any], column: int, xlabel: str) -> Figure:
 def _params_plot(results: dict[str, Any]) -> Figure:
     """Whole-split validation bits per byte against parameter count, one labelled point per model."""
     fig, ax = _figure()
-    for r in results["rows"]:
-        ax.scatter(r["params"], r["val_bpb"])
-        ax.annotate(r["model"], (r["params"], r["val_bpb"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
+    groups: dict[int, list[dict[str, Any]]] = {}
+    color = {r["model"]: f"C{i % 10}" for i, r in enumerate(results["rows"])}
+    for r in results["rows"]:  # models of equal size share an x: fan their labels out vertically
+        groups.setdefault(r["params"], []).append(r)
+    values = [r["val_bpb"] for r in results["rows"]] + [v for v in [results["xz"].get("val")] if v is not None]
+    slot = 0.06 * (max(values) - min(values) or 1.0)  # vertical distance between stacked labels, data units
+    for params, group in groups.items():
+        group.sort(key=lambda r: -r["val_bpb"])
+        center = sum(r["val_bpb"] for r in group) / len(group)
+        for k, r in enumerate(group):
+            ax.scatter(params, r["val_bpb"], color=color[r["model"]])
+            ax.annotate(r["model"], (params, r["val_bpb"]), xytext=(8, center + slot * ((len(group) - 1) / 2 - k)),
+                        textcoords=("offset points", "data"), fontsize=8, va="center",
+                        arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if len(group) > 1 else None)
     if results["xz"].get("val") is not None:
         ax.axhline(results["xz"]["val"], color="gray", linestyle="--", label="xz -9e (val)")
         ax.legend(fontsize=8)
