@@ -275,6 +275,10 @@ def test_strip_quotes() -> None:
     assert strip_quotes("Mine\nFrom: Bob\nSent: Monday\nTo: Alice\nSubject: x\nold") == "Mine"
     kept = "He said: On Monday we ship.\nThe team wrote:\nnothing quoted follows"
     assert strip_quotes(kept) == kept
+    assert strip_quotes("Ok\nBob WROTE:\n\n> x") == "Ok\n\n"
+    assert strip_quotes("Ok\nBob rewrote:\n> x") == "Ok\nBob rewrote:\n"  # only the quote goes
+    # lower() changes the length of "İ": the case-insensitive fallback must find the same attribution
+    assert strip_quotes("İstanbul\nOn Mon, Bob wrote:\n> x\nend") == "İstanbul\nend"
 
 
 def test_strip_signature() -> None:

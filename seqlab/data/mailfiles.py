@@ -14,7 +14,7 @@ import mailbox
 import os
 import re
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from seqlab.data.mime import MAX_MESSAGE_BYTES
 from seqlab.errors import UserError
@@ -80,7 +80,7 @@ def _looks_like_csv_header(head: bytes) -> bool:
 # ---------------------------------------------------------------- mbox
 
 
-def _split_mbox(f) -> Iterator[bytes | str]:
+def _split_mbox(f: BinaryIO) -> Iterator[bytes | str]:
     """Messages of an open binary mbox: split at envelope lines that follow a blank line (or start the file)."""
     buf: list[bytes] = []
     size, over, started = 0, False, False

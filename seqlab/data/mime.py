@@ -41,33 +41,36 @@ MAX_PARSE_WORK = 400_000
 MAX_SUBJECT_CHARS = 1000
 BINARY_FRACTION = 0.1  # a body with more control characters than this is "binary"
 
-_HEADER_START = re.compile(rb"From |[!-9;-~]+:")  # a header line, as the stdlib feed parser defines it
-_MIME_HEADER = re.compile(rb"(?im)^content-[a-z-]{1,40}[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*")
-_BOUNDARY = re.compile(rb'(?i)\bboundary[ \t]*=[ \t]*"?([^"\s;]{1,200})')
+# The top-level header block as the stdlib feed parser sees it: lines that start like a header (`Name:`,
+# an envelope `From `) or continue one, up to a blank line or any other line.
+_HEADER_BLOCK = re.compile(rb"(?:(?:From |[!-9;-~]*:|[ \t])[^\n]*(?:\n|\Z))*")
+_UNFOLDED_HEADER = re.compile(rb"\n(?![ \t])")
+# Matched on "\n" + raw.lower(), so that case-sensitive literal prefixes make the scans fast.
+_MIME_HEADER = re.compile(rb"\ncontent-[a-z-]{1,40}[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*")
+_BOUNDARY = re.compile(rb'boundary[ \t]*=[ \t]*"?([^"\s;]{1,200})')
 
 
-def header_block_end(raw: bytes) -> tuple[int, int, int]:
-    """Where the top-level header block ends, the length of its longest unfolded header, its line count.
+def _header_block_too_long(raw: bytes) -> bool:
+    """The top-level header block breaks MAX_HEADER_BYTES, MAX_HEADER_LINES or MAX_HEADER_LINE."""
+    end = _HEADER_BLOCK.match(raw).end()
+    if end > MAX_HEADER_BYTES or raw.count(b"\n", 0, end) > MAX_HEADER_LINES:
+        return True
+    if end <= MAX_HEADER_LINE:  # no single header can be longer than the block
+        return False
+    return max(len(h) for h in _UNFOLDED_HEADER.split(raw[:end])) > MAX_HEADER_LINE
 
-    `raw` has \\n line endings. Mirrors the feed parser: the block ends at a blank line or at the first line
-    that is neither a header nor a continuation. Stops early once the block is over a cap.
-    """
-    pos, longest, current, lines = 0, 0, 0, 0
-    n = len(raw)
-    while pos < n and pos <= MAX_HEADER_BYTES and lines <= MAX_HEADER_LINES:
-        nl = raw.find(b"\n", pos)
-        end = n if nl < 0 else nl
-        if end == pos:
-            break  # the blank line after the headers
-        if raw[pos] in b" \t" and current:
-            current += end - pos
-        elif _HEADER_START.match(raw, pos, min(end, pos + 200)):
-            current = end - pos
-        else:
-            break
-        longest = max(longest, current)
-        pos, lines = end + 1, lines + 1
-    return pos, longest, lines
+
+def _mime_headers_too_costly(low: bytes) -> bool:
+    """A Content-* header over MAX_MIME_HEADER, or all of them together over MAX_MIME_HEADER_COST."""
+    cost = 0
+    for m in _MIME_HEADER.finditer(low):
+        header = m.group(0)
+        if len(header) > MAX_MIME_HEADER:
+            return True
+        cost += len(header) * (header.count(b";") + header.count(b'"') + 1)
+        if cost > MAX_MIME_HEADER_COST:
+            return True
+    return False
 
 
 def _nesting_depth(raw: bytes, boundaries: list[tuple[int, bytes]]) -> int:
@@ -82,26 +85,31 @@ def _nesting_depth(raw: bytes, boundaries: list[tuple[int, bytes]]) -> int:
     return max((sum(1 for s, e in spans if s <= start < e) for start, _ in spans), default=0)
 
 
+def _declared_boundaries(raw: bytes, low: bytes) -> list[tuple[int, bytes]] | None:
+    """(offset, boundary) for each `boundary=` parameter in `raw`; None when there are over MAX_PARTS."""
+    found: list[tuple[int, bytes]] = []
+    for m in _BOUNDARY.finditer(low):
+        if low[m.start() - 1:m.start()].isalnum():
+            continue  # "xboundary=" is another parameter
+        # `low` is one byte longer than `raw` (its leading "\n"); boundaries are case-sensitive, so take raw's.
+        found.append((m.start() - 1, raw[m.start(1) - 1:m.end(1) - 1]))
+        if len(found) > MAX_PARTS:
+            return None
+    return found
+
+
 def prescan(raw: bytes) -> str | None:
     """A skip reason when `raw` (\\n line endings) breaks a cap, else None. Linear in len(raw)."""
     if len(raw) > MAX_MESSAGE_BYTES:
         return "too_large"
-    end, longest, lines = header_block_end(raw)
-    if end > MAX_HEADER_BYTES or longest > MAX_HEADER_LINE or lines > MAX_HEADER_LINES:
+    if _header_block_too_long(raw):
         return "header_too_long"
-    cost = 0
-    for m in _MIME_HEADER.finditer(raw):
-        header = m.group(0)
-        if len(header) > MAX_MIME_HEADER:
-            return "header_too_long"
-        cost += len(header) * (header.count(b";") + header.count(b'"') + 1)
-        if cost > MAX_MIME_HEADER_COST:
-            return "header_too_long"
-    boundaries: list[tuple[int, bytes]] = []
-    for m in _BOUNDARY.finditer(raw):
-        boundaries.append((m.start(), m.group(1)))
-        if len(boundaries) > MAX_PARTS:
-            return "too_many_parts"
+    low = b"\n" + raw.lower()
+    if _mime_headers_too_costly(low):
+        return "header_too_long"
+    boundaries = _declared_boundaries(raw, low) if b"boundary" in low else []
+    if boundaries is None:
+        return "too_many_parts"
     if raw.count(b"\n--") > 2 * MAX_PARTS:  # cheap bound first; then count real delimiter lines
         delimiters = sum(raw.count(b"\n--" + b) for b in {b for _, b in boundaries})
         if delimiters > MAX_PARTS + 2 * len(boundaries):
