@@ -195,6 +195,111 @@ def _run_complete(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- inspection and lessons
+
+
+def _add_attention(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attention", help="attention heatmaps and the soft-lookup table for a text",
+                       description="Draw the attention weights of every layer and head (or the chosen ones) "
+                       "for TEXT, tokens as axis labels, and the soft-lookup view of one query position: the "
+                       "keys it scored, their weights and what each value contributed.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("text")
+    p.add_argument("--out", type=Path, required=True, help="FILE.png or FILE.html")
+    p.add_argument("--layer", type=int, default=None)
+    p.add_argument("--head", type=int, default=None)
+    p.add_argument("--query", type=int, default=None, help="token position of the soft-lookup (default: last)")
+
+
+def _run_attention(args: argparse.Namespace) -> int:
+    from seqlab.inspection import attention_command, lookup_path
+    from seqlab.plots import output_kind
+
+    out = attention_command(args.run_dir, args.text, args.out, layer=args.layer, head=args.head, query=args.query)
+    print(f"wrote {out}")
+    if output_kind(out) == "png":
+        print(f"wrote {lookup_path(out)}")
+    return 0
+
+
+def _add_inspect(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="position encodings and GRU gate activations for a text",
+                       description="Write heatmaps of the sinusoidal encoding, of learned position embeddings' "
+                       "similarity (if the model has them) and of GRU update/reset gates over TEXT (if a GRU).")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("text")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+
+
+def _run_inspect(args: argparse.Namespace) -> int:
+    from seqlab.inspection import inspect_command
+
+    for path in inspect_command(args.run_dir, args.out, args.text):
+        print(f"wrote {path}")
+    return 0
+
+
+def _add_lesson(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lesson", help="run one of the lecture's experiments",
+                       description="Run one of the lecture's experiments and write a plot, a table and a "
+                       "paragraph saying what was measured: permutation, scaling, gradient-path, parallel, memory.")
+    p.add_argument("name", help="permutation | scaling | gradient-path | parallel | memory")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--size", choices=("tiny", "small"), default="small", help="tiny: seconds; small: minutes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+
+
+def _run_lesson(args: argparse.Namespace) -> int:
+    from seqlab.lessons import LESSONS, run_lesson
+
+    if args.name not in LESSONS:
+        raise UserError(f"unknown lesson {args.name!r}; choose one of {', '.join(LESSONS)}")
+    result = run_lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
+    print(result.paragraph)
+    for path in result.files:
+        print(f"wrote {path}")
+    return 0
+
+
+# ---------------------------------------------------------------- compare
+
+
+def _add_compare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="train several architectures on one corpus with a matched budget, report",
+                       description="Train a set of architectures on DATA_DIR with the same budget (tokens or "
+                       "minutes) and, where the families allow, the same parameter count within 10%; write "
+                       "report.md, report.html, results.csv and results.json to REPORT_DIR. Models: rnn, gru, "
+                       "mingru, attn1 (single head), attn-none, attn-learned, attn-sinusoidal, attn-rope, attn-alibi.")
+    p.add_argument("data_dir", type=Path)
+    p.add_argument("--out", type=Path, required=True, help="REPORT_DIR")
+    p.add_argument("--preset", default="small", help="tiny | small (default small)")
+    p.add_argument("--models", default=None, help="comma-separated model names (default: all)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=None, help="wall-clock training minutes per model")
+    budget.add_argument("--tokens", type=_positive_int, default=None, help="training tokens per model")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--coverage", type=_unit_float, default=0.5, help="coverage at which ExactMatch is compared")
+    p.add_argument("--completion-emails", type=_positive_int, default=100)
+    p.add_argument("--no-match-params", action="store_true", help="keep each family at the preset's width")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every model")
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from seqlab.compare import compare, format_table
+
+    if args.minutes is not None and args.minutes <= 0:
+        raise UserError(f"--minutes must be positive, not {args.minutes}")
+    results = compare(args.data_dir, args.out, preset=args.preset, models=args.models, minutes=args.minutes,
+                      tokens=args.tokens, seed=args.seed, progress=not args.quiet, overrides=args.overrides,
+                      coverage=args.coverage, match_params=not args.no_match_params,
+                      completion_emails=args.completion_emails)
+    print(format_table(results))
+    print(f"wrote {args.out}/report.md, report.html, results.csv, results.json")
+    return 0
+
+
 # ---------------------------------------------------------------- demo
 
 
@@ -225,6 +330,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "train": (_add_train, _run_train),
     "eval": (_add_eval, _run_eval),
     "complete": (_add_complete, _run_complete),
+    "attention": (_add_attention, _run_attention),
+    "inspect": (_add_inspect, _run_inspect),
+    "lesson": (_add_lesson, _run_lesson),
+    "compare": (_add_compare, _run_compare),
     "demo": (_add_demo, _run_demo),
 }
 
