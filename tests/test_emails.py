@@ -195,7 +195,8 @@ def _part(body: bytes, charset: str, cte: str = "8bit") -> bytes:
     ("uft-8", "utf-8", "Grüße"), ("utf8", "utf-8", "naïve"), ("iso-8859-8-i", "iso-8859-8", "שלום"),
     ("cp-850", "cp850", "Ça coûte"), ("unknown-8bit", "utf-8", "déjà"), ("x-unknown", "cp1252", "déjà vu"),
     ("", "utf-8", "ünïcode"), ("us-ascii", "cp1252", "8-bit café"), ("ansi_x3.4-1968", "utf-8", "é"),
-    ("iso-8859-1", "cp1252", "“smart” quotes"), ("gb2312", "gb2312", "你好"), ("koi8-r", "koi8-r", "привет"),
+    ("iso-8859-1", "cp1252", "“smart” quotes"), ("gb2312", "gb2312", "你好"),
+    ("koi8-r", "koi8-r", "привет"),
 ])
 def test_charset_aliases(label: str, codec: str, text: str) -> None:
     got = parse_message(_part(text.encode(codec), label), "x", OPTS)

@@ -128,7 +128,8 @@ def test_random_byte_soup_is_handled() -> None:
     rng = random.Random(1)
     fragments = [b"Content-Type: multipart/mixed; boundary=z\n", b"--z\n", b"--z--\n", b"\n", b"Subject: =?utf-8?q?x",
                  b"Content-Transfer-Encoding: base64\n", b"\xff\xfe", b"\0", b"=?=", b"<p>", b"<!--", b"From x\n",
-                 b"Content-Type: text/html; charset=uft-8\n", b"> quoted\n", b"-- \n", b"Content-Type: message/rfc822\n"]
+                 b"Content-Type: text/html; charset=uft-8\n", b"> quoted\n", b"-- \n",
+                 b"Content-Type: message/rfc822\n"]
     report = SkipReport()
     messages = [(f"soup{i}", b"".join(rng.choice(fragments) for _ in range(rng.randint(1, 60)))) for i in range(300)]
     for email in read_emails(messages, ALL_ON, report):

@@ -54,8 +54,8 @@ from seqlab.data.mime import (
 from seqlab.data.records import Email, SkipReport
 
 SKIP_REASONS = frozenset(
-    "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary empty unparseable "
-    "hidden_file hidden_dir not_mail_file not_a_file unreadable csv_error csv_short_row".split()
+    "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary "
+    "empty unparseable hidden_file hidden_dir not_mail_file not_a_file unreadable csv_error csv_short_row".split()
 )
 # Headers whose presence makes a blob of bytes mail rather than a stray file.
 MAIL_HEADERS = frozenset(
@@ -287,6 +287,12 @@ def parse_message(raw: bytes, source: str, opts: CleanOptions) -> Email | str:
 # ---------------------------------------------------------------- the stream
 
 
+def _as_bytes(messages: Iterable[tuple[str, bytes | str]]) -> Iterator[tuple[str, bytes]]:
+    # In a caller's iterable a str is message text (not a skip reason, as from iter_source_items).
+    for label, raw in messages:
+        yield str(label), raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+
+
 def read_emails(path_or_messages: Path | str | Iterable[tuple[str, bytes]], opts: CleanOptions,
                 report: SkipReport, limit: int | None = None) -> Iterator[Email]:
     """Kept emails from a mail source path or an iterable of `(label, raw bytes)`, in input order.
@@ -297,7 +303,7 @@ def read_emails(path_or_messages: Path | str | Iterable[tuple[str, bytes]], opts
     if isinstance(path_or_messages, (str, os.PathLike)):
         items: Iterable[tuple[str, bytes | str]] = iter_source_items(Path(path_or_messages), limit)
     else:
-        items = path_or_messages
+        items = _as_bytes(path_or_messages)
     for n, (label, raw) in enumerate(items):
         if limit is not None and n >= limit:
             break
