@@ -139,6 +139,7 @@ def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True)
     """Train the four architectures briefly on synthetic mail and measure their gradient paths."""
     if size not in SPECS:
         raise ValueError(f"lesson size must be one of {', '.join(SPECS)}, not {size!r}")
+    began = time.perf_counter()
     spec, work = SPECS[size], Path(out) / "work" / NAME
     data = work / "data"
     prepare("synthetic", data, count=spec.emails, seed=seed, split=(0.8, 0.1, 0.1), progress=progress)
@@ -160,6 +161,7 @@ def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True)
              **{f"{arch}_init": curves["init"][arch][d] for arch in ARCHS}} for d in table_distances(length)]
     stats = {kind: {arch: decay_stats(curves[kind][arch]) for arch in ARCHS} for kind in curves}
     measured = {"L": length, "windows": spec.windows, "stats": stats, "models": info,
+                "seconds": round(time.perf_counter() - began, 1),
                 "norms": {kind: {a: v for a, v in c.items()} for kind, c in curves.items()}}
     return write_lesson(Path(out), NAME, "Gradient paths: d loss_t / d x_(t-d) against distance d",
                         _plot(curves, spec), rows, _paragraph(stats, info, length, spec), measured)
@@ -174,6 +176,10 @@ def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, di
 
     tr, init = stats["trained"], stats["init"]
     params = ", ".join(f"{LABELS[a]} {int(info[a]['params']):,}" for a in ARCHS)
+    changes = ", ".join(
+        f"{'slowed' if tr[a]['slope_ln_per_token'] > init[a]['slope_ln_per_token'] else 'sped up'} the "
+        f"{LABELS[a]}'s decay (x{init[a]['factor_per_token']:.3f} -> x{tr[a]['factor_per_token']:.3f} per token)"
+        for a in ("rnn", "gru", "mingru"))
     steepest = min(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     flattest = max(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     return (
@@ -189,5 +195,5 @@ def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, di
         f"untrained RNN loses a factor {1 / init['rnn']['factor_per_token']:.2f} per token. Attention reaches "
         f"every earlier position in one step, so its curve has no built-in decay (untrained ratio "
         f"{init['attention']['ratio_max_to_1']:.2g}). After training the steepest decay was {LABELS[steepest]}'s "
-        f"and the flattest curve {LABELS[flattest]}'s."
+        f"and the flattest curve {LABELS[flattest]}'s; training {changes}."
     )
