@@ -99,26 +99,22 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("data_dir", type=Path, help="a folder written by `seqlab prepare`")
     p.add_argument("--out", required=True, type=Path, help="RUN_DIR to write")
     p.add_argument("--preset", default="small", help="tiny | small | base (default small)")
-    p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in RUN_DIR from its last good checkpoint, with its saved config")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from seqlab.config import RunConfig, apply_overrides, get_preset
+    from seqlab.config import get_preset
     from seqlab.train import train
 
     try:
-        if args.resume and (args.out / "config.json").exists():
-            import json
-
-            base = RunConfig.from_dict(json.loads((args.out / "config.json").read_text()))
-        else:
-            base = get_preset(args.preset)
-        cfg = apply_overrides(base, args.overrides)
+        base = None if args.resume else get_preset(args.preset)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    summary = train(args.data_dir, args.out, cfg, resume=args.resume, progress=not args.quiet)
+    summary = train(args.data_dir, args.out, base, resume=args.resume, overrides=args.overrides,
+                    progress=not args.quiet)
     print(f"{summary['stopped']}: {summary['steps']} steps, best val loss {summary['best_val_loss']:.4f} "
           f"at step {summary['best_step']}, {summary['tokens_per_s']:.0f} tokens/s; wrote {args.out}")
     return 0

@@ -18,15 +18,16 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from seqlab import __version__
-from seqlab.checkpoint import capture_rng_state, load_latest, restore_rng_state, save_run_checkpoint
-from seqlab.config import RunConfig
+from seqlab.checkpoint import (LoadedCheckpoint, capture_rng_state, load_latest, restore_rng_state,
+                               save_run_checkpoint)
+from seqlab.config import RunConfig, apply_overrides
 from seqlab.data.dataset import StreamSampler, TokenStore, WindowSampler, fixed_eval_batches, load_meta
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
@@ -102,12 +103,17 @@ class _StopFlag:
 class Trainer:
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
 
-    def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig, *, resume: bool = False,
-                 progress: bool = True) -> None:
+    def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
+                 overrides: Sequence[str] = (), progress: bool = True) -> None:
+        """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
+        a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
         meta = load_meta(self.data_dir)
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
-        cfg.model.vocab_size = self.tok.vocab_size  # the data decides the vocabulary
+        ckpt = load_latest(self.run_dir) if resume else None
+        if resume and ckpt is None:
+            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
+        cfg = self._config(cfg, ckpt, overrides)
         self.cfg, t = cfg, cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -120,9 +126,22 @@ class Trainer:
         if self.train_store.num_emails == 0:
             raise UserError(f"{self.data_dir} has no training emails")
         self.meta = meta
-        self._setup(resume)
+        self._setup(ckpt)
 
-    def _setup(self, resume: bool) -> None:
+    def _config(self, cfg: RunConfig | None, ckpt: LoadedCheckpoint | None, overrides: Sequence[str]) -> RunConfig:
+        base = RunConfig.from_dict(json.loads(ckpt.config_json)) if ckpt is not None else cfg
+        if base is None:
+            raise ValueError("Trainer needs a RunConfig unless it resumes")
+        try:
+            new = apply_overrides(base, list(overrides))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        new.model.vocab_size = self.tok.vocab_size  # the data decides the vocabulary
+        if ckpt is not None and base.model != new.model:
+            raise UserError(f"model settings cannot change when resuming {self.run_dir}; only train.* and data.* can")
+        return new
+
+    def _setup(self, ckpt: LoadedCheckpoint | None) -> None:
         cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model).to(self.device)
@@ -138,9 +157,10 @@ class Trainer:
         self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
         self.state = Progress()
         self.stream_state: Any = None
+        self.last_eval_step = self.last_save_step = -1
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:
-            self._resume()
+        if ckpt is not None:
+            self._resume(ckpt)
         elif (self.run_dir / "trainer_state.pt").exists():
             raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --out")
         self.step_model = torch.compile(self.model) if t.compile else self.model
@@ -149,13 +169,7 @@ class Trainer:
 
     # ------------------------------------------------------------ resume and save
 
-    def _resume(self) -> None:
-        ckpt = load_latest(self.run_dir)
-        if ckpt is None:
-            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
-        saved = RunConfig.from_dict(json.loads(ckpt.config_json))
-        if saved.model != self.cfg.model:
-            raise UserError(f"the model config differs from the one saved in {self.run_dir}; resume without overrides")
+    def _resume(self, ckpt: LoadedCheckpoint) -> None:
         ckpt.load_into(self.model)
         ts = ckpt.trainer_state
         self.opt.load_state_dict(ts["optimizer"])
@@ -264,15 +278,16 @@ class Trainer:
             return f"early stop: no validation improvement in {t.early_stop} evaluations"
         return None
 
-    def _after_step(self, loss: float, dt: float, tokens: int) -> None:
+    def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False) -> None:
         t, s = self.cfg.train, self.state
         record: dict[str, Any] = {}
-        if s.step % t.log_every == 0 or s.step == t.max_steps:
+        if not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
             record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
                       "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2)}
         improved = False
-        if s.step % t.eval_every == 0 or s.step == t.max_steps:
+        if force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps:
             ev = self.evaluate()
+            self.last_eval_step = s.step
             record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
             improved = ev["val_loss"] < s.best_val
             if improved:
@@ -281,14 +296,15 @@ class Trainer:
                 s.evals_since_best += 1
         if record:
             self._log(record)
-        if improved or s.step % t.ckpt_every == 0:
+        if improved or s.step % t.ckpt_every == 0 or force_eval:
             self._save(best=improved)
+            self.last_save_step = s.step
 
     def run(self) -> dict[str, Any]:
         t, s = self.cfg.train, self.state
         self._write_run_info()
         bar = tqdm(total=t.max_steps, initial=s.step, desc="training", unit=" step", disable=not self.show_progress)
-        reason = None
+        reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
         with _StopFlag() as flag:
             while (reason := self._should_stop(flag)) is None:
                 start, tokens_before = time.perf_counter(), s.tokens
@@ -300,7 +316,11 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{(s.tokens - tokens_before) / max(dt, 1e-9):.0f}")
             bar.close()
-            self._save()
+            if s.step > start_step and self.last_eval_step != s.step:
+                # stopped between evaluations (budget, signal): measure and keep the final weights too
+                self._after_step(loss, dt, 0, force_eval=True)
+            elif s.step > start_step and self.last_save_step != s.step:
+                self._save()
         summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
                    "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
                    "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params()}
@@ -317,6 +337,8 @@ class Trainer:
         (self.run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
-def train(data_dir: Path, run_dir: Path, cfg: RunConfig, *, resume: bool = False, progress: bool = True) -> dict:
-    """Train a model as `cfg` says; returns the summary also written to RUN_DIR/run.json."""
-    return Trainer(data_dir, run_dir, cfg, resume=resume, progress=progress).run()
+def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
+          overrides: Sequence[str] = (), progress: bool = True) -> dict:
+    """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
+    the summary also written to RUN_DIR/run.json."""
+    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress).run()
