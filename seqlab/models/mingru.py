@@ -95,11 +95,14 @@ def mingru_sequential(
     z = torch.sigmoid(pre_z)  # (B, T, H)
     one_minus_z = torch.sigmoid(-pre_z)  # 1 - z without the rounding of 1 - sigmoid(k)
     cand = g(pre_h)  # h~ (B, T, H)
+    # per-step views taken once (slicing inside the loop costs O(T^2) in the backward pass)
+    keeps = None if reset is None else (~reset).to(h.dtype).unsqueeze(-1).unbind(1)  # T x (B, 1)
+    zs, one_minus_zs, cands = z.unbind(1), one_minus_z.unbind(1), cand.unbind(1)  # T x (B, H) each
     outs = []
     for t in range(T):
-        if reset is not None:
-            h = h * (~reset[:, t]).to(h.dtype).unsqueeze(-1)  # (B, H) * (B, 1)
-        h = one_minus_z[:, t] * h + z[:, t] * cand[:, t]  # Feng et al. 2024, minGRU update
+        if keeps is not None:
+            h = h * keeps[t]  # (B, H) * (B, 1)
+        h = one_minus_zs[t] * h + zs[t] * cands[t]  # Feng et al. 2024, minGRU update
         outs.append(h)
     return torch.stack(outs, dim=1), h  # T x (B, H) -> (B, T, H)
 

@@ -107,21 +107,24 @@ def run_cell(
     """
     B, T, _ = x.shape
     h = x.new_zeros(B, cell.hidden_size) if h0 is None else h0
-    xp = cell.project(x)  # (B, T, G*H): the input projections of all positions at once
-    keep = None if reset is None else (~reset).to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+    # The input projections of all positions at once, split into T views of (B, G*H) ONCE: indexing
+    # xp[:, t] inside the loop would make every step's backward scatter into a full (B, T, G*H) zero
+    # tensor, so the backward pass would cost O(T^2) memory traffic.
+    xps = cell.project(x).unbind(1)
+    keeps = None if reset is None else (~reset).to(h.dtype).unsqueeze(-1).unbind(1)  # T x (B, 1)
     outs = []
     for t in range(T):
-        if keep is not None:
-            h = h * keep[:, t]  # (B, H) * (B, 1): lanes that start an email forget the previous one
+        if keeps is not None:
+            h = h * keeps[t]  # (B, H) * (B, 1): lanes that start an email forget the previous one
         if gate_log is not None and isinstance(cell, GRUCell):
-            r, z, n = cell.gates(xp[:, t], h)
+            r, z, n = cell.gates(xps[t], h)
             gate_log.append((r, z))
             h = (1.0 - z) * n + z * h
         else:
             # The same transition (the same parameter tensors) at every position: backpropagation
             # through time sums each use's gradient into them (lecture: "BPTT accumulates gradients
             # through every use").
-            h = cell.step(xp[:, t], h)
+            h = cell.step(xps[t], h)
         outs.append(h)
     return torch.stack(outs, dim=1), h  # T x (B, H) -> (B, T, H)
 
