@@ -103,12 +103,19 @@ class Deduper:
 
     def check(self, email: Email) -> str | None:
         """None for a new email (and remember it), else the reason it is a duplicate."""
+        return self.check_keys(*self.keys(email))
+
+    def keys(self, email: Email) -> tuple[bytes, bytes | None]:
+        """The (exact, body) digests `check` compares; pure, so parallel workers can compute them."""
         body = normalize_body(email.body)
         exact = _digest(email.sender.strip().casefold(), normalize_subject(email.subject), body)
+        return exact, (_digest(body) if len(body) >= self.min_body_chars else None)
+
+    def check_keys(self, exact: bytes, body_key: bytes | None) -> str | None:
+        """`check` on digests from `keys`: None for a new email (remembered), else the duplicate reason."""
         if exact in self._exact:
             self.counts["duplicate"] += 1
             return "duplicate"
-        body_key = _digest(body) if len(body) >= self.min_body_chars else None
         if body_key is not None and body_key in self._bodies:
             self.counts["duplicate_body"] += 1
             return "duplicate_body"
