@@ -284,12 +284,13 @@ def _add_compare(sub: argparse._SubParsersAction) -> None:
 
 def _run_compare(args: argparse.Namespace) -> int:
     from seqlab.compare import compare, format_table
+    from seqlab.compare_plan import parse_models
 
     if args.minutes is not None and args.minutes <= 0:
         raise UserError(f"--minutes must be positive, not {args.minutes}")
-    results = compare(args.data_dir, args.out, preset=args.preset, models=args.models, minutes=args.minutes,
-                      tokens=args.tokens, seed=args.seed, progress=not args.quiet, overrides=args.overrides,
-                      coverage=args.coverage, match_params=not args.no_match_params,
+    results = compare(args.data_dir, args.out, preset=args.preset, models=parse_models(args.models),
+                      minutes=args.minutes, tokens=args.tokens, seed=args.seed, progress=not args.quiet,
+                      overrides=args.overrides, coverage=args.coverage, match_params=not args.no_match_params,
                       completion_emails=args.completion_emails)
     print(format_table(results))
     print(f"wrote {args.out}/report.md, report.html, results.csv, results.json")

@@ -305,6 +305,7 @@ class Trainer:
         self._write_run_info()
         bar = tqdm(total=t.max_steps, initial=s.step, desc="training", unit=" step", disable=not self.show_progress)
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
+        session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
         with _StopFlag() as flag:
             while (reason := self._should_stop(flag)) is None:
                 start, tokens_before = time.perf_counter(), s.tokens
@@ -313,8 +314,9 @@ class Trainer:
                 s.step += 1
                 s.elapsed += dt
                 self._after_step(loss, dt, s.tokens - tokens_before)
+                session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{(s.tokens - tokens_before) / max(dt, 1e-9):.0f}")
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
             bar.close()
             if s.step > start_step and self.last_eval_step != s.step:
                 # stopped between evaluations (budget, signal): measure and keep the final weights too
