@@ -70,6 +70,16 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def peak_rss_bytes() -> int | None:
+    """Peak resident memory of this process so far (ru_maxrss), or None where the OS does not say."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+
+
 def slim_meta(meta: ThreadMeta) -> ThreadMeta:
     """The same thread links in less memory: what `assign_threads` reads of a message, nothing more.
 

@@ -25,7 +25,7 @@ from tqdm import tqdm
 from seqlab import __version__
 from seqlab.data.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
 from seqlab.data.emails import CleanOptions
-from seqlab.data.parallel import StreamStats, default_workers, parse_stream, source_items
+from seqlab.data.parallel import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
 from seqlab.data.records import SkipReport
 from seqlab.data.sources import resolve_source
 from seqlab.data.spool import SpoolRecord, SpoolWriter, iter_spool
@@ -62,7 +62,7 @@ def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: 
             spent += time.perf_counter() - t0
             bar.update(report.seen - bar.n)
     stats.update(dedupe_spool_s=spent, raw_bytes=stream.raw_bytes, workers_used=stream.workers,
-                 pool_fallback=stream.fallback)
+                 pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes())
     return metas, duplicates
 
 
@@ -96,8 +96,7 @@ def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], 
 
     Returns the counts per split and the name of the on-disk token dtype.
     """
-    # Deferred: dataset.py loads torch (1.5 s, ~200 MB), which the parsing workers forked earlier need not map.
-    from seqlab.data.dataset import TokenWriter, token_dtype
+    from seqlab.data.dataset import TokenWriter, token_dtype  # see prepare() on why this import is late
 
     counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
     writers = {s: TokenWriter(out, s, tok.vocab_size) for s in SPLITS}
@@ -193,6 +192,10 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
         tok = fit_tokenizer(tokenizer, _train_texts(spool, splits), vocab_size=vocab_size)
         tok.save(out / "tokenizer.json")
         lap("fit_s")
+        # The token store module loads torch (about 1 s and 200 MB). Loading it only now keeps it out of the
+        # forked parsing workers and out of the reading stage's memory; its time is reported on its own.
+        import seqlab.data.dataset  # noqa: F401
+        lap("load_s")
         counts, dtype = _encode_all(spool, out, tok, threads, splits, progress)
         lap("encode_s")
     finally:
