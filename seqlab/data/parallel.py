@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -174,37 +175,51 @@ def _context() -> mp.context.BaseContext:
     return mp.get_context("spawn")
 
 
+def _worker_init() -> None:
+    """Workers leave Ctrl-C to the main process, which stops the pool (no traceback from every worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _submit(pool: ProcessPoolExecutor | None, chunk: list[Item], opts: CleanOptions) -> Future | None:
+    if pool is None:
+        return None
+    try:
+        return pool.submit(parse_chunk, chunk, opts)
+    except BrokenProcessPool:  # a worker died before this chunk was handed over
+        return None
+
+
 def _pooled(chunks: Iterator[list[Item]], opts: CleanOptions, workers: int, stats: StreamStats
             ) -> Iterator[tuple[list[Item], list[Kept | str]]]:
     """(chunk, results) in input order from a pool of `workers` processes, at most a few chunks in flight.
 
-    When the pool breaks (a worker killed by the OS, say), the chunks in flight and all later ones are
-    parsed in-process instead, so every message is still accounted for.
+    When the pool breaks (a worker killed by the OS, say), every chunk it did not return, and every later
+    one, is parsed in-process instead, so every message is still accounted for.
     """
     pending: deque[tuple[list[Item], Future | None]] = deque()
-    pool: ProcessPoolExecutor | None = ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    pool: ProcessPoolExecutor | None = ProcessPoolExecutor(max_workers=workers, mp_context=_context(),
+                                                           initializer=_worker_init)
     try:
         while True:
-            while pool is not None and len(pending) < workers * INFLIGHT_PER_WORKER:
+            while len(pending) < workers * INFLIGHT_PER_WORKER:
                 chunk = next(chunks, None)
                 if chunk is None:
                     break
-                pending.append((chunk, pool.submit(parse_chunk, chunk, opts)))
+                pending.append((chunk, _submit(pool, chunk, opts)))
             if not pending:
-                if pool is None:  # after a fallback the rest is parsed one chunk at a time
-                    chunk = next(chunks, None)
-                    if chunk is not None:
-                        yield chunk, parse_chunk(chunk, opts)
-                        continue
                 return
             chunk, future = pending.popleft()
-            try:
-                results = future.result() if future is not None else parse_chunk(chunk, opts)
-            except BrokenProcessPool:
-                stats.fallback = True
-                pool.shutdown(wait=False, cancel_futures=True)
-                pool = None
-                pending = deque((c, None) for c, _ in pending)
+            results = None
+            if future is not None:
+                try:
+                    results = future.result()
+                except BrokenProcessPool:
+                    pass
+            if results is None:
+                if pool is not None:
+                    stats.fallback = True
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool = None
                 results = parse_chunk(chunk, opts)
             yield chunk, results
     finally:

@@ -1,13 +1,15 @@
 """`seqlab prepare`: one streaming pass from a mail source to a DATA_DIR.
 
-    read + parse + clean (emails.py) -> dedupe (corpus.Deduper) -> spool cleaned text to disk
-    -> thread (corpus.assign_threads) -> split by thread hash -> fit tokenizer on train only
-    -> encode every email -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
+    read (mailfiles.py) -> parse + clean + dedupe digests (emails.py, in worker processes: parallel.py)
+    -> dedupe (corpus.Deduper) -> spool cleaned text to disk (spool.py) -> thread (corpus.assign_threads)
+    -> split by thread hash -> fit tokenizer on train only -> encode every email
+    -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
 
 Memory stays bounded on large corpora: bodies go to a spool file as they are read, and only small
-per-email metadata (ids, references, normalized subject, participants) stays in memory for threading.
-Everything written is a function of the input and the seed: no timestamps, no absolute paths, so the
-same input and seed give byte-identical files.
+per-email metadata (about 1 KB: ids, references, date, two dedupe digests) stays in memory for threading;
+benchmarks/bench_prepare.py measures it. Everything written is a function of the input and the seed (not
+of the number of workers): no timestamps, no absolute paths, so the same input and seed give
+byte-identical files.
 """
 
 from __future__ import annotations
