@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 MB = 1e6
-STAGES = (("read+parse+clean", "parse_s"), ("dedupe/spool", "dedupe_spool_s"), ("thread/split", "thread_split_s"),
-          ("tokenizer fit", "fit_s"), ("load torch", "load_s"), ("encode+write", "encode_s"))
+STAGES = (("read+parse", "parse_s"), ("dedupe+spool", "dedupe_spool_s"), ("thread+split", "thread_split_s"),
+          ("fit tokenizr", "fit_s"), ("load torch", "load_s"), ("encode+write", "encode_s"))
 
 
 # ---------------------------------------------------------------- the corpus, written once
@@ -142,7 +142,7 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
     row.update(name=name, source=str(source), tokenizer=tokenizer, workers=workers, messages=messages,
                raw_bytes=raw, mb_per_s=raw / MB / row["wall_s"], cpu_bound_mb_per_s_2cores=raw / MB / cpu_bound,
                load_before=load)
-    row["stage_mb_per_s"] = {label: raw / MB / max(row["stats"][key], 1e-9) for label, key in STAGES}
+    row["stage_mb_per_s"] = {key: raw / MB / max(row["stats"][key], 1e-9) for _, key in STAGES}
     print(f"  {name:<22} {raw / MB:7.1f} MB  {row['wall_s']:6.2f} s  {row['mb_per_s']:5.2f} MB/s  "
           f"peak {row['peak_rss_bytes'] / MB:6.0f} MB  (load {load:.1f})", flush=True)
     return row
@@ -154,10 +154,10 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
 def table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'run':<22} {'MB':>7} {'wall s':>7} {'MB/s':>6} {'cpu-bound':>9} {'main cpu':>8} {'wkr cpu':>8} "
             f"{'peak MB':>8} {'wkr MB':>7} " + " ".join(f"{label[:12]:>12}" for label, _ in STAGES))
-    lines = [head, " " * 61 + "(2 cores)" + " " * 36 + "stage seconds (MB/s)".rjust(30), "-" * len(head)]
+    lines = [head, f"{'(2 cores)':>55}{'stage seconds (MB/s of raw mail)':>112}", "-" * len(head)]
     for r in rows:
-        stages = " ".join(f"{r['stats'][key]:5.2f}({min(r['stage_mb_per_s'][label], 9999):5.0f})"
-                          for label, key in STAGES)
+        stages = " ".join(f"{r['stats'][key]:5.2f}({min(r['stage_mb_per_s'][key], 9999):5.0f})"
+                          for _, key in STAGES)
         lines.append(f"{r['name']:<22} {r['raw_bytes'] / MB:7.1f} {r['wall_s']:7.2f} {r['mb_per_s']:6.2f} "
                      f"{r['cpu_bound_mb_per_s_2cores']:9.2f} {r['main_cpu_s']:8.2f} {r['workers_cpu_s']:8.2f} "
                      f"{r['peak_rss_bytes'] / MB:8.0f} {r['worker_peak_rss_bytes'] / MB:7.0f} {stages}")
