@@ -59,6 +59,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=_positive_int, default=2000, help="emails to generate for 'synthetic'")
     p.add_argument("--groups", default=None, help="spamassassin groups, comma-separated (default: the ham groups)")
     p.add_argument("--cache-dir", type=Path, default=None, help="download cache (default ~/.cache/seqlab)")
+    p.add_argument("--workers", type=_positive_int, default=None,
+                   help="processes that parse mail (default: one per CPU; 1 parses in-process)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -79,6 +81,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
         count=args.count,
         groups=args.groups.split(",") if args.groups else None,
         cache_dir=args.cache_dir,
+        workers=args.workers,
         progress=not args.quiet,
     )
     print(format_report(meta))
