@@ -19,7 +19,7 @@ from seqlab.data.synthetic import memory_email, memory_emails
 from seqlab.data.tokenizer import fit_tokenizer
 from seqlab.lessons import run_lesson
 from seqlab.lessons.gradient_path import decay_stats, gradient_profile, table_distances
-from seqlab.lessons.memory import SPECS, probe_tokens, recall_accuracy
+from seqlab.lessons.memory import SPECS, probe_tokens, recall_accuracy, window_coverage
 from seqlab.lessons.trained import ARCHS
 from seqlab.models import build_model
 
@@ -165,9 +165,20 @@ def test_memory_files_and_accuracies(memory_lesson) -> None:
             assert all(0.0 <= v <= 1.0 for v in table[arch].values()), (key, arch)
     for row in result.rows:
         assert all(0.0 <= row[a] <= 1.0 for a in ARCHS)
-        # every probe's reference lies inside the attention window, as the paragraph says
-        assert row["bytes_apart"] < result.measured["block_size"]
+    # the three training distances fit attention's 128-token window; d = 25 words (~160 bytes) does not
+    assert [r["in_window"] for r in result.rows] == [1.0, 1.0, 1.0, 0.0]
     assert result.measured["chance"] == 0.1
+    assert "outside the window" in result.paragraph
+
+
+@pytest.mark.parametrize("window", [64, 128, 192])
+def test_window_coverage_counts_bytes_from_the_first_copy(window: int) -> None:
+    """Inside the window <=> the bytes from the first copy up to the last digit's input fit in it."""
+    tok = fit_tokenizer("byte", [])
+    probes = [m for d in (5, 12, 20, 30) for m in memory_emails(6, d, seed=4)]
+    expected = [len(m.text[m.text.index(m.ref) : m.recall_at + len(m.ref) - 1].encode()) <= window for m in probes]
+    assert 0 < sum(expected) < len(probes)  # some probes inside the window, some outside
+    assert window_coverage(tok, probes, window) == pytest.approx(sum(expected) / len(probes))
 
 
 @settings(max_examples=25, deadline=None)

@@ -48,17 +48,20 @@ class Spec:
     probes: int  # held-out probes per evaluated distance
 
 
-_COMMON = ("data.mode=windows", "train.weight_decay=0.0")  # every model reads the same windows from email starts
+# Every model reads the same windows, one probe email per window, from its start whenever the email fits
+# (most do), so most examples hold both occurrences; no weight decay on a recall this small.
+_COMMON = ("data.mode=windows", "train.weight_decay=0.0", "train.threads=1", "model.n_layer=2")
 SPECS: dict[str, Spec] = {
-    "tiny": Spec("tiny", (*_COMMON, "model.block_size=128", "model.n_embd=32", "model.n_layer=2",
-                          "train.max_steps=40", "train.batch_size=8", "train.threads=1", "train.warmup_steps=5",
-                          "train.eval_every=20", "train.ckpt_every=40", "train.eval_batches=2"),
-                 range(5, 16), 20, (5, 10, 15), 12),
-    "small": Spec("small", (*_COMMON, "model.block_size=256", "model.n_embd=64", "model.n_layer=2",
-                            "model.n_head=4", "train.max_steps=1000", "train.batch_size=16", "train.threads=1",
-                            "train.warmup_steps=50", "train.eval_every=250", "train.ckpt_every=1000",
-                            "train.eval_batches=8"),
-                  range(5, 36), 150, (5, 10, 15, 20, 25, 30, 35), 100),
+    "tiny": Spec("tiny", (*_COMMON, "model.block_size=128", "model.n_embd=32", "model.n_head=2",
+                          "train.max_steps=40", "train.batch_size=8", "train.warmup_steps=5", "train.eval_every=20",
+                          "train.ckpt_every=40", "train.eval_batches=2"),
+                 range(5, 16), 20, (5, 10, 15, 25), 12),
+    # Measured here: attention needs about 3000 steps before it copies (at 1500 it was near chance in 3 of
+    # 4 tries); the last distance puts the reference outside attention's 192-token window.
+    "small": Spec("small", (*_COMMON, "model.block_size=192", "model.n_embd=64", "model.n_head=4",
+                            "train.max_steps=3000", "train.batch_size=16", "train.lr=5e-3", "train.warmup_steps=50",
+                            "train.eval_every=500", "train.ckpt_every=3000", "train.eval_batches=8"),
+                  range(5, 26), 150, (5, 10, 15, 20, 25, 35), 100),
 }
 
 
@@ -122,6 +125,17 @@ def _bytes_apart(probes: list[MemoryEmail]) -> float:
     return sum(len(m.text[m.text.index(m.ref) : m.recall_at].encode()) for m in probes) / len(probes)
 
 
+def window_coverage(tok: Tokenizer, probes: list[MemoryEmail], window: int) -> float:
+    """Fraction of probes whose first occurrence lies wholly inside the last `window` tokens that
+    attention reads when it writes the recalled digits (the others it cannot copy from at all)."""
+    inside = 0
+    for mem in probes:
+        ids, digits = probe_tokens(tok, mem)
+        first = 1 + len(mem.text[: mem.text.index(mem.ref)].encode())  # token index ([bos] first) of the 1st copy
+        inside += first >= max(0, digits[-1] - window)  # the cut recall_accuracy makes
+    return inside / len(probes)
+
+
 def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
     """Train the four architectures on mixed-distance probes with one budget, measure recall against d."""
     if size not in SPECS:
@@ -143,7 +157,9 @@ def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True)
             acc[arch][d], whole[arch][d] = recall_accuracy(model, tok, ps, window)
         info[arch] = {"params": summary["params"], "steps": summary["steps"],
                       "best_val_loss": summary["best_val_loss"], "seconds": round(time.perf_counter() - start, 1)}
+    block = base.model.block_size
     rows = [{"d_words": d, "bytes_apart": round(_bytes_apart(probes[d]), 1),
+             "in_window": round(window_coverage(tok, probes[d], block), 3),
              **{arch: round(acc[arch][d], 4) for arch in ARCHS}} for d in spec.eval_distances]
     measured = {"chance": CHANCE, "accuracy": {a: {str(d): v for d, v in acc[a].items()} for a in ARCHS},
                 "whole_reference": {a: {str(d): v for d, v in whole[a].items()} for a in ARCHS},
@@ -153,29 +169,42 @@ def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True)
                         _paragraph(acc, info, spec, base.model.block_size, rows), measured)
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
 def _paragraph(acc: dict[str, dict[int, float]], info: dict[str, dict[str, float]], spec: Spec, block: int,
                rows: list[dict]) -> str:
     """What was measured and what it shows, with the measured numbers."""
-    near, far = spec.eval_distances[0], spec.eval_distances[-1]
-    each = "; ".join(f"{LABELS[a]} {acc[a][near]:.2f} at d={near} and {acc[a][far]:.2f} at d={far}" for a in ARCHS)
-    best_far = max(ARCHS, key=lambda a: acc[a][far])
-    rec_far = max(acc[a][far] for a in ("rnn", "gru", "mingru"))
-    above = [LABELS[a] for a in ARCHS if acc[a][far] > 2 * CHANCE]
-    steps = int(info["rnn"]["steps"])
+    inside = [r["d_words"] for r in rows if r["in_window"] >= 0.9]
+    outside = [r for r in rows if r["in_window"] <= 0.1]
+    mean_in = {a: _mean([acc[a][d] for d in inside]) for a in ARCHS}
     params = ", ".join(f"{LABELS[a]} {int(info[a]['params']):,}" for a in ARCHS)
-    return (
-        f"Each model (parameters: {params}) was trained for {steps} steps on the same {spec.preset}-size corpus "
-        f"of probe emails in which a reference such as EXP-761632 appears early and is asked for again "
+    text = (
+        f"Each model ({params} parameters) was trained for {int(info['rnn']['steps'])} steps on the same corpus of "
+        f"probe emails in which a reference such as EXP-761632 appears early and is asked for again "
         f"{spec.train_distances.start}-{spec.train_distances.stop - 1} words later. On {spec.probes} held-out "
-        f"probes per distance we measured teacher-forced digit accuracy at the recall point (chance 1/10 per "
-        f"digit, since the digits are random): {each}. "
-        f"A recurrent model must carry the digits in one fixed-width hidden vector that every later word "
-        f"overwrites a little; attention keeps every earlier position and can look the digits up directly, "
-        f"but only inside its window of {block} tokens (the farthest probes put the reference "
-        f"{rows[-1]['bytes_apart']:.0f} byte tokens before the recall, inside the window). "
-        f"At the largest distance the best model was {LABELS[best_far]} ({acc[best_far][far]:.2f}) and the best "
-        f"recurrent model reached {rec_far:.2f}; "
-        + (f"models clearly above chance there (more than twice 1/10): {', '.join(above)}."
-           if above else "no model is clearly above chance there: this budget is too small to learn the recall, "
-                         "so the measurement does not separate the architectures.")
+        f"probes per distance d we measured teacher-forced accuracy on the recalled digits (chance: 1/10 per "
+        f"digit, as the digits are random). Mean accuracy over the distances whose reference lies inside "
+        f"attention's {block}-token window (d = {', '.join(map(str, inside))}): "
+        + "; ".join(f"{LABELS[a]} {mean_in[a]:.2f} ({min(acc[a][d] for d in inside):.2f}-"
+                    f"{max(acc[a][d] for d in inside):.2f})" for a in ARCHS) + ". "
     )
+    for r in outside:
+        text += (f"At d = {r['d_words']} the reference is {r['bytes_apart']:.0f} byte tokens back, outside the window "
+                 f"for {1 - r['in_window']:.0%} of probes, and attention scored {r['attention']:.2f}. ")
+    text += ("A recurrent model must carry the digits through one hidden vector of n_embd numbers that every later "
+             "token rewrites (fixed-width memory); attention keeps every earlier position's key and value and can "
+             "look the digits up, so its accuracy need not fall with d, but only inside its window. ")
+    recurrent_above = [LABELS[a] for a in ("rnn", "gru", "mingru") if mean_in[a] > 2 * CHANCE]
+    if mean_in["attention"] > 2 * CHANCE and not recurrent_above:
+        text += ("Here attention learned to copy at every distance inside its window while no recurrent model "
+                 "rose clearly above chance (more than twice 1/10) with the same budget: the measurement supports "
+                 "retained positions over a fixed-width summary, with the window as attention's hard limit.")
+    elif mean_in["attention"] <= 2 * CHANCE and not recurrent_above:
+        text += ("No model rose clearly above chance (more than twice 1/10): this budget is too small to learn "
+                 "the recall, so the measurement does not separate the architectures.")
+    else:
+        above = recurrent_above + (["attention"] if mean_in["attention"] > 2 * CHANCE else [])
+        text += f"Models clearly above chance (more than twice 1/10) inside the window: {', '.join(above)}."
+    return text
