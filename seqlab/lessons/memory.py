@@ -5,10 +5,12 @@ asks for it again `d` words later ("... When you reply, please quote EXP-761632.
 at random, so nothing but the first occurrence predicts them: a model gets them right only if what it
 read `d` words back is still available when it writes them.
 
-The lecture's contrast (slides "Recurrent state is a fixed-width summary" and "Attention keeps every
-position"): an RNN/GRU/minGRU must carry the digits through one hidden vector of n_embd numbers that every
-later word also writes into; attention keeps every earlier position's key and value and can look the
-digits up directly, as long as they are inside its window (block_size).
+The lecture's contrast ("Recurrent memory creates information and training bottlenecks": "Fixed-width
+memory: earlier information must survive repeated state updates"; "Next: retain all position
+representations and combine them directly"): an RNN/GRU/minGRU must carry the digits through one hidden
+vector of n_embd numbers that every later token also writes into; attention keeps every earlier
+position's key and value and can look the digits up directly, as long as they are inside its window
+(block_size).
 
 Measured: teacher-forced digit accuracy at the recall point (the model reads the true text up to each
 digit of the second occurrence and we check whether its most likely next token is that digit), for held-out

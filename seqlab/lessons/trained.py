@@ -2,7 +2,7 @@
 lecture compares, their configs, one call into the trainer, and a DATA_DIR written from plain texts.
 
 The architectures differ only in the sequence mixer (and the position kind it needs): an Elman RNN and a
-GRU (the lecture's "long gradient paths"), a minGRU (gates from the input only, parallel scan) and causal
+GRU (the lecture's state chain h_1 -> h_2 -> ... -> h_L), a minGRU (gates from the input only, parallel scan) and causal
 self-attention with rotary positions ("direct connections"). Everything else (width, depth, MLP, budget,
 data, seed) comes from one base config, so differences come from the mixer.
 """
@@ -22,8 +22,8 @@ from seqlab.data.tokenizer import Tokenizer, fit_tokenizer
 from seqlab.models import LM, build_model
 from seqlab.train import Trainer
 
-# architecture -> the overrides that make it (recurrent mixers take no rotary positions: their order
-# is in the recurrence itself, lecture slide "Recurrent models read tokens in order")
+# architecture -> the overrides that make it (recurrent mixers take no rotary positions: the order of
+# the tokens is already in the recurrence, and the config refuses rope for them)
 ARCHS: dict[str, list[str]] = {
     "rnn": ["model.mixer=rnn", "model.pos=none"],
     "gru": ["model.mixer=gru", "model.pos=none"],
@@ -52,8 +52,8 @@ def train_arch(data_dir: Path, run_dir: Path, cfg: RunConfig, *, progress: bool 
     """Train `cfg` on `data_dir` into `run_dir` (replaced if a previous lesson run left one there) with
     the project's one trainer; return the final model (eval mode) and the trainer's summary."""
     run_dir = Path(run_dir)
-    if (run_dir / "run.json").exists():  # only ever a folder this lesson wrote before
-        shutil.rmtree(run_dir)
+    if any((run_dir / name).exists() for name in ("run.json", "trainer_state.pt", "config.json")):
+        shutil.rmtree(run_dir)  # a run this lesson wrote into its own work folder before (maybe interrupted)
     trainer = Trainer(data_dir, run_dir, cfg, progress=progress)
     summary = trainer.run()
     return trainer.model.eval(), summary
