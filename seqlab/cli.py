@@ -11,28 +11,9 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from seqlab import __version__
+from seqlab import __version__, cli_reports
+from seqlab.cli_types import positive_int, split_fractions, unit_float
 from seqlab.errors import UserError
-
-
-def _split_fractions(text: str) -> tuple[float, float, float]:
-    try:
-        parts = tuple(float(p) for p in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--split expects three numbers like 0.9,0.05,0.05, not {text!r}") from None
-    if len(parts) != 3 or any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-6:
-        raise argparse.ArgumentTypeError(f"--split expects three non-negative fractions that sum to 1, not {text!r}")
-    return parts  # type: ignore[return-value]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
-    return value
 
 
 # ---------------------------------------------------------------- prepare
@@ -49,17 +30,17 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic'")
     p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
     p.add_argument("--tokenizer", choices=("byte", "bpe"), default="byte")
-    p.add_argument("--vocab-size", type=_positive_int, default=4096, help="BPE vocabulary size (default 4096)")
-    p.add_argument("--split", type=_split_fractions, default=(0.9, 0.05, 0.05), help="train,val,test fractions")
+    p.add_argument("--vocab-size", type=positive_int, default=4096, help="BPE vocabulary size (default 4096)")
+    p.add_argument("--split", type=split_fractions, default=(0.9, 0.05, 0.05), help="train,val,test fractions")
     p.add_argument("--seed", type=int, default=0, help="seed of the thread-to-split hash (default 0)")
     p.add_argument("--keep-quotes", action="store_true", help="keep quoted replies and forwarded text")
     p.add_argument("--keep-signatures", action="store_true", help="keep signatures after '-- '")
     p.add_argument("--mask-pii", action="store_true", help="replace email addresses, URLs and phone numbers")
-    p.add_argument("--limit", type=_positive_int, default=None, help="read at most N messages")
-    p.add_argument("--count", type=_positive_int, default=2000, help="emails to generate for 'synthetic'")
+    p.add_argument("--limit", type=positive_int, default=None, help="read at most N messages")
+    p.add_argument("--count", type=positive_int, default=2000, help="emails to generate for 'synthetic'")
     p.add_argument("--groups", default=None, help="spamassassin groups, comma-separated (default: the ham groups)")
     p.add_argument("--cache-dir", type=Path, default=None, help="download cache (default ~/.cache/seqlab)")
-    p.add_argument("--workers", type=_positive_int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="processes that parse mail (default: one per CPU; 1 parses in-process)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -126,16 +107,6 @@ def _run_train(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- eval and complete
 
 
-def _unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, not {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, not {text!r}")
-    return value
-
-
 def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="loss, perplexity, bits per byte, compressor baselines and ExactMatch",
                        description="Evaluate RUN_DIR's best checkpoint over every window of a split: loss per "
@@ -145,11 +116,11 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
     p.add_argument("--split", choices=("val", "test"), default="val")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--threshold", type=_unit_float, default=0.0,
+    p.add_argument("--threshold", type=unit_float, default=0.0,
                    help="propose a completion only when the first word's probability is at least this")
-    p.add_argument("--coverage", type=_unit_float, default=None,
+    p.add_argument("--coverage", type=unit_float, default=None,
                    help="also report ExactMatch at the threshold that gives this coverage")
-    p.add_argument("--completion-emails", type=_positive_int, default=100)
+    p.add_argument("--completion-emails", type=positive_int, default=100)
     p.add_argument("--device", default="auto")
 
 
@@ -170,13 +141,13 @@ def _add_complete(sub: argparse._SubParsersAction) -> None:
                        "default). With --threshold, print nothing when the model is unsure.")
     p.add_argument("run_dir", type=Path)
     p.add_argument("prompt")
-    p.add_argument("--max-words", type=_positive_int, default=5)
+    p.add_argument("--max-words", type=positive_int, default=5)
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
-    p.add_argument("--top-k", type=_positive_int, default=None)
-    p.add_argument("--top-p", type=_unit_float, default=None)
-    p.add_argument("--beam", type=_positive_int, default=1)
+    p.add_argument("--top-k", type=positive_int, default=None)
+    p.add_argument("--top-p", type=unit_float, default=None)
+    p.add_argument("--beam", type=positive_int, default=1)
     p.add_argument("--seed", type=int, default=None, help="seed for sampling (reproducible)")
-    p.add_argument("--threshold", type=_unit_float, default=None, help="minimum confidence to suggest anything")
+    p.add_argument("--threshold", type=unit_float, default=None, help="minimum confidence to suggest anything")
     p.add_argument("--show-confidence", action="store_true")
     p.add_argument("--device", default="auto")
 
@@ -194,135 +165,6 @@ def _run_complete(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- inspection and lessons
-
-
-def _add_attention(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("attention", help="attention heatmaps and the soft-lookup table for a text",
-                       description="Draw the attention weights of every layer and head (or the chosen ones) "
-                       "for TEXT, tokens as axis labels, and the soft-lookup view of one query position: the "
-                       "keys it scored, their weights and what each value contributed.")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("text")
-    p.add_argument("--out", type=Path, required=True, help="FILE.png or FILE.html")
-    p.add_argument("--layer", type=int, default=None)
-    p.add_argument("--head", type=int, default=None)
-    p.add_argument("--query", type=int, default=None, help="token position of the soft-lookup (default: last)")
-
-
-def _run_attention(args: argparse.Namespace) -> int:
-    from seqlab.inspection import attention_command, lookup_path
-    from seqlab.plots import output_kind
-
-    out = attention_command(args.run_dir, args.text, args.out, layer=args.layer, head=args.head, query=args.query)
-    print(f"wrote {out}")
-    if output_kind(out) == "png":
-        print(f"wrote {lookup_path(out)}")
-    return 0
-
-
-def _add_inspect(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="position encodings and GRU gate activations for a text",
-                       description="Write heatmaps of the sinusoidal encoding, of learned position embeddings' "
-                       "similarity (if the model has them) and of GRU update/reset gates over TEXT (if a GRU).")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("text")
-    p.add_argument("--out", type=Path, required=True, help="output folder")
-
-
-def _run_inspect(args: argparse.Namespace) -> int:
-    from seqlab.inspection import inspect_command
-
-    for path in inspect_command(args.run_dir, args.out, args.text):
-        print(f"wrote {path}")
-    return 0
-
-
-def _add_lesson(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lesson", help="run one of the lecture's experiments",
-                       description="Run one of the lecture's experiments and write a plot, a table and a "
-                       "paragraph saying what was measured: permutation, scaling, gradient-path, parallel, memory.")
-    p.add_argument("name", help="permutation | scaling | gradient-path | parallel | memory")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--size", choices=("tiny", "small"), default="small", help="tiny: seconds; small: minutes")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true")
-
-
-def _run_lesson(args: argparse.Namespace) -> int:
-    from seqlab.lessons import LESSONS, run_lesson
-
-    if args.name not in LESSONS:
-        raise UserError(f"unknown lesson {args.name!r}; choose one of {', '.join(LESSONS)}")
-    result = run_lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
-    print(result.paragraph)
-    for path in result.files:
-        print(f"wrote {path}")
-    return 0
-
-
-# ---------------------------------------------------------------- compare
-
-
-def _add_compare(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="train several architectures on one corpus with a matched budget, report",
-                       description="Train a set of architectures on DATA_DIR with the same budget (tokens or "
-                       "minutes) and, where the families allow, the same parameter count within 10%; write "
-                       "report.md, report.html, results.csv and results.json to REPORT_DIR. Models: rnn, gru, "
-                       "mingru, attn1 (single head), attn-none, attn-learned, attn-sinusoidal, attn-rope, attn-alibi.")
-    p.add_argument("data_dir", type=Path)
-    p.add_argument("--out", type=Path, required=True, help="REPORT_DIR")
-    p.add_argument("--preset", default="small", help="tiny | small (default small)")
-    p.add_argument("--models", default=None, help="comma-separated model names (default: all)")
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, default=None, help="wall-clock training minutes per model")
-    budget.add_argument("--tokens", type=_positive_int, default=None, help="training tokens per model")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--coverage", type=_unit_float, default=0.5, help="coverage at which ExactMatch is compared")
-    p.add_argument("--completion-emails", type=_positive_int, default=100)
-    p.add_argument("--no-match-params", action="store_true", help="keep each family at the preset's width")
-    p.add_argument("--quiet", action="store_true")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every model")
-
-
-def _run_compare(args: argparse.Namespace) -> int:
-    from seqlab.compare import compare, format_table
-    from seqlab.compare_plan import parse_models
-
-    if args.minutes is not None and args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, not {args.minutes}")
-    results = compare(args.data_dir, args.out, preset=args.preset, models=parse_models(args.models),
-                      minutes=args.minutes, tokens=args.tokens, seed=args.seed, progress=not args.quiet,
-                      overrides=args.overrides, coverage=args.coverage, match_params=not args.no_match_params,
-                      completion_emails=args.completion_emails)
-    print(format_table(results))
-    print(f"wrote {args.out}/report.md, report.html, results.csv, results.json")
-    return 0
-
-
-# ---------------------------------------------------------------- demo
-
-
-def _add_demo(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="prepare SpamAssassin ham, train a GRU and an attention model, compare them",
-                       description="The main job: prepare the SpamAssassin ham corpus, train a small GRU and a "
-                       "small multi-head RoPE attention model for a few minutes each, evaluate both on the test "
-                       "split beside xz, and print a table and completions. About 10 minutes on 2 CPU cores.")
-    p.add_argument("--out", type=Path, default=Path("out/demo"), help="output folder (default out/demo)")
-    p.add_argument("--minutes", type=float, default=3.5, help="training minutes per model (default 3.5)")
-    p.add_argument("--source", default="spamassassin", help="mail source (default spamassassin)")
-    p.add_argument("--quiet", action="store_true")
-
-
-def _run_demo(args: argparse.Namespace) -> int:
-    from seqlab.demo import demo
-
-    if args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, not {args.minutes}")
-    demo(args.out, source=args.source, minutes=args.minutes, progress=not args.quiet)
-    return 0
-
-
 # ---------------------------------------------------------------- entry point
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -330,11 +172,11 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "train": (_add_train, _run_train),
     "eval": (_add_eval, _run_eval),
     "complete": (_add_complete, _run_complete),
-    "attention": (_add_attention, _run_attention),
-    "inspect": (_add_inspect, _run_inspect),
-    "lesson": (_add_lesson, _run_lesson),
-    "compare": (_add_compare, _run_compare),
-    "demo": (_add_demo, _run_demo),
+    "attention": (cli_reports.add_attention, cli_reports.run_attention),
+    "inspect": (cli_reports.add_inspect, cli_reports.run_inspect),
+    "lesson": (cli_reports.add_lesson, cli_reports.run_lesson),
+    "compare": (cli_reports.add_compare, cli_reports.run_compare),
+    "demo": (cli_reports.add_demo, cli_reports.run_demo),
 }
 
 

@@ -23,7 +23,6 @@ import dataclasses
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 StopFn = Callable[[list[int]], bool]

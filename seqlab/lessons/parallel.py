@@ -12,7 +12,6 @@ explicit gate-by-gate Python loop and through PyTorch's fused kernel (both seque
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
