@@ -25,9 +25,24 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from seqlab.data.batches import IGNORE_INDEX, WindowSampler, eval_window_count, fixed_eval_batches, iter_eval_windows
-from seqlab.data.stream import StreamSampler, iter_eval_streams
 from seqlab.errors import UserError
+
+# The batch makers need torch; they are re-exported lazily (PEP 562) so that `prepare`, which only writes
+# tokens, does not pay torch's import time and memory.
+_LAZY = {
+    "IGNORE_INDEX": "seqlab.data.batches", "WindowSampler": "seqlab.data.batches",
+    "eval_window_count": "seqlab.data.batches", "fixed_eval_batches": "seqlab.data.batches",
+    "iter_eval_windows": "seqlab.data.batches", "StreamSampler": "seqlab.data.stream",
+    "iter_eval_streams": "seqlab.data.stream",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "IDX_DTYPE", "IGNORE_INDEX", "TokenWriter", "TokenStore", "token_dtype", "load_meta",
