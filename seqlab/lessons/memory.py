@@ -107,8 +107,13 @@ def recall_accuracy(model: LM, tok: Tokenizer, probes: list[MemoryEmail], window
     return digit_acc, sum(all(h) for h in hits) / len(hits)
 
 
-def _plot(table: dict[str, dict[int, float]], spec: Spec) -> plt.Figure:
+def _plot(table: dict[str, dict[int, float]], spec: Spec, rows: list[dict]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    inside = [r["d_words"] for r in rows if r["in_window"] >= 0.5]
+    outside = [r["d_words"] for r in rows if r["in_window"] < 0.5]
+    if inside and outside:  # shade the distances whose reference attention can no longer see
+        ax.axvspan((max(inside) + min(outside)) / 2, max(outside) + 1, color="grey", alpha=0.12,
+                   label="reference outside attention's window")
     for arch, accs in table.items():
         ds = sorted(accs)
         ax.plot(ds, [accs[d] for d in ds], "o-", color=COLORS[arch], label=LABELS[arch])
@@ -167,7 +172,7 @@ def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True)
                 "whole_reference": {a: {str(d): v for d, v in whole[a].items()} for a in ARCHS},
                 "models": info, "block_size": base.model.block_size, "probes_per_distance": spec.probes,
                 "train_distances": [spec.train_distances.start, spec.train_distances.stop - 1]}
-    return write_lesson(Path(out), NAME, "Memory: recalling a reference d words later", _plot(acc, spec), rows,
+    return write_lesson(Path(out), NAME, "Memory: recalling a reference d words later", _plot(acc, spec, rows), rows,
                         _paragraph(acc, info, spec, base.model.block_size, rows), measured)
 
 
@@ -193,8 +198,9 @@ def _paragraph(acc: dict[str, dict[int, float]], info: dict[str, dict[str, float
                     f"{max(acc[a][d] for d in inside):.2f})" for a in ARCHS) + ". "
     )
     for r in outside:
-        text += (f"At d = {r['d_words']} the reference is {r['bytes_apart']:.0f} byte tokens back, outside the window "
-                 f"for {1 - r['in_window']:.0%} of probes, and attention scored {r['attention']:.2f}. ")
+        beyond = " (also beyond the training distances)" if r["d_words"] >= spec.train_distances.stop else ""
+        text += (f"At d = {r['d_words']}{beyond} the reference is {r['bytes_apart']:.0f} byte tokens back, outside "
+                 f"the window for {1 - r['in_window']:.0%} of probes, and attention scored {r['attention']:.2f}. ")
     text += ("A recurrent model must carry the digits through one hidden vector of n_embd numbers that every later "
              "token rewrites (fixed-width memory); attention keeps every earlier position's key and value and can "
              "look the digits up, so its accuracy need not fall with d, but only inside its window. ")
