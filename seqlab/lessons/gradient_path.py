@@ -181,10 +181,9 @@ def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, di
 
     tr, init = stats["trained"], stats["init"]
     params = ", ".join(f"{LABELS[a]} {int(info[a]['params']):,}" for a in ARCHS)
-    changes = ", ".join(
-        f"{'slowed' if tr[a]['slope_ln_per_token'] > init[a]['slope_ln_per_token'] else 'sped up'} the "
-        f"{LABELS[a]}'s decay (x{init[a]['factor_per_token']:.3f} -> x{tr[a]['factor_per_token']:.3f} per token)"
-        for a in ("rnn", "gru", "mingru"))
+    changes = [f"{'slowed' if tr[a]['slope_ln_per_token'] > init[a]['slope_ln_per_token'] else 'sped up'} the "
+               f"{LABELS[a]}'s decay (x{init[a]['factor_per_token']:.3f} -> x{tr[a]['factor_per_token']:.3f} per token)"
+               for a in ("rnn", "gru", "mingru")]
     steepest = min(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     flattest = max(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     return (
@@ -200,5 +199,5 @@ def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, di
         f"untrained RNN loses a factor {1 / init['rnn']['factor_per_token']:.2f} per token. Attention reaches "
         f"every earlier position in one step, so its curve has no built-in decay (untrained ratio "
         f"{init['attention']['ratio_max_to_1']:.2g}). After training the steepest decay was {LABELS[steepest]}'s "
-        f"and the flattest curve {LABELS[flattest]}'s; training {changes}."
+        f"and the flattest curve {LABELS[flattest]}'s; training {', '.join(changes[:-1])} and {changes[-1]}."
     )
