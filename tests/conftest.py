@@ -34,3 +34,16 @@ def tiny_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=20", "train.threads=1"])
     train(tiny_data_dir, run, cfg, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def gru_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny GRU trained for 5 steps (no positions)."""
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.train import train
+
+    run = tmp_path_factory.mktemp("runs") / "gru"
+    cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.max_steps=5",
+                                               "train.threads=1"])
+    train(tiny_data_dir, run, cfg, progress=False)
+    return run

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from seqlab import plots, probe
-from seqlab.config import ModelConfig, apply_overrides, get_preset
+from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
 from seqlab.html_page import heat_table
@@ -22,18 +22,6 @@ from seqlab.models import build_model
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEXT = "Hi Ann,\nplease send the report."
-
-
-@pytest.fixture(scope="module")
-def gru_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GRU trained for 5 steps (no positions)."""
-    from seqlab.train import train
-
-    run = tmp_path_factory.mktemp("runs") / "gru"
-    cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.max_steps=5",
-                                               "train.threads=1"])
-    train(tiny_data_dir, run, cfg, progress=False)
-    return run
 
 
 @pytest.fixture(scope="module")

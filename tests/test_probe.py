@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlab import probe
-from seqlab.config import ModelConfig, apply_overrides, get_preset
+from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer, fit_tokenizer
 from seqlab.errors import UserError
 from seqlab.models import build_model
@@ -28,18 +28,6 @@ TEXT = "Hi Bob,\nplease send the report before Friday."
 def attn_run(tiny_run_dir: Path):
     model, tok, _ = load_run(tiny_run_dir, device="cpu")
     return model, tok
-
-
-@pytest.fixture(scope="module")
-def gru_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GRU trained for 5 steps (no positions)."""
-    from seqlab.train import train
-
-    run = tmp_path_factory.mktemp("runs") / "gru"
-    cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.max_steps=5",
-                                               "train.threads=1"])
-    train(tiny_data_dir, run, cfg, progress=False)
-    return run
 
 
 def _model(pos: str, mixer: str = "attention", n_layer: int = 2) -> torch.nn.Module:
