@@ -39,11 +39,15 @@ from seqlab.models.lm import LMState, map_tensors
 IGNORE = -1  # target id the loss ignores (padding, no next token inside the email)
 
 
-def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float) -> float:
-    """Linear warmup over `warmup` steps, then cosine decay from lr to lr * min_ratio at max_steps."""
+def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float, time_frac: float = 0.0) -> float:
+    """Linear warmup over `warmup` steps, then cosine decay from lr to lr * min_ratio at max_steps.
+
+    `time_frac` (elapsed / wall-clock budget, when there is one) moves the decay along with time, so a
+    run stopped by train.max_minutes still ends at the low learning rate: whichever budget runs out first
+    sets the pace. (A time-paced schedule is not bitwise repeatable; step-paced runs are.)"""
     if warmup and step < warmup:
         return lr * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+    progress = min(1.0, max((step - warmup) / max(1, max_steps - warmup), time_frac))
     return lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -224,11 +228,16 @@ class Trainer:
                 x, y = self.sampler.batch(index)
                 yield x.to(self.device), y.to(self.device), None
 
+    def _time_frac(self) -> float:
+        """Share of the wall-clock budget used so far (0 without a budget)."""
+        t = self.cfg.train
+        return self.state.elapsed / (t.max_minutes * 60) if t.max_minutes else 0.0
+
     def train_step(self, step: int) -> float:
         """One optimizer step; returns the mean training loss over its micro-batches."""
         t = self.cfg.train
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio)
+            group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac())
         self.model.train()
         total = 0.0
         for x, y, reset in self._batches(step):

@@ -33,6 +33,10 @@ def test_lr_schedule_warms_up_then_decays() -> None:
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
     assert lrs[-1] == pytest.approx(0.1, abs=1e-3)
+    # a wall-clock budget paces the decay when it runs out before the step budget
+    assert lr_at(20, 1.0, 10, 1000, 0.1, time_frac=1.0) == pytest.approx(0.1)
+    assert lr_at(20, 1.0, 10, 1000, 0.1, time_frac=0.5) == pytest.approx(0.55)
+    assert lr_at(20, 1.0, 10, 1000, 0.1, time_frac=0.0) == lr_at(20, 1.0, 10, 1000, 0.1)
 
 
 @pytest.mark.parametrize("mixer", ["attention", "gru"])
