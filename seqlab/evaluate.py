@@ -2,10 +2,12 @@
 
 Every target of the split is scored once (not a sample):
 
-- Attention models (and any model with learned positions) see independent windows of at most
-  `block_size` tokens inside one email (`seqlab.data.iter_eval_windows`: an email's last window is
-  aligned to its end so its first targets keep context; targets already counted are skipped). That is
-  the context they were trained with.
+- Attention models (and any model with learned positions) see windows of at most `block_size` tokens
+  inside one email, overlapping by half (`seqlab.data.iter_eval_windows` with stride block_size // 2):
+  each window after an email's first scores only the targets no earlier window scored, so every such
+  target is predicted with at least half a window of context, as it would be while typing. Side-by-side
+  windows would make the first tokens of every window guess with almost no context, a handicap of the
+  evaluation, not of the model. The last window is aligned to the email's end.
 - Recurrent models read each email from its first token to its last in chunks of `block_size`, with
   the hidden state carried from chunk to chunk (emails are the batch lanes, sorted by length), so a
   window cut never costs them context; the result does not depend on `block_size` or the batch size.
@@ -90,7 +92,9 @@ def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size
     if carry:
         batches = _email_lane_batches(store, block_size, batch_size, tokenizer.pad_id)
     else:
-        batches = ((True, x, y) for x, y in iter_eval_windows(store, block_size, batch_size, tokenizer.pad_id))
+        stride = max(1, block_size // 2)  # overlap by half: scored targets keep context (module docstring)
+        batches = ((True, x, y) for x, y in iter_eval_windows(store, block_size, batch_size, tokenizer.pad_id,
+                                                               stride=stride))
     nll, tokens, nbytes, state = 0.0, 0, 0, None
     was_training = model.training
     model.eval()

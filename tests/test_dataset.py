@@ -334,16 +334,26 @@ def test_eval_streams_cover_targets_in_stored_order(tmp_path: Path) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=15), block_size=st.integers(1, 12),
-       batch_size=st.integers(1, 5), seed=st.integers(0, 2**31))
-def test_properties_over_random_corpora(lengths: list[int], block_size: int, batch_size: int, seed: int) -> None:
+       batch_size=st.integers(1, 5), seed=st.integers(0, 2**31), stride_frac=st.floats(0.0, 1.0))
+def test_properties_over_random_corpora(lengths: list[int], block_size: int, batch_size: int, seed: int,
+                                        stride_frac: float) -> None:
+    stride = max(1, round(stride_frac * block_size))
     with tempfile.TemporaryDirectory() as tmp:
         store, pad = coded_store(Path(tmp), lengths)
         n_targets = store.num_tokens - store.num_emails
-        batches = list(iter_eval_windows(store, block_size, batch_size, pad))
-        for x, y in batches:
-            check_pairs(store, x, y, pad)
-        got = eval_targets(batches) if batches else np.zeros(0, dtype=np.int64)
-        assert np.array_equal(np.sort(got), target_positions(store)) and len(got) == n_targets
+        for s in (None, stride):  # side by side, and overlapping windows
+            batches = list(iter_eval_windows(store, block_size, batch_size, pad, stride=s))
+            for x, y in batches:
+                check_pairs(store, x, y, pad)
+            got = eval_targets(batches) if batches else np.zeros(0, dtype=np.int64)
+            assert np.array_equal(np.sort(got), target_positions(store)) and len(got) == n_targets
+            assert sum(len(x) for x, _ in batches) == eval_window_count(store, block_size, stride=s)
+            if s is not None:  # a window that does not start its email scores only targets with context
+                for x, y in batches:
+                    first = x[:, 0].numpy()  # tokens are coded with their global position
+                    starts_email = np.isin(first, store.starts)
+                    cols = (y[torch.from_numpy(~starts_email)] != -1).nonzero()[:, 1]
+                    assert bool((cols >= block_size - s).all())
 
         stream = StreamSampler(store, block_size, batch_size, seed, pad)
         x, y, reset = lane_reads(stream, epoch=1)

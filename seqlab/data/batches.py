@@ -97,40 +97,52 @@ class WindowSampler:
                               self.pad_id)
 
 
-def _eval_windows(store: TokenStore, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _eval_windows(store: TokenStore, block_size: int,
+                  stride: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Global start, real length and skipped leading targets of every evaluation window, in email order.
 
-    An email of L tokens has L - 1 targets, cut into K = ceil((L - 1) / T) windows: windows k < K - 1
-    start at kT; the last one is aligned to the email's end so that its first targets see more context,
-    and the targets an earlier window already counted are skipped. Each target is counted exactly once.
+    An email of L tokens has n = L - 1 targets. Window 0 starts at the email's start; window k starts
+    k * S later (stride S, default T: windows side by side) and scores only the S targets no earlier
+    window scored, so with S < T every scored target after the first window sees at least T - S tokens
+    of context. The last window is aligned to the email's end, so its first targets see more context,
+    and skips what earlier windows already counted. Each target is counted exactly once.
     """
     T = block_size
+    S = T if stride is None else stride
     L = store.lengths
     n = np.maximum(L - 1, 0)  # targets per email
-    K = (n + T - 1) // T  # windows per email
+    K = np.where(n > 0, 1 + (np.maximum(n - T, 0) + S - 1) // S, 0)  # windows per email
     e = np.repeat(np.arange(len(L)), K)  # (W,) email of each window
     k = np.arange(len(e)) - np.repeat(np.cumsum(K) - K, K)  # (W,) window number inside its email
     tail = (k == K[e] - 1) & (K[e] > 1)  # last window of an email that needs several
-    s = np.where(tail, L[e] - 1 - T, k * T)
-    skip = np.where(tail, (K[e] - 1) * T - s, 0)
+    s = np.where(tail, L[e] - 1 - T, k * S)
+    covered = T + (K[e] - 2) * S  # targets counted before the tail window
+    skip = np.where(tail, covered - s, np.where(k > 0, T - S, 0))
     return store.starts[e] + s, np.minimum(T + 1, L[e] - s), skip
 
 
-def eval_window_count(store: TokenStore, block_size: int) -> int:
+def _check_stride(block_size: int, stride: int | None) -> None:
+    if stride is not None and not 1 <= stride <= block_size:
+        raise ValueError(f"the evaluation stride must be between 1 and block_size={block_size}, not {stride}")
+
+
+def eval_window_count(store: TokenStore, block_size: int, stride: int | None = None) -> int:
     """How many windows `iter_eval_windows` yields in all (batches: ceil(count / batch_size))."""
     check_positive(block_size=block_size)
-    n = np.maximum(store.lengths - 1, 0)
-    return int(((n + block_size - 1) // block_size).sum())
+    _check_stride(block_size, stride)
+    return len(_eval_windows(store, block_size, stride)[0])
 
 
-def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int,
-                      pad_id: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
+                      stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) batches over every window of the split, covering each target exactly once, in email order.
 
+    `stride` < block_size overlaps the windows so that scored targets keep context (see `_eval_windows`).
     The last batch may have fewer than `batch_size` rows.
     """
     check_positive(block_size=block_size, batch_size=batch_size)
-    start, length, skip = _eval_windows(store, block_size)
+    _check_stride(block_size, stride)
+    start, length, skip = _eval_windows(store, block_size, stride)
     for a in range(0, len(start), batch_size):
         sl = slice(a, a + batch_size)
         yield gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])
