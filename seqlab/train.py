@@ -312,7 +312,10 @@ class Trainer:
     def run(self) -> dict[str, Any]:
         t, s = self.cfg.train, self.state
         self._write_run_info()
-        bar = tqdm(total=t.max_steps, initial=s.step, desc="training", unit=" step", disable=not self.show_progress)
+        # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
+        timed = bool(t.max_minutes)
+        total, done, unit = (round(t.max_minutes * 60), round(s.elapsed), "s") if timed else (t.max_steps, s.step, " step")
+        bar = tqdm(total=total, initial=done, desc="training", unit=unit, disable=not self.show_progress)
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
         session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
         with _StopFlag() as flag:
@@ -324,8 +327,9 @@ class Trainer:
                 s.elapsed += dt
                 self._after_step(loss, dt, s.tokens - tokens_before)
                 session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
+                bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
+                bar.set_postfix(step=s.step, loss=f"{loss:.3f}",
+                                tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
             bar.close()
             if s.step > start_step and self.last_eval_step != s.step:
                 # stopped between evaluations (budget, signal): measure and keep the final weights too
