@@ -19,7 +19,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: venv
 	$(VENV)/bin/seqlab demo --out $(OUT)
 
+# Lint and the import rules of ARCHITECTURE.md first: they take seconds and say exactly what broke.
 test: venv
+	$(VENV)/bin/ruff check -q .
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
 bench: venv

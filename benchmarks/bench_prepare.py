@@ -13,7 +13,7 @@ N/10 `.eml` files. Each measurement runs `prepare` in a fresh child process, so 
 
 Throughput is MB of raw mail (the corpus size on disk) per wall second, overall and per stage:
 read+parse+clean, dedupe/spool (main-process time inside the reading loop, overlapped with the workers),
-thread/split, tokenizer fit, loading torch (the token store module imports it: a fixed cost), encode+write.
+thread/split, tokenizer fit, encode+write. (prepare never imports torch.)
 Because this machine may be shared, the table also gives the CPU seconds of the main process and of the
 workers, and "cpu-bound MB/s": the rate two free cores would reach if the run were limited by CPU alone,
 raw MB / max(main CPU, (main + workers CPU) / 2). Memory: peak RSS of the main process (which holds the
@@ -39,14 +39,14 @@ from typing import Any
 
 MB = 1e6
 STAGES = (("read+parse", "parse_s"), ("dedupe+spool", "dedupe_spool_s"), ("thread+split", "thread_split_s"),
-          ("fit tokenizr", "fit_s"), ("load torch", "load_s"), ("encode+write", "encode_s"))
+          ("fit tokenizr", "fit_s"), ("encode+write", "encode_s"))
 
 
 # ---------------------------------------------------------------- the corpus, written once
 
 
 def _mbox_escape(raw: bytes) -> bytes:
-    """mboxrd quoting: a body line starting with ">*From " gets one more ">" (mailfiles.py undoes it)."""
+    """mboxrd quoting: a body line starting with ">*From " gets one more ">" (seqlab.data.mail.files undoes it)."""
     lines = raw.split(b"\n")
     return b"\n".join(b">" + line if line.lstrip(b">").startswith(b"From ") else line for line in lines)
 
@@ -58,7 +58,7 @@ def write_corpus(cache: Path, sizes: list[int], tree_size: int, prefix: str = "s
     Written once: one pass of the generator fills every file (the messages of a smaller corpus are the
     first ones of the largest), and files appear under their final names only when complete.
     """
-    from seqlab.data.synthetic import synthetic_messages
+    from seqlab.data.synthetic.generator import synthetic_messages
 
     cache.mkdir(parents=True, exist_ok=True)
     paths = {f"mbox-{n}": cache / f"{prefix}-{n}.mbox" for n in sizes}
@@ -167,8 +167,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Peak RSS against corpus size (byte/mbox/default-workers runs) and the growth per kept email.
 
-    The reading stage's peak is the one that shows streaming (torch, loaded afterwards for the token
-    store, adds a fixed ~200 MB to the final peak). The run on messages about 3.5x longer, at the same
+    The reading stage's peak is the one that shows streaming (the encode stage adds its write buffers and
+    the tokenizer to the final peak). The run on messages about 3.5x longer, at the same
     count as the smallest run, shows what memory does when only message size changes.
     """
     runs = sorted((r for r in rows if r["name"].startswith("mbox-byte-") and r["workers"] != 1),
@@ -179,7 +179,8 @@ def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "read_peak_rss_mb": {r["messages"]: r["stats"]["read_peak_rss_bytes"] / MB for r in runs},
         "peak_rss_mb": {r["messages"]: r["peak_rss_bytes"] / MB for r in runs},
-        "read_bytes_per_email": (large["stats"]["read_peak_rss_bytes"] - small["stats"]["read_peak_rss_bytes"]) / emails,
+        "read_bytes_per_email":
+            (large["stats"]["read_peak_rss_bytes"] - small["stats"]["read_peak_rss_bytes"]) / emails,
         "bytes_per_email": (large["peak_rss_bytes"] - small["peak_rss_bytes"]) / emails,
         "raw_bytes_per_email": large["raw_bytes"] / large["messages"],
         "long": None if long is None else {
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(json.loads(args.child))))
         return 0
-    from seqlab.data.parallel import default_workers
+    from seqlab.data.mail.workers import default_workers
 
     n = 10_000 if args.quick else args.messages
     if n < 100:

@@ -1,6 +1,6 @@
 """`python -m seqlab` is the same program as the `seqlab` console script."""
 
-from seqlab.cli import main
+from seqlab.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -12,8 +12,9 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 MIXERS = ("rnn", "gru", "mingru", "attention")
 RECURRENT_MIXERS = ("rnn", "gru", "mingru")
@@ -84,7 +85,8 @@ class DataConfig:
     min_window_tokens: int = 2
 
     def __post_init__(self) -> None:
-        _check(self.mode in ("auto", "windows", "stream"), f"data.mode must be auto, windows or stream, not {self.mode!r}")
+        _check(self.mode in ("auto", "windows", "stream"),
+               f"data.mode must be auto, windows or stream, not {self.mode!r}")
         _check(self.min_window_tokens >= 2, f"data.min_window_tokens must be at least 2, not {self.min_window_tokens}")
 
     def resolved_mode(self, mixer: str) -> str:
@@ -128,7 +130,8 @@ class TrainConfig:
         _check(self.max_minutes >= 0, f"train.max_minutes must be 0 or more, not {self.max_minutes}")
         _check(self.weight_decay >= 0, f"train.weight_decay must be 0 or more, not {self.weight_decay}")
         _check(self.grad_clip >= 0, f"train.grad_clip must be 0 or more, not {self.grad_clip}")
-        _check(self.device in ("auto", "cpu", "cuda", "mps"), f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
+        _check(self.device in ("auto", "cpu", "cuda", "mps"),
+               f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
 
 
 @dataclass
@@ -146,12 +149,12 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         sections = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(d) - set(sections)
         _check(not unknown, f"unknown config section(s): {', '.join(sorted(unknown))}")
         kwargs = {}
-        for name, f in sections.items():
+        for name in sections:
             sub_cls = typing.get_type_hints(cls)[name]
             sub = d.get(name, {})
             known = {g.name for g in dataclasses.fields(sub_cls)}

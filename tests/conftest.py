@@ -28,7 +28,7 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny attention model trained for a few steps on `tiny_data_dir`."""
     from seqlab.config import apply_overrides, get_preset
-    from seqlab.train import train
+    from seqlab.training.trainer import train
 
     run = tmp_path_factory.mktemp("runs") / "attn"
     cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=20", "train.threads=1"])
@@ -40,7 +40,7 @@ def tiny_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 def gru_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny GRU trained for 5 steps (no positions)."""
     from seqlab.config import apply_overrides, get_preset
-    from seqlab.train import train
+    from seqlab.training.trainer import train
 
     run = tmp_path_factory.mktemp("runs") / "gru"
     cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.max_steps=5",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import base64
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 Builder = Callable[[random.Random], bytes]
 

@@ -186,7 +186,8 @@ def test_self_attention_is_permutation_equivariant_without_mask() -> None:
 # ------------------------------------------------------------------ against torch.nn.MultiheadAttention
 
 
-def _pair(n_embd: int, n_head: int, bias: bool, kdim: int | None = None) -> tuple[MultiHeadAttention, nn.MultiheadAttention]:
+def _pair(n_embd: int, n_head: int, bias: bool,
+          kdim: int | None = None) -> tuple[MultiHeadAttention, nn.MultiheadAttention]:
     ref = nn.MultiheadAttention(n_embd, n_head, bias=bias, batch_first=True, kdim=kdim, vdim=kdim)
     ours = MultiHeadAttention(n_embd, n_head, bias=bias, kdim=kdim)
     with torch.no_grad():

@@ -14,7 +14,8 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from seqlab.checkpoint import (
+from seqlab.errors import UserError
+from seqlab.runs.checkpoint import (
     CheckpointWarning,
     atomic_write_bytes,
     atomic_write_text,
@@ -28,7 +29,6 @@ from seqlab.checkpoint import (
     save_checkpoint,
     save_run_checkpoint,
 )
-from seqlab.errors import UserError
 
 
 class TinyLM(nn.Module):
@@ -68,7 +68,8 @@ def _save_steps(run_dir: Path, steps: list[int], keep: int = 2, best: tuple[int,
     models = {}
     for s in steps:
         model, opt = _trained(seed=s, steps=1)
-        save_run_checkpoint(run_dir, model, _state(opt, s), '{"step": %d}' % s, '{"tok": 1}', is_best=s in best, keep=keep)
+        save_run_checkpoint(run_dir, model, _state(opt, s), json.dumps({"step": s}), '{"tok": 1}',
+                            is_best=s in best, keep=keep)
         models[s] = model
     return models
 
@@ -97,7 +98,8 @@ def test_round_trip_weights_optimizer_and_rng(tmp_path: Path) -> None:
     assert not _same_weights(fresh, model)
     loaded = load_latest(tmp_path)
     assert loaded is not None and loaded.step == 7 and loaded.path == tmp_path / "checkpoints" / "step_000007"
-    assert (loaded.config_json, loaded.tokenizer_json, loaded.trainer_state["data_pos"]) == ('{"a": 1}', '{"t": 2}', [3, 7])
+    saved = (loaded.config_json, loaded.tokenizer_json, loaded.trainer_state["data_pos"])
+    assert saved == ('{"a": 1}', '{"t": 2}', [3, 7])
     loaded.load_into(fresh)
     assert _same_weights(fresh, model)
     fresh_opt.load_state_dict(loaded.trainer_state["optimizer"])

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from seqlab.cli import main
+from seqlab.cli.main import main
 from seqlab.config import RunConfig, apply_overrides, get_preset
 
 
@@ -30,7 +30,9 @@ def test_bad_option_is_exit_2_without_traceback() -> None:
 def test_overrides_are_typed_and_checked() -> None:
     cfg = apply_overrides(get_preset("tiny"), ["model.mixer=gru", "model.pos=none", "train.lr=1e-2", "model.bias=true"])
     assert cfg.model.mixer == "gru" and cfg.train.lr == 1e-2 and cfg.model.bias is True
-    for bad in (["model.nope=1"], ["train.lr=fast"], ["mixer=gru"], ["model.mixer=lstm"], ["model.pos=rope", "model.mixer=gru"]):
+    bads = (["model.nope=1"], ["train.lr=fast"], ["mixer=gru"], ["model.mixer=lstm"],
+            ["model.pos=rope", "model.mixer=gru"])
+    for bad in bads:
         with pytest.raises(ValueError):
             apply_overrides(get_preset("tiny"), bad)
 

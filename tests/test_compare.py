@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from seqlab.compare import _run_status, compare, format_table
-from seqlab.compare_plan import (
+from seqlab.config import RunConfig, apply_overrides, get_preset
+from seqlab.errors import UserError
+from seqlab.models import build_model
+from seqlab.studies.compare.plan import (
     DEFAULT_MODELS,
     PARAM_TOLERANCE,
     UNBOUNDED_STEPS,
@@ -25,9 +27,7 @@ from seqlab.compare_plan import (
     reference_config,
     width_steps,
 )
-from seqlab.config import RunConfig, apply_overrides, get_preset
-from seqlab.errors import UserError
-from seqlab.models import build_model
+from seqlab.studies.compare.run import _run_status, compare, format_table
 
 ROW_FIELDS = {"model", "mixer", "pos", "n_layer", "n_embd", "n_head", "params", "params_ratio", "steps", "tokens",
               "tokens_per_s", "train_s", "peak_mem_mb", "val_loss", "val_ppl", "val_bpb", "test_loss", "test_ppl",

@@ -1,4 +1,4 @@
-"""Tests for seqlab.data.corpus: dedupe, threading and the leakage-free split by thread."""
+"""Tests for seqlab.data.mail.corpus: dedupe, threading and the leakage-free split by thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqlab.data.corpus import (
+from seqlab.data.mail.corpus import (
     MIN_DUPLICATE_BODY_CHARS,
     SPLITS,
     Deduper,
@@ -21,7 +21,7 @@ from seqlab.data.corpus import (
     split_corpus,
     split_for_thread,
 )
-from seqlab.data.records import Email
+from seqlab.data.mail.records import Email
 
 WORDS = "report slides meeting budget friday review draft invoice contract schedule agenda notes".split()
 
@@ -58,7 +58,8 @@ def make_corpus(n_conv: int, seed: int, prefix: str = "c") -> tuple[list[Email],
             out.append(_email(f"{conv}.resent@ex.org", conv, subject, "  " + body0.upper(), a, b))
             expected["duplicate"] += 1
         if rng.random() < 0.2:  # the same long body sent to someone else under another subject
-            out.append(_email(f"{conv}.dup@ex.org", f"{conv}-dup", "Fwd: " + subject + " x", body0, "w@ex.org", "q@ex.org"))
+            out.append(_email(f"{conv}.dup@ex.org", f"{conv}-dup", "Fwd: " + subject + " x", body0,
+                              "w@ex.org", "q@ex.org"))
             expected["duplicate_body"] += 1
         if rng.random() < 0.2:  # a forward is a new conversation with new participants
             out.append(_email(f"{conv}.fwd@ex.org", f"{conv}-fwd", "Fwd: " + subject,

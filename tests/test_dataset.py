@@ -17,18 +17,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqlab.data.dataset import (
-    StreamSampler,
-    TokenStore,
-    TokenWriter,
-    WindowSampler,
-    eval_window_count,
-    fixed_eval_batches,
-    iter_eval_streams,
-    iter_eval_windows,
-    load_meta,
-    token_dtype,
-)
+from seqlab.data.batches import WindowSampler, eval_window_count, fixed_eval_batches, iter_eval_windows
+from seqlab.data.store import TokenStore, TokenWriter, load_meta, token_dtype
+from seqlab.data.streams import StreamSampler, iter_eval_streams
 from seqlab.errors import UserError
 
 # Lengths with emails of 1 and 2 tokens, emails shorter than a window (T = 8) and several windows long.

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqlab.data import mailfiles
-from seqlab.data.emails import (
+from seqlab.data.mail import files as mailfiles
+from seqlab.data.mail.mime import decode_bytes, decode_header_text, normalize_charset, parse_addresses
+from seqlab.data.mail.reader import (
     SKIP_REASONS,
     CleanOptions,
     detect_source_kind,
@@ -28,8 +29,7 @@ from seqlab.data.emails import (
     strip_quotes,
     strip_signature,
 )
-from seqlab.data.mime import decode_bytes, decode_header_text, normalize_charset, parse_addresses
-from seqlab.data.records import Email, SkipReport
+from seqlab.data.mail.records import Email, SkipReport
 from seqlab.errors import UserError
 
 OPTS = CleanOptions()

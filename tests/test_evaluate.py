@@ -13,12 +13,18 @@ import pytest
 import torch
 from torch import nn
 
-from seqlab.complete import Completion, split_words
 from seqlab.config import ModelConfig
-from seqlab.data.dataset import TokenStore, TokenWriter
+from seqlab.data.store import TokenStore, TokenWriter
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluate import (
+from seqlab.evaluation.exact_match import (
+    collect_proposals,
+    sample_positions,
+    score_proposals,
+    threshold_for_coverage,
+    word_boundaries,
+)
+from seqlab.evaluation.run import (
     compressor_bpb,
     compressor_bpb_bytes,
     evaluate_lm,
@@ -27,14 +33,8 @@ from seqlab.evaluate import (
     split_bytes,
     split_texts,
 )
+from seqlab.generation.complete import Completion, split_words
 from seqlab.models import build_model
-from seqlab.smart_compose import (
-    collect_proposals,
-    sample_positions,
-    score_proposals,
-    threshold_for_coverage,
-    word_boundaries,
-)
 
 TEXTS = [
     "Lunch?\n\nShall we meet at noon, café downstairs?",
@@ -194,7 +194,7 @@ def test_positions_are_seeded_word_boundaries_with_a_true_next_word() -> None:
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(RUN_DIR, DATA_DIR): a tiny attention model trained for a few steps by the real trainer."""
     from seqlab.config import apply_overrides, get_preset
-    from seqlab.train import train
+    from seqlab.training.trainer import train
 
     root, tok, rng = tmp_path_factory.mktemp("evalrun"), ByteTokenizer(), random.Random(0)
     data = make_data_dir(root / "data", tok, [])

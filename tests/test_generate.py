@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from seqlab.complete import Completion, complete, split_words
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
-from seqlab.generate import (
+from seqlab.generation.complete import Completion, complete, split_words
+from seqlab.generation.decode import (
     IncrementalDecoder,
     beam_search,
     context_limit,
@@ -243,8 +243,8 @@ def test_complete_runs_a_real_model_and_splits_words() -> None:
 
 
 def test_token_healing_with_a_bpe_tokenizer() -> None:
-    from seqlab.complete import encode_prompt
     from seqlab.data.tokenizer import fit_tokenizer
+    from seqlab.generation.complete import encode_prompt
 
     tok = fit_tokenizer("bpe", ["could you send me the file, please"] * 30, vocab_size=300)
     ids, allowed, skip = encode_prompt(tok, "could you send me the ")

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from seqlab.data.emails import SKIP_REASONS, CleanOptions, iter_source_items, parse_message, read_emails
-from seqlab.data.records import Email, SkipReport
 from hostile_mail import KINDS, write_hostile_corpus, write_many_malformed
+
+from seqlab.data.mail.reader import SKIP_REASONS, CleanOptions, iter_source_items, parse_message, read_emails
+from seqlab.data.mail.records import Email, SkipReport
 
 # A guard against blow-ups (quadratic parsing, catastrophic regex backtracking), which take seconds to
 # minutes on these inputs; ordinary messages take about a millisecond, so this bound is very generous.

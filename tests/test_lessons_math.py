@@ -1,6 +1,6 @@
 """The lessons that need no trained model: permutation, scaling, parallel.
 
-Each runs once at size "tiny" through `seqlab.lessons.run_lesson`; the tests check the files it writes
+Each runs once at size "tiny" through `seqlab.studies.lessons.run_lesson`; the tests check the files it writes
 and the quantities it measured against the lecture's claims (report/slides, SA(PX) = P SA(X), the
 d_k = 20 softmax example, saturation without 1/sqrt(d_k)) and against second computations (autograd
 for the softmax Jacobian, exact power laws for the growth fit). Timings are checked for shape and sign
@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqlab.lessons import run_lesson
-from seqlab.lessons.common import LessonResult
-from seqlab.lessons.parallel import MODELS, SIZES, crossover, growth_exponent
-from seqlab.lessons.permutation import VARIANTS, words
-from seqlab.lessons.scaling import DIMS, lecture_example, softmax_jacobian_norm
 from seqlab.models.attention import stable_softmax
+from seqlab.studies.lessons import run_lesson
+from seqlab.studies.lessons.common import LessonResult
+from seqlab.studies.lessons.parallel import MODELS, SIZES, crossover, growth_exponent
+from seqlab.studies.lessons.permutation import VARIANTS, words
+from seqlab.studies.lessons.scaling import DIMS, lecture_example, softmax_jacobian_norm
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

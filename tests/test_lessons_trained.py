@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 from seqlab.config import ModelConfig
-from seqlab.data.synthetic import memory_email, memory_emails
+from seqlab.data.synthetic.generator import memory_email, memory_emails
 from seqlab.data.tokenizer import fit_tokenizer
-from seqlab.lessons import run_lesson
-from seqlab.lessons.gradient_path import decay_stats, gradient_profile, table_distances
-from seqlab.lessons.memory import SPECS, probe_tokens, recall_accuracy, window_coverage
-from seqlab.lessons.trained import ARCHS
 from seqlab.models import build_model
+from seqlab.studies.lessons import run_lesson
+from seqlab.studies.lessons.gradient_path import decay_stats, gradient_profile, table_distances
+from seqlab.studies.lessons.memory import SPECS, probe_tokens, recall_accuracy, window_coverage
+from seqlab.studies.lessons.trained import ARCHS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -122,7 +122,7 @@ def test_gradient_profile_matches_finite_differences(mixer: str, pos: str) -> No
         s = T - 1 - d
         # the gradient's direction at x_s, from autograd on a leaf (independent of the hook in the lesson)
         leaf = emb.clone().requires_grad_(True)
-        handle = model.wte.register_forward_hook(lambda m, i, o: leaf)
+        handle = model.wte.register_forward_hook(lambda m, i, o, leaf=leaf: leaf)
         try:
             logits, _ = model(x)
         finally:

@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from seqlab import plots, probe
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
-from seqlab.html_page import heat_table
-from seqlab.inspection import attention_command, inspect_command, lookup_path
 from seqlab.models import build_model
+from seqlab.studies.html import heat_table
+from seqlab.studies.inspection import plots
+from seqlab.studies.inspection import probes as probe
+from seqlab.studies.inspection.commands import attention_command, inspect_command, lookup_path
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEXT = "Hi Ann,\nplease send the report."

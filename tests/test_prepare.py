@@ -17,18 +17,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hostile_mail import write_hostile_corpus, write_many_malformed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hostile_mail import write_hostile_corpus, write_many_malformed
-from seqlab.cli import main as cli_main
-from seqlab.data import parallel
-from seqlab.data.corpus import ThreadMeta, assign_threads, normalize_body
-from seqlab.data.emails import CleanOptions, parse_message
+from seqlab.cli.main import main as cli_main
+from seqlab.data.mail import workers as parallel
+from seqlab.data.mail.corpus import ThreadMeta, assign_threads, normalize_body
+from seqlab.data.mail.reader import CleanOptions, parse_message
+from seqlab.data.mail.records import Email
+from seqlab.data.mail.spool import SpoolWriter, iter_spool, pack_record
 from seqlab.data.prepare import encode_texts, prepare
-from seqlab.data.records import Email
-from seqlab.data.spool import SpoolWriter, iter_spool, pack_record
-from seqlab.data.synthetic import synthetic_messages
+from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import ByteTokenizer, clean_text, fit_tokenizer, load_tokenizer
 from seqlab.errors import UserError
 
@@ -349,7 +349,8 @@ def test_slim_metadata_gives_the_same_threads() -> None:
     emails = [parse_message(raw, label, opts) for label, raw in synthetic_messages(count=80, seed=11)]
     # Header-less mail (no Message-ID, In-Reply-To, References): joined by subject + participants only.
     headerless = [("a@x", "b@x", "Lunch plans"), ("b@x", "a@x", "Re: Lunch plans"), ("a@x", "c@x", "Lunch plans"),
-                  ("a@x", "b@x", ""), ("b@x", "a@x", ""), ("a@x", "b@x, c@x", "Budget"), ("c@x", "b@x, a@x", "RE: Budget")]
+                  ("a@x", "b@x", ""), ("b@x", "a@x", ""), ("a@x", "b@x, c@x", "Budget"),
+                  ("c@x", "b@x, a@x", "RE: Budget")]
     for i, (sender, to, subject) in enumerate(headerless):
         raw = f"From: {sender}\nTo: {to}\nSubject: {subject}\n\nbody number {i}\n".encode()
         emails.append(parse_message(raw, f"h{i}", opts))

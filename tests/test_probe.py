@@ -13,13 +13,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqlab import probe
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer, fit_tokenizer
 from seqlab.errors import UserError
 from seqlab.models import build_model
 from seqlab.models.positional import alibi_slopes
-from seqlab.runs import load_run
+from seqlab.runs.load import load_run
+from seqlab.studies.inspection import probes as probe
 
 TEXT = "Hi Bob,\nplease send the report before Friday."
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from seqlab.data import sources
-from seqlab.data.sources import (
+from seqlab.data.mail import sources
+from seqlab.data.mail.sources import (
     ALL_GROUPS,
     ENV_LOCAL,
     HAM_GROUPS,
@@ -26,7 +26,7 @@ from seqlab.data.sources import (
     resolve_source,
     spamassassin_dir,
 )
-from seqlab.data.synthetic import synthetic_messages
+from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.errors import UserError
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="the fake npm is a shell script")

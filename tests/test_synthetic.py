@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqlab.data import synthetic_words as W
-from seqlab.data.synthetic import REF_RE, cast, memory_email, memory_emails, synthetic_messages
-from seqlab.data.synthetic_body import count_words
+from seqlab.data.synthetic import words as W
+from seqlab.data.synthetic.body import count_words
+from seqlab.data.synthetic.generator import REF_RE, cast, memory_email, memory_emails, synthetic_messages
 
 _QUOTE_START = re.compile(r"\n(-----Original Message-----|On .+ wrote:)\n")
 
@@ -51,7 +51,7 @@ def test_same_seed_same_bytes_and_other_seed_differs() -> None:
 
 def test_output_does_not_depend_on_the_hash_seed() -> None:
     code = (
-        "import hashlib; from seqlab.data.synthetic import synthetic_messages as s; "
+        "import hashlib; from seqlab.data.synthetic.generator import synthetic_messages as s; "
         "print(hashlib.sha256(b''.join(r for _, r in s(60, seed=3))).hexdigest())"
     )
     here = hashlib.sha256(b"".join(r for _, r in synthetic_messages(60, seed=3))).hexdigest()

@@ -7,7 +7,7 @@ import json
 import random
 import subprocess
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,7 @@ def corpus(n: int = 300, seed: int = 0) -> list[str]:
     return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def bpe(vocab_size: int = 400) -> BPETokenizer:
     tok = fit_tokenizer("bpe", iter(corpus()), vocab_size=vocab_size)
     assert isinstance(tok, BPETokenizer)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from seqlab.config import apply_overrides, get_preset
-from seqlab.train import Trainer, lr_at
+from seqlab.training.trainer import Trainer, lr_at
 
 TINY = ["train.threads=1", "train.log_every=1"]
 

@@ -1,4 +1,4 @@
-"""Window batches for attention models, drawn from a token store (`seqlab.data.dataset.TokenStore`).
+"""Window batches for attention models, drawn from a token store (`seqlab.data.store.TokenStore`).
 
 Every training example is a window `w` of `block_size + 1` tokens taken inside ONE email, with inputs
 `x = w[:-1]` and targets `y = w[1:]` (the lecture's "shift targets by one token; split whole emails
@@ -11,12 +11,13 @@ ever reads across an email boundary, so no target is predicted from another emai
 - `iter_eval_windows`: every target of every email exactly once, in a fixed order (full evaluation).
 - `fixed_eval_batches`: a fixed random subset of those windows (the same ones at every evaluation).
 
-Recurrent models read streams instead: see `seqlab.data.stream`.
+Recurrent models read streams instead: see `seqlab.data.streams`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ import torch
 from seqlab.errors import UserError
 
 if TYPE_CHECKING:
-    from seqlab.data.dataset import TokenStore
+    from seqlab.data.store import TokenStore
 
 IGNORE_INDEX = -1  # target value the loss skips (padding, or a position with no target)
 

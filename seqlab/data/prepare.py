@@ -1,7 +1,7 @@
 """`seqlab prepare`: one streaming pass from a mail source to a DATA_DIR.
 
-    read (mailfiles.py) -> parse + clean + dedupe digests (emails.py, in worker processes: parallel.py)
-    -> dedupe (corpus.Deduper) -> spool cleaned text to disk (spool.py) -> thread (corpus.assign_threads)
+    read (mail/files.py) -> parse + clean + dedupe digests (mail/reader.py, in worker processes: mail/workers.py)
+    -> dedupe (corpus.Deduper) -> spool cleaned text to disk (mail/spool.py) -> thread (corpus.assign_threads)
     -> split by thread hash -> fit tokenizer on train only -> encode every email
     -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
 
@@ -17,20 +17,22 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from seqlab import __version__
-from seqlab.data.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
-from seqlab.data.emails import CleanOptions
-from seqlab.data.parallel import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
-from seqlab.data.records import SkipReport
-from seqlab.data.sources import resolve_source
-from seqlab.data.spool import SpoolRecord, SpoolWriter, iter_spool
+from seqlab.data.mail.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
+from seqlab.data.mail.reader import CleanOptions
+from seqlab.data.mail.records import SkipReport
+from seqlab.data.mail.sources import resolve_source
+from seqlab.data.mail.spool import SpoolRecord, SpoolWriter, iter_spool
+from seqlab.data.mail.workers import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
+from seqlab.data.store import TokenWriter, token_dtype
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
 
@@ -98,8 +100,6 @@ def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], 
 
     Returns the counts per split and the name of the on-disk token dtype.
     """
-    from seqlab.data.dataset import TokenWriter, token_dtype  # see prepare() on why this import is late
-
     counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
     writers = {s: TokenWriter(out, s, tok.vocab_size) for s in SPLITS}
     seen_threads: dict[str, set[str]] = {s: set() for s in SPLITS}
@@ -194,10 +194,6 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
         tok = fit_tokenizer(tokenizer, _train_texts(spool, splits), vocab_size=vocab_size)
         tok.save(out / "tokenizer.json")
         lap("fit_s")
-        # The token store module loads torch (about 1 s and 200 MB). Loading it only now keeps it out of the
-        # forked parsing workers and out of the reading stage's memory; its time is reported on its own.
-        import seqlab.data.dataset  # noqa: F401
-        lap("load_s")
         counts, dtype = _encode_all(spool, out, tok, threads, splits, progress)
         lap("encode_s")
     finally:
@@ -244,5 +240,6 @@ def format_report(meta: dict) -> str:
                   f"(exact {dup.get('duplicate', 0)}, same body {dup.get('duplicate_body', 0)})"]
     skipped = meta["skipped"]
     total = sum(skipped.values())
-    lines.append(f"skipped: {total}" + ("" if not total else " (" + ", ".join(f"{k} {v}" for k, v in skipped.items()) + ")"))
+    reasons = ", ".join(f"{k} {v}" for k, v in skipped.items())
+    lines.append(f"skipped: {total}" + (f" ({reasons})" if total else ""))
     return "\n".join(lines)

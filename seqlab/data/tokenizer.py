@@ -243,7 +243,8 @@ def fit_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 4096) -> To
         raise UserError(f"Unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}.")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB:
         raise UserError(f"The BPE vocabulary size must be an integer of at least {MIN_BPE_VOCAB}, not {vocab_size!r}.")
-    from tokenizers import Tokenizer as HFTokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

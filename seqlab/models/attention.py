@@ -134,7 +134,7 @@ class KVCache:
             new[:, :, : self.length] = old[:, :, : self.length]
             setattr(self, name, new)
 
-    def clone(self) -> "KVCache":
+    def clone(self) -> KVCache:
         return KVCache(self.k[:, :, : self.length].clone(), self.v[:, :, : self.length].clone(), self.length)
 
 
@@ -184,13 +184,13 @@ class MultiHeadAttention(nn.Module):
 
     def _heads(self, t: Tensor) -> Tensor:
         """(B, L, C) -> (B, H, L, D): split the features into H subspaces of width D."""
-        b, l, _ = t.shape
-        return t.view(b, l, self.n_head, self.head_dim).transpose(1, 2)
+        b, length, _ = t.shape
+        return t.view(b, length, self.n_head, self.head_dim).transpose(1, 2)
 
     def _merge(self, y: Tensor) -> Tensor:
         """(B, H, L, D) -> (B, L, C): concatenate the heads, then W_O."""
-        b, _, l, _ = y.shape
-        return self.out_proj(y.transpose(1, 2).reshape(b, l, self.n_embd))
+        b, _, length, _ = y.shape
+        return self.out_proj(y.transpose(1, 2).reshape(b, length, self.n_embd))
 
     def forward(
         self,

@@ -65,7 +65,8 @@ def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     if isinstance(obj, dict):
         return {key: map_tensors(o, fn) for key, o in obj.items()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: map_tensors(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)})
+        fields = dataclasses.fields(obj)
+        return dataclasses.replace(obj, **{f.name: map_tensors(getattr(obj, f.name), fn) for f in fields})
     return obj
 
 
@@ -82,15 +83,15 @@ class LMState:
     cross: list[CrossKV | None]
     pos: Tensor
 
-    def detach(self) -> "LMState":
+    def detach(self) -> LMState:
         """Cut the graph (truncated BPTT carries the values, not the history)."""
         return map_tensors(self, lambda t: t.detach())
 
-    def index_select(self, index: Tensor) -> "LMState":
+    def index_select(self, index: Tensor) -> LMState:
         """Keep/reorder batch lanes (beam search): a new state whose lane i is old lane index[i]."""
         return map_tensors(self, lambda t: t.index_select(0, index))
 
-    def clone(self) -> "LMState":
+    def clone(self) -> LMState:
         """An independent copy (attention caches are updated in place by later calls)."""
         return map_tensors(self, lambda t: t.clone())
 
@@ -177,7 +178,8 @@ class LM(nn.Module):
         """GPT-2 init: N(0, 0.02) for embeddings and linear maps, zero biases, and the projections that
         write into the residual stream scaled by 1/sqrt(2 n_layer) (Radford et al. 2019, section 2.3)
         so the residual variance does not grow with depth. Recurrent mixers keep their own init."""
-        recurrent = {id(m) for b in self.blocks if not isinstance(b.mixer, MultiHeadAttention) for m in b.mixer.modules()}
+        recurrent = {id(m) for b in self.blocks if not isinstance(b.mixer, MultiHeadAttention)
+                     for m in b.mixer.modules()}
         for m in self.modules():
             if id(m) in recurrent:
                 continue
@@ -211,7 +213,8 @@ class LM(nn.Module):
         elif context.dim() == 3 and context.size(-1) == self.cfg.n_embd:
             ctx = context
         else:
-            raise ValueError(f"context must be (B, Lc) token ids or (B, Lc, {self.cfg.n_embd}) rows, got {tuple(context.shape)}")
+            raise ValueError(f"context must be (B, Lc) token ids or (B, Lc, {self.cfg.n_embd}) rows, "
+                             f"got {tuple(context.shape)}")
         assert self.ln_ctx is not None
         return self.ln_ctx(ctx)
 

@@ -18,7 +18,7 @@ here and PyTorch's fused kernel (`fused`) therefore read the very same tensors: 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ class _CellMixin:
         """PyTorch's fused kernel on the same parameters: x (B, T, I), h0 (B, H) -> (B, T, H), (B, H)."""
         # nn.RNN/nn.GRU want the state as (num_layers=1, B, H).
         # super(_CellMixin, ...) skips our one-step forward and reaches nn.RNN.forward / nn.GRU.forward.
-        out, h_n = super(_CellMixin, self).forward(x, h0.unsqueeze(0).contiguous())  # type: ignore[misc]
+        out, h_n = super().forward(x, h0.unsqueeze(0).contiguous())  # type: ignore[misc]
         return out, h_n.squeeze(0)
 
 
@@ -173,7 +173,7 @@ class RecurrentMixer(nn.Module):
         self.last_gates: dict[str, Tensor] | None = None
 
     @contextlib.contextmanager
-    def explicit(self) -> Iterator["RecurrentMixer"]:
+    def explicit(self) -> Iterator[RecurrentMixer]:
         """Run the gate-by-gate loop inside the block, whatever `cfg.fused_rnn` says."""
         before, self.force_explicit = self.force_explicit, True
         try:

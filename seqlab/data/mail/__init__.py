@@ -1,0 +1,1 @@
+"""Mail: sources on disk, MIME, parsing and cleaning, records, dedupe + threads + split, worker processes, spool."""

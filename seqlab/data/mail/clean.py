@@ -1,0 +1,281 @@
+"""Cleaning the text of one email: quoted replies, forwards, signatures, whitespace, PII, HTML to text.
+
+Every function here takes and returns `str` and does work linear in the length of its input: the
+regular expressions have no nested or overlapping quantifiers that could backtrack catastrophically, and
+the line loops touch each line a bounded number of times. Callers cap the text length before calling
+(`mime.MAX_TEXT_CHARS`), so a hostile message costs a bounded amount of time.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """What `clean_body` removes. The defaults give the training text: the words the sender wrote."""
+
+    keep_quotes: bool = False  # keep `>` lines, "Original Message" / forwarded blocks, "On ... wrote:"
+    keep_signatures: bool = False  # keep the block after the last `-- ` line
+    mask_pii: bool = False  # replace addresses, URLs and phone numbers with <EMAIL>, <URL>, <PHONE>
+
+
+# ---------------------------------------------------------------- whitespace and control characters
+
+# C0 controls other than \t and \n, DEL and the C1 range: never useful in training text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL_BYTES = bytes([*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F])
+_LINE_END_BLANKS = " \t\u00a0\u3000"
+_BLANK_RUN = re.compile(r"\n{3,}")
+
+
+def safe_text(text: str) -> str:
+    """Drop control characters and replace lone surrogates with U+FFFD, so the result encodes as UTF-8."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text.isascii():  # the common case: byte-level deletion is much faster than a regex scan
+        data = text.encode("ascii")
+        kept = data.translate(None, _CONTROL_BYTES)
+        return text if len(kept) == len(data) else kept.decode("ascii")
+    text = _CONTROL.sub("", text)
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def normalize_text(text: str) -> str:
+    """Line endings to \\n, no trailing whitespace, runs of 2+ blank lines collapsed to one, ends stripped."""
+    text = safe_text(text)
+    if "\ufeff" in text:
+        text = text.replace("\ufeff", "")
+    text = "\n".join(line.rstrip(_LINE_END_BLANKS) for line in text.split("\n"))
+    if "\n\n\n" in text:
+        text = _BLANK_RUN.sub("\n\n", text)
+    return text.strip("\n")
+
+
+# ---------------------------------------------------------------- quotes and forwards
+
+# A line from which everything below is someone else's text (Outlook, Enron/Lotus Notes, Gmail, Apple
+# Mail), or the first line of an embedded reply header (`hdr`), which counts only when a block follows.
+_CUT = re.compile(
+    r"^[ \t]*(?:-{2,}[ \t]*Original Message[ \t]*-{2,}"
+    r"|-{3,}[ \t]*Forwarded by\b"
+    r"|-{2,}[ \t]*Forwarded message[ \t]*-{2,}"
+    r"|Begin forwarded message:"
+    r"|_{20,}[ \t]*$"
+    r"|(?P<hdr>(?:From|To):[ \t]))",
+    re.IGNORECASE | re.MULTILINE,
+)
+_HEADERISH = re.compile(r"^[ \t]*(?:From|Sent|To|Cc|Subject|Date):[ \t]", re.IGNORECASE | re.MULTILINE)
+_CUT_HINTS = ("original message", "forwarded", "_" * 20, "from:", "to:")
+_QUOTED_LINE = re.compile(r"^[ \t]*>[^\n]*(?:\n|\Z)", re.MULTILINE)
+# Case-sensitive on the lower-cased text when lower() keeps offsets (30x faster than IGNORECASE), else
+# the IGNORECASE twin on the text itself. No leading \b: it disables the fast literal search.
+_WROTE_LOW = re.compile(r"wrote:[ \t]*$", re.MULTILINE)
+_WROTE_ANYCASE = re.compile(r"wrote:[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_ON_START = re.compile(r"[ \t]*On\b", re.IGNORECASE)
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\n)*")
+_QUOTE_START = re.compile(r"[ \t]*>")
+MAX_ATTRIBUTION_CHARS = 300  # a longer line ending in "wrote:" is prose, not an attribution
+
+
+def _line_start(text: str, pos: int) -> int:
+    return text.rfind("\n", 0, pos) + 1
+
+
+def _is_header_block(text: str, start: int) -> bool:
+    """At least two of the four lines after `start` are `From:/Sent:/To:/Cc:/Subject:/Date:` lines."""
+    hits, pos = 0, start
+    for _ in range(4):
+        nl = text.find("\n", pos)
+        if nl < 0:
+            break
+        pos = nl + 1
+        hits += _HEADERISH.match(text, pos, min(len(text), pos + 40)) is not None
+    return hits >= 2
+
+
+def _cut_offset(text: str) -> int:
+    """Offset of the first line from which the rest is forwarded or replied-to text (len(text) if none)."""
+    for m in _CUT.finditer(text):
+        if m.group("hdr") is None or _is_header_block(text, m.start()):
+            return m.start()
+    return len(text)
+
+
+def _attribution_spans(text: str, low: str) -> list[tuple[int, int]]:
+    """`... wrote:` lines (two when an `On ...` line wraps) followed by a quote or by nothing."""
+    spans = []
+    matches = _WROTE_LOW.finditer(low) if len(low) == len(text) else _WROTE_ANYCASE.finditer(text)
+    for m in matches:
+        if m.start() > 0 and (text[m.start() - 1].isalnum() or text[m.start() - 1] == "_"):
+            continue  # "rewrote:" is not an attribution
+        start = _line_start(text, m.start())
+        if m.end() - start > MAX_ATTRIBUTION_CHARS:
+            continue
+        if start > 0:
+            prev = _line_start(text, start - 1)
+            if start - prev <= MAX_ATTRIBUTION_CHARS and _ON_START.match(text, prev):
+                start = prev  # "On Mon, 1 Jan 2001, Bob Jones <bob@x.com>\nwrote:"
+        after = m.end()
+        blanks = _BLANK_LINES.match(text, after)
+        nxt = blanks.end() if blanks else after
+        if nxt >= len(text) or _QUOTE_START.match(text, nxt):
+            spans.append((start, min(len(text), after + 1)))
+    return spans
+
+
+def strip_quotes(text: str) -> str:
+    """Remove quoted replies and forwarded text: `>` lines, `... wrote:` before a quote, and everything
+    from an `-----Original Message-----`, `----- Forwarded by`, `Begin forwarded message:` or embedded
+    reply-header block to the end. Regex scans only, so long inputs cost linear time at C speed."""
+    low = text.lower()  # only for the cheap `in` tests that let most bodies skip the regex scans
+    if any(hint in low for hint in _CUT_HINTS):
+        cut = _cut_offset(text)
+        if cut < len(text):
+            text = text[:cut].rstrip("\n")
+    if "wrote:" in low:
+        low = text.lower()  # the cut may have shortened the text
+        pieces, pos = [], 0
+        for start, end in _attribution_spans(text, low):
+            if start >= pos:
+                pieces.append(text[pos:start])
+                pos = end
+        pieces.append(text[pos:])
+        text = "".join(pieces)
+    return _QUOTED_LINE.sub("", text) if ">" in text else text
+
+
+# ---------------------------------------------------------------- signatures
+
+MAX_SIGNATURE_LINES = 15  # a longer block after `-- ` is more likely content than a signature
+
+
+def strip_signature(text: str) -> str:
+    """Remove the block after the last `-- ` delimiter line when it is at most MAX_SIGNATURE_LINES long."""
+    lines = text.rsplit("\n", MAX_SIGNATURE_LINES + 1)  # only the tail is looked at
+    lowest = 1 if len(lines) == MAX_SIGNATURE_LINES + 2 else 0  # lines[0] is then the rest of the body
+    for i in range(len(lines) - 1, lowest - 1, -1):
+        if lines[i].rstrip() == "--":
+            return "\n".join(lines[:i])
+    return text
+
+
+# ---------------------------------------------------------------- PII
+
+# Each pattern can only start at a token boundary (lookbehind) and uses bounded or non-overlapping
+# repeats, so a long run of address-like characters is scanned once, not once per start position.
+_URL = re.compile(r"(?<![\w.])(?:(?:https?|ftp)://|www\.)[^\s<>\"'()\[\]{}]{1,2000}", re.IGNORECASE)
+_URL_TAIL = ".,;:!?"
+_EMAIL = re.compile(
+    r"(?<![\w.!#$%&'*+/=?^`{|}~-])[\w!#$%&'*+/=?^`{|}~-](?:[\w.!#$%&'*+/=?^`{|}~-]{0,63})"
+    r"@[^\W_](?:[\w-]{0,62})(?:\.[^\W_][\w-]{0,62}){1,8}(?![\w-])"
+)
+_PHONE = re.compile(
+    r"(?<![\w+])(?:"
+    r"\+\d{1,3}(?:[ .-]?\(?\d{1,4}\)?){2,5}"  # international: +44 20 7946 0958, +1 (713) 555-0100
+    r"|(?:1[ .-])?\(\d{3}\)[ .-]?\d{3}[ .-]\d{4}"  # (713) 555-0100
+    r"|(?:1[ .-])?\d{3}[ .-]\d{3}[ .-]\d{4}"  # 713-555-0100, 713.555.0100
+    r")(?![\w])"
+)
+
+
+def _url_sub(m: re.Match[str]) -> str:
+    url = m.group(0)
+    tail = len(url) - len(url.rstrip(_URL_TAIL))  # "see http://x.org." keeps its full stop
+    return "<URL>" + url[len(url) - tail:] if tail else "<URL>"
+
+
+def mask_pii(text: str) -> str:
+    """Replace URLs, email addresses and phone numbers with `<URL>`, `<EMAIL>` and `<PHONE>`."""
+    if "://" in text or "www." in text.lower():
+        text = _URL.sub(_url_sub, text)
+    if "@" in text:
+        text = _EMAIL.sub("<EMAIL>", text)
+    return _PHONE.sub("<PHONE>", text)
+
+
+# ---------------------------------------------------------------- HTML
+
+_BLOCK_TAGS = frozenset(
+    "p div br li ul ol tr table h1 h2 h3 h4 h5 h6 blockquote pre hr section article header footer "
+    "address dl dt dd form title center".split()
+)
+_CELL_TAGS = frozenset(("td", "th"))
+_SKIP_TAGS = frozenset(("script", "style", "head", "noscript", "template", "xml"))
+_TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z0-9:-]{0,40})")
+_MARKUP_START = re.compile(r"<(?:/?[a-zA-Z]|!|\?)")  # where a tag, comment or declaration can begin
+_WS = re.compile(r"[ \t\r\n\f\u00a0]+")
+# The lookbehind makes a match start only at the beginning of a run of blanks: without it a long run not
+# followed by a line break would be rescanned from every position in it (quadratic time).
+_LINE_WS = re.compile(r"(?<![ \t])[ \t]*\n[ \t]*")
+
+
+def _text(chunk: str) -> str:
+    # \x01 is the marker for a tag-made line break (below), so it must not come from the text itself.
+    return html.unescape(chunk).replace("\x01", "")
+
+
+def html_to_text(markup: str) -> str:
+    """Text of an HTML body: script/style/head dropped, a line break per block element, entities unescaped.
+
+    A hand-written scanner rather than `html.parser`: on Python 3.11 `HTMLParser` takes quadratic time on
+    unterminated constructs (400 kB of `<!--` takes minutes), and hostile mail must stay bounded. Each
+    search for a terminator either moves `pos` past what it scanned or ends the loop, so the work is linear.
+    """
+    out: list[str] = []
+    pos, n = 0, len(markup)
+    while pos < n:
+        start = _MARKUP_START.search(markup, pos)
+        if start is None:
+            out.append(_text(markup[pos:]))
+            break
+        lt = start.start()
+        out.append(_text(markup[pos:lt]))
+        if markup.startswith("<!--", lt):
+            end = markup.find("-->", lt + 4)
+            if end < 0:
+                break  # an unterminated comment hides the rest, as in a browser
+            pos = end + 3
+            continue
+        m = _TAG.match(markup, lt)
+        gt = markup.find(">", lt)
+        if gt < 0:  # an unterminated tag hides the rest, as in a browser
+            if m is None:
+                out.append(_text(markup[lt:]))
+            break
+        pos = gt + 1
+        if m is None:
+            continue  # <!DOCTYPE ...>, <?xml ...?>
+        closing, name = m.group(1), m.group(2).lower()
+        if name in _SKIP_TAGS and not closing:
+            end_tag = re.compile(rf"</{name}\s*>", re.IGNORECASE).search(markup, pos)
+            pos = n if end_tag is None else end_tag.end()
+            out.append("\x01")
+        elif name in _BLOCK_TAGS:
+            out.append("\x01")
+        elif name in _CELL_TAGS:
+            out.append(" ")
+    # Source newlines are plain whitespace (as in a browser); only tag-made breaks (\x01) end lines.
+    text = _WS.sub(" ", "".join(out)).replace("\x01", "\n")
+    return normalize_text(_LINE_WS.sub("\n", text))
+
+
+# ---------------------------------------------------------------- the whole body
+
+
+def clean_body(text: str, opts: CleanOptions) -> str:
+    """Cleaned body: normalized whitespace, then quotes and signature stripped and PII masked as asked."""
+    text = normalize_text(text)
+    if not opts.keep_quotes:
+        text = strip_quotes(text)
+    if not opts.keep_signatures:
+        text = strip_signature(text)
+    text = normalize_text(text)
+    if opts.mask_pii:
+        text = mask_pii(text)
+    return text

@@ -1,0 +1,284 @@
+"""Finding raw messages on disk: mbox, Maildir, a tree of message files, a CSV with a message column, one file.
+
+Everything streams: an mbox is split line by line, a CSV is read row by row, a tree is walked in sorted
+order, and no message is held beyond MAX_MESSAGE_BYTES (a longer one is reported as "too_large" without
+being kept in memory). Items are `(label, bytes)` for a message or `(label, reason)` for something that
+was found but cannot be a message (a hidden file, an unreadable file, a broken CSV row); `read_emails`
+counts those as skipped so that no input disappears silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import mailbox
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
+from seqlab.errors import UserError
+
+Item = tuple[str, "bytes | str"]  # (label, raw message bytes or a skip reason)
+
+CSV_FIELD_LIMIT = 16 * 1024 * 1024  # the csv module's default (128 KiB) is smaller than many messages
+CSV_MESSAGE_COLUMNS = ("message", "raw", "email", "text")
+_READ_PIECE = 64 * 1024  # mbox lines are read in pieces of at most this size
+NON_MAIL_SUFFIXES = frozenset(
+    ".jpg .jpeg .png .gif .bmp .tif .tiff .ico .svg .webp .pdf .doc .docx .xls .xlsx .ppt .pptx .odt .zip .gz "
+    ".tgz .bz2 .xz .7z .rar .tar .exe .dll .so .dylib .bin .pyc .py .js .css .json .xml .yaml .yml .csv .tsv "
+    ".md .msf .db .sqlite .mp3 .mp4 .wav .avi .mov .msg .ini .lock .log .html .htm".split()
+)
+_MBOX_SUFFIXES = frozenset((".mbox", ".mbx"))
+
+# An mbox envelope line: "From sender Mon Jan  1 10:00:00 2001" and the variants mail tools write
+# ("From - ...", a time zone before the year, "Mon, 1 Jan 2001 10:00:00 +0000"). Bounded repeats only.
+ENVELOPE = re.compile(
+    rb"From \S{1,300}[ \t]+(?:[A-Z][a-z]{2},?[ \t]+)?(?:[A-Z][a-z]{2}[ \t]+\d{1,2}|\d{1,2}[ \t]+[A-Z][a-z]{2})"
+    rb"[ \t]+(?:\d{4}[ \t]+)?\d{1,2}:\d{2}"
+)
+_ESCAPED_FROM = re.compile(rb">+From ")  # mboxrd quoting of body lines that start with "From "
+
+
+def _is_envelope(line: bytes) -> bool:
+    return line.startswith(b"From ") and ENVELOPE.match(line, 0, 512) is not None
+
+
+def detect_source_kind(path: Path) -> str:
+    """'maildir', 'tree', 'mbox', 'csv' or 'message' for an existing path; UserError when it is missing."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path} does not exist")
+    if path.is_dir():
+        return "maildir" if (path / "cur").is_dir() and (path / "new").is_dir() else "tree"
+    if not path.is_file():
+        raise UserError(f"{path} is neither a regular file nor a directory")
+    if path.suffix.lower() == ".csv":
+        return "csv"
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError as exc:
+        raise UserError(f"{path} cannot be read ({exc.strerror})") from None
+    if path.suffix.lower() in _MBOX_SUFFIXES or _is_envelope(head.lstrip(b"\r\n")):
+        return "mbox"
+    return "csv" if _looks_like_csv_header(head) else "message"
+
+
+def _looks_like_csv_header(head: bytes) -> bool:
+    """A first line such as `"file","message"`: comma-separated with a known message column name."""
+    first = re.split(rb"[\r\n]", head, maxsplit=1)[0].decode("utf-8", "replace")
+    if "," not in first:
+        return False
+    try:
+        fields = next(csv.reader([first]), [])
+    except csv.Error:
+        return False
+    return any(f.strip().lower() in CSV_MESSAGE_COLUMNS for f in fields)
+
+
+# ---------------------------------------------------------------- mbox
+
+
+def _split_mbox(f: BinaryIO) -> Iterator[bytes | str]:
+    """Messages of an open binary mbox: split at envelope lines that follow a blank line (or start the file)."""
+    buf: list[bytes] = []
+    size, over, started = 0, False, False
+    prev_blank, at_line_start = True, True
+    while True:
+        piece = f.readline(_READ_PIECE)
+        if not piece:
+            break
+        line_start, at_line_start = at_line_start, piece.endswith(b"\n")
+        if line_start and prev_blank and _is_envelope(piece):
+            if started:
+                yield "too_large" if over else b"".join(buf)
+            buf, size, over, started, prev_blank = [], 0, False, True, False
+            continue
+        prev_blank = line_start and piece.strip(b"\r\n") == b"" and at_line_start
+        if not started and prev_blank:
+            continue  # blank lines before the first envelope
+        started = True
+        if over:
+            continue
+        if line_start and piece.startswith(b">") and _ESCAPED_FROM.match(piece):
+            piece = piece[1:]
+        size += len(piece)
+        if size > MAX_MESSAGE_BYTES:
+            over, buf = True, []
+            continue
+        buf.append(piece)
+    if started:
+        yield "too_large" if over else b"".join(buf)
+
+
+def _iter_mbox(path: Path) -> Iterator[Item]:
+    """Label a file's messages `path:i`, or plain `path` when it holds one message (a single saved email)."""
+    with path.open("rb") as f:
+        messages = _split_mbox(f)
+        first = next(messages, None)
+        if first is None:
+            yield str(path), b""
+            return
+        second = next(messages, None)
+        if second is None:
+            yield str(path), first
+            return
+        yield f"{path}:0", first
+        yield f"{path}:1", second
+        for i, msg in enumerate(messages, start=2):
+            yield f"{path}:{i}", msg
+
+
+# ---------------------------------------------------------------- one file, a tree, a Maildir
+
+
+def _iter_file(path: Path) -> Iterator[Item]:
+    """One message file (an mbox-style envelope line at its start is dropped), or an mbox."""
+    label = str(path)
+    try:
+        if detect_source_kind(path) == "mbox":
+            yield from _iter_mbox(path)
+            return
+        if path.stat().st_size > MAX_MESSAGE_BYTES:
+            yield label, "too_large"
+            return
+        with path.open("rb") as f:
+            data = f.read(MAX_MESSAGE_BYTES + 1)
+    except (OSError, UserError):
+        yield label, "unreadable"
+        return
+    yield label, data
+
+
+def _tree_entry_reason(path: Path) -> str | None:
+    if path.name.startswith("."):
+        return "hidden_file"
+    if path.suffix.lower() in NON_MAIL_SUFFIXES:
+        return "not_mail_file"
+    return None
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
+    """Every file under root in sorted order with its skip reason (None for a candidate message file)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        hidden = sorted(d for d in dirnames if d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if "cur" in dirnames and "new" in dirnames and "tmp" in dirnames:
+            dirnames.remove("tmp")  # a Maildir's tmp/ holds deliveries in progress
+        for d in hidden:
+            yield here / d, "hidden_dir"
+        for name in sorted(filenames):
+            p = here / name
+            yield p, _tree_entry_reason(p)
+
+
+def _iter_tree(root: Path) -> Iterator[Item]:
+    if not any(reason is None for _, reason in _walk(root)):
+        raise UserError(f"{root} contains no mail files")
+    for p, reason in _walk(root):
+        if reason is not None:
+            yield str(p), reason
+        elif not p.is_file():
+            yield str(p), "not_a_file"
+        else:
+            yield from _iter_file(p)
+
+
+def _maildir_items(md: mailbox.Maildir, prefix: str) -> Iterator[Item]:
+    for key in sorted(md.keys()):
+        label = f"{prefix}:{key}"
+        try:
+            with md.get_file(key) as f:
+                data = f.read(MAX_MESSAGE_BYTES + 1)
+        except (OSError, KeyError):
+            yield label, "unreadable"
+            continue
+        yield label, ("too_large" if len(data) > MAX_MESSAGE_BYTES else data)
+    for name in sorted(md.list_folders()):
+        yield from _maildir_items(md.get_folder(name), f"{prefix}/.{name}")
+
+
+def _iter_maildir(path: Path) -> Iterator[Item]:
+    # create=False: a mistyped path is an error, never a new empty mailbox.
+    md = mailbox.Maildir(path, factory=None, create=False)
+    items = _maildir_items(md, str(path))
+    first = next(items, None)
+    if first is None:
+        raise UserError(f"{path} is a Maildir with no messages")
+    yield first
+    yield from items
+
+
+# ---------------------------------------------------------------- CSV
+
+
+def _message_column(header: list[str], path: Path) -> int:
+    names = [h.strip().lower() for h in header]
+    for wanted in CSV_MESSAGE_COLUMNS:
+        if wanted in names:
+            return names.index(wanted)
+    shown = ", ".join(repr(h) for h in header[:10]) or "none"
+    raise UserError(f"{path} has no message column (looked for {', '.join(CSV_MESSAGE_COLUMNS)}; found {shown})")
+
+
+def _iter_csv(path: Path) -> Iterator[Item]:
+    """Rows of a CSV whose message column holds a whole raw message (the Kaggle Enron `file,message` layout)."""
+    csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_LIMIT))
+    # surrogateescape keeps the exact bytes of non-UTF-8 text so the mail parser sees the original message.
+    with path.open("r", encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+        except csv.Error:
+            header = None
+        if not header:
+            raise UserError(f"{path} is a CSV file without a header row")
+        col = _message_column(header, path)
+        i = 0
+        while True:
+            label = f"{path}:{i}"
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error:  # e.g. a field over the size limit; the reader resumes at the next line
+                yield label, "csv_error"
+            else:
+                yield label, (row[col].encode("utf-8", "surrogateescape") if col < len(row) else "csv_short_row")
+            i += 1
+
+
+# ---------------------------------------------------------------- entry points
+
+_READERS = {"mbox": _iter_mbox, "maildir": _iter_maildir, "tree": _iter_tree, "csv": _iter_csv, "message": _iter_file}
+
+
+def iter_source_items(path: Path, limit: int | None = None) -> Iterator[Item]:
+    """At most `limit` items `(label, bytes | skip reason)` from the mail source at `path`, in a fixed order."""
+    path = Path(path)
+    items = _READERS[detect_source_kind(path)](path)
+    try:
+        for n, item in enumerate(items):
+            if limit is not None and n >= limit:
+                return
+            yield item
+    finally:
+        items.close()
+
+
+def iter_raw_messages(path: Path, limit: int | None = None, ignored: dict[str, int] | None = None
+                      ) -> Iterator[tuple[str, bytes]]:
+    """`(label, raw bytes)` for each message at `path` (mbox, Maildir, tree, CSV or one file), sorted order.
+
+    At most `limit` source items are read. Items that cannot be messages (hidden or non-mail files,
+    unreadable files, oversized messages, broken CSV rows) are not yielded; their reasons are counted in
+    `ignored` when it is given.
+    """
+    for label, item in iter_source_items(path, limit):
+        if isinstance(item, bytes):
+            yield label, item
+        elif ignored is not None:
+            ignored[item] = ignored.get(item, 0) + 1

@@ -1,0 +1,1 @@
+"""Held-out evaluation: loss and bits per byte, compressor baselines, ExactMatch at coverage."""

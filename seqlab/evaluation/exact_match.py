@@ -1,0 +1,125 @@
+"""Completion quality in the style of Gmail Smart Compose (Chen et al., 2019, "Gmail Smart Compose:
+Real-Time Assisted Writing", KDD): ExactMatch@N at a coverage.
+
+Positions are word boundaries inside held-out emails: just after a space that follows a word, with a
+word (not a newline) next. A fixed, seeded set of them is drawn per email. At each position the model
+sees the email so far and proposes up to `max_words` words (`seqlab.generation.complete.complete`, greedy, stopping
+at a newline); the truth is the email's next words up to the end of the line.
+
+- coverage: the fraction of positions where a proposal is shown, i.e. it is non-empty and its
+  confidence (the first word's probability, see `seqlab.generation.complete`) is at least the threshold;
+- ExactMatch@N: among shown proposals at positions whose true continuation has at least N words, the
+  fraction whose first N words equal the true first N words (a shorter proposal is a miss). Words are
+  compared exactly (case and punctuation included). None when no position qualifies.
+
+Proposals are computed once with their confidence; any threshold is then a filter, so
+`threshold_for_coverage` can find the threshold that shows a target fraction of positions and models can
+be compared at equal coverage.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from seqlab.data.tokenizer import Tokenizer
+from seqlab.generation.complete import Completion, complete, split_words
+
+_SPACE = " \t\n\r\f\v"
+
+
+@dataclass
+class Proposal:
+    """One evaluated position: where, what the email really says next, and what the model proposed."""
+
+    email: int
+    offset: int  # character offset in the email text where the completion starts
+    truth: list[str]  # the true next words up to the end of the line (at most max_words)
+    words: list[str]  # the proposed words (empty: nothing proposed)
+    confidence: float
+
+
+def word_boundaries(text: str) -> list[int]:
+    """Offsets i where text[i-1] is a space that follows a word and a word starts at text[i]."""
+    return [i for i in range(2, len(text))
+            if text[i - 1] == " " and text[i - 2] not in _SPACE and text[i] not in _SPACE]
+
+
+def sample_positions(emails: Sequence[str], positions_per_email: int, seed: int) -> list[tuple[int, int]]:
+    """(email index, offset) pairs: up to `positions_per_email` boundaries per email, drawn with `seed`."""
+    if positions_per_email < 1:
+        raise ValueError(f"positions_per_email must be at least 1, not {positions_per_email}")
+    rng = random.Random(seed)
+    picked = []
+    for e, text in enumerate(emails):
+        bounds = word_boundaries(text)
+        picked += [(e, i) for i in sorted(rng.sample(bounds, min(positions_per_email, len(bounds))))]
+    return picked
+
+
+def collect_proposals(emails: Sequence[str], propose: Callable[[str], Completion], *, max_words: int = 5,
+                      positions_per_email: int = 2, seed: int = 0) -> list[Proposal]:
+    """Ask `propose(prefix)` at every sampled position; `propose` must not apply a threshold itself."""
+    out = []
+    for e, i in sample_positions(emails, positions_per_email, seed):
+        text = emails[e]
+        truth = split_words(text[i:].split("\n", 1)[0])[:max_words]
+        c = propose(text[:i])
+        out.append(Proposal(e, i, truth, c.words[:max_words], c.confidence if c.words else 0.0))
+    return out
+
+
+def _shown(p: Proposal, threshold: float) -> bool:
+    return bool(p.words) and p.confidence >= threshold
+
+
+def score_proposals(proposals: Sequence[Proposal], threshold: float, max_words: int = 5) -> dict[str, Any]:
+    """Coverage and ExactMatch@1..max_words of the proposals shown at `threshold` (see module doc)."""
+    shown = [p for p in proposals if _shown(p, threshold)]
+    exact: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    for n in range(1, max_words + 1):
+        eligible = [p for p in shown if len(p.truth) >= n]
+        counts[str(n)] = len(eligible)
+        hits = sum(p.words[:n] == p.truth[:n] for p in eligible)
+        exact[str(n)] = hits / len(eligible) if eligible else None
+    return {"threshold": threshold, "positions": len(proposals), "shown": len(shown),
+            "coverage": len(shown) / len(proposals) if proposals else 0.0,
+            "exact_match": exact, "exact_match_counts": counts}
+
+
+def threshold_for_coverage(proposals: Sequence[Proposal], coverage: float) -> float:
+    """The highest threshold that shows at least `coverage` of the positions (or, when that many
+    proposals do not exist, the lowest confidence of a non-empty one: the largest coverage reachable)."""
+    if not 0.0 < coverage <= 1.0:
+        raise ValueError(f"coverage must be in (0, 1], not {coverage}")
+    confs = sorted((p.confidence for p in proposals if p.words), reverse=True)
+    if not confs:
+        return 0.0
+    k = max(1, math.ceil(coverage * len(proposals) - 1e-9))  # positions that must be shown
+    return confs[min(k, len(confs)) - 1]
+
+
+def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, max_words: int = 5,
+                       threshold: float = 0.0, positions_per_email: int = 2, seed: int = 0,
+                       target_coverage: float | None = None) -> dict[str, Any]:
+    """Greedy proposals of `model` at sampled word boundaries of `emails`, scored at `threshold`.
+
+    With `target_coverage`, also the threshold that reaches it and the scores there, under "at_coverage".
+    The model stays on its own device.
+    """
+    def propose(prefix: str) -> Completion:
+        return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0)
+
+    proposals = collect_proposals(emails, propose, max_words=max_words,
+                                  positions_per_email=positions_per_email, seed=seed)
+    result = score_proposals(proposals, threshold, max_words)
+    if target_coverage is not None:
+        t = threshold_for_coverage(proposals, target_coverage)
+        result["at_coverage"] = {"target": target_coverage, **score_proposals(proposals, t, max_words)}
+    return result

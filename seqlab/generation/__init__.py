@@ -1,0 +1,1 @@
+"""Decoding from a trained model (greedy, sampling, beam) and word-level completion for autocomplete."""

@@ -1,0 +1,155 @@
+"""Word-level completions for email autocomplete: `complete(model, tokenizer, prompt) -> Completion`.
+
+The prompt is encoded as the model saw emails in training, `[bos] + encode(prompt)`, and continued
+with `seqlab.generation.decode` (greedy by default, or sampled, or beam search) until the end of the email, a
+newline, or the end of the N-th word. Words are runs of characters other than ASCII whitespace
+(`split_words`), the same definition the ExactMatch evaluation uses.
+
+Token healing. A prompt typed up to a word boundary ends with a space ("could you send me the "). A
+byte-level BPE tokenizer glues a space to the word after it (" file" is one token), so a lone trailing
+space is a token the model rarely saw before a word. When the prompt ends with a space we therefore drop
+that space from the encoded prompt and require the first generated token to start with a space; its
+probability is renormalised over the tokens that do (the user did type the space). For the byte
+tokenizer this is exactly the same as feeding the space.
+
+Confidence. A suggestion's confidence is the model's probability of its first word: the product of the
+probabilities of the tokens that carry any byte of the first word (its leading space included), each
+taken from the model's own distribution (temperature 1, no filtering). The first word is where a
+completion is most uncertain; later words are conditioned on it, and ExactMatch@N measures them. With a
+`threshold`, a suggestion whose confidence is below it is withheld (empty text): it must earn its place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+from torch import Tensor, nn
+
+from seqlab.data.tokenizer import Tokenizer
+from seqlab.generation.decode import beam_search_hypotheses, generate_with_logprobs
+
+_WORD = re.compile(r"[^ \t\n\r\f\v]+")
+_WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
+
+
+def split_words(text: str) -> list[str]:
+    """Words of `text`: maximal runs of characters that are not ASCII whitespace."""
+    return _WORD.findall(text)
+
+
+@dataclass
+class Completion:
+    """A suggestion: its text (to append to the prompt; '' when withheld), token ids and confidence."""
+
+    text: str
+    ids: list[int] = field(default_factory=list)
+    confidence: float = 0.0
+
+    @property
+    def words(self) -> list[str]:
+        return split_words(self.text)
+
+
+@lru_cache(maxsize=8)
+def _space_led(tokenizer: Tokenizer) -> Tensor:
+    """(V,) bool: tokens whose bytes start with a space (the allowed first tokens of a healed prompt)."""
+    return torch.tensor([tokenizer.token_bytes(i).startswith(b" ") for i in range(tokenizer.vocab_size)])
+
+
+def encode_prompt(tokenizer: Tokenizer, prompt: str) -> tuple[list[int], Tensor | None, int]:
+    """(prompt ids, allowed first tokens or None, bytes of the generation that belong to the prompt)."""
+    if prompt.endswith(" "):
+        allowed = _space_led(tokenizer)
+        if bool(allowed.any()):
+            return [tokenizer.bos_id, *tokenizer.encode(prompt[:-1])], allowed, 1
+    return [tokenizer.bos_id, *tokenizer.encode(prompt)], None, 0
+
+
+class WordStop:
+    """`stop(ids)` for generate/beam search: true once a newline appears (if asked) or word N+1 starts.
+
+    Pure in `ids` (beam search calls it on many hypotheses). Whitespace bytes are ASCII, and UTF-8 never
+    uses bytes below 0x80 inside a multi-byte character, so words can be found on the raw bytes.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, max_words: int, stop_at_newline: bool, skip: int = 0) -> None:
+        self.tokenizer, self.max_words, self.stop_at_newline, self.skip = tokenizer, max_words, stop_at_newline, skip
+
+    def __call__(self, ids: list[int]) -> bool:
+        body = b"".join(self.tokenizer.token_bytes(i) for i in ids)[self.skip:]
+        if self.stop_at_newline and b"\n" in body:
+            return True
+        return len(_WORD_BYTES.findall(body)) > self.max_words
+
+
+def _first_word_confidence(starts: list[int], logps: list[float], end: int) -> float:
+    """exp(sum of log-probs of the tokens starting before byte `end`): the probability of the first word."""
+    return math.exp(sum(lp for s, lp in zip(starts, logps) if s < end))
+
+
+def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: int, max_words: int,
+           stop_at_newline: bool) -> Completion:
+    """Turn generated ids into a suggestion of at most `max_words` whole words (no threshold applied)."""
+    ended = bool(ids) and ids[-1] == tokenizer.eos_id
+    if ended:
+        ids, logps = ids[:-1], logps[:-1]
+    pieces = [tokenizer.token_bytes(i) for i in ids]
+    starts = [0, *itertools.accumulate(len(p) for p in pieces)][:-1]  # byte offset of each token
+    body = b"".join(pieces)[skip:]
+    if stop_at_newline and b"\n" in body:
+        body, ended = body[: body.index(b"\n")], True
+    words = list(_WORD_BYTES.finditer(body))
+    # The last word is whole only if something followed it (space, newline, end of email, next word).
+    if words and not ended and len(words) <= max_words and words[-1].end() == len(body):
+        words.pop()
+    words = words[:max_words]
+    if not words:
+        return Completion("", [], 0.0)
+    end = skip + words[-1].end()
+    kept = [i for i, s in zip(ids, starts) if s < end]
+    confidence = _first_word_confidence(starts, logps, skip + words[0].end())
+    return Completion(body[: words[-1].end()].decode("utf-8", errors="replace"), kept, confidence)
+
+
+def complete(
+    model: nn.Module, tokenizer: Tokenizer, prompt: str, *, max_words: int = 5, stop_at_newline: bool = True,
+    temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
+    seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
+) -> Completion:
+    """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
+
+    temperature 0 is greedy; a positive temperature samples (with top_k / top_p, reproducible with
+    `seed`); beam > 1 runs beam search (deterministic, temperature ignored) and keeps the beam with the
+    best mean log-probability per token (length_penalty=1, so a beam cut short by a newline is not
+    preferred merely for being short).
+    Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
+    `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
+    suggestion whose confidence (the first word's probability) is below it comes back empty.
+    """
+    if max_words < 1:
+        raise ValueError(f"max_words must be at least 1, not {max_words}")
+    if beam < 1:
+        raise ValueError(f"beam must be at least 1, not {beam}")
+    if threshold is not None and not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold must be in [0, 1], not {threshold}")
+    budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
+    ids, allowed, skip = encode_prompt(tokenizer, prompt)
+    stop = WordStop(tokenizer, max_words, stop_at_newline, skip)
+    if beam > 1:
+        best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
+                                      stop=stop, length_penalty=1.0, first_allowed=allowed)[0]
+        new, logps = best.ids, best.logps
+    else:
+        new, logps = generate_with_logprobs(
+            model, ids, max_new_tokens=budget, temperature=temperature if temperature > 0 else 1.0,
+            top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
+            eos_id=tokenizer.eos_id, first_allowed=allowed)
+    result = finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline)
+    if threshold is not None and result.confidence < threshold:
+        return Completion("", [], result.confidence)
+    return result

@@ -1,0 +1,312 @@
+"""Decoding from a trained next-token model: greedy, temperature, top-k, top-p sampling and beam search.
+
+Every decoder here is incremental (ARCHITECTURE.md, "The model contract"): the prompt goes through the model once, then
+each new token is fed alone together with the `state` the model returned (RNN/GRU hidden state, minGRU
+last state, attention key/value cache), so generating n tokens costs n single-token forward passes,
+never a re-run over the growing sequence.
+
+Attention models (and any model with learned positions) see at most `block_size` tokens of context:
+that is the longest window attention was trained on, and with learned positions there is no embedding
+for position `block_size`. When feeding
+one more token would overflow the window, the decoder drops the cache and re-encodes the last
+`block_size // 2` tokens from scratch (a sliding window). One re-encode of block_size/2 tokens happens
+every block_size/2 new tokens, so the cost per generated token stays bounded and the total cost stays
+linear in the output length. Other recurrent models have no limit: their state summarises everything.
+
+Word-level completions built on these decoders (`complete`, `Completion`) live in `seqlab.generation.complete`;
+loading a run folder (`load_run`) lives in `seqlab.runs.load`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+StopFn = Callable[[list[int]], bool]
+
+
+def select_state(state: Any, index: Tensor) -> Any:
+    """Pick rows of a model state along the batch dimension: `index` (B',) int64 -> a state for B' lanes.
+
+    A state is nested tuples / lists / dicts / dataclasses of tensors whose first dimension is the batch;
+    other leaves (None, ints such as a cache position) are shared by every lane and kept as they are.
+    Beam search uses this to follow each surviving hypothesis back to the lane it came from.
+    """
+    if isinstance(state, Tensor):
+        return state.index_select(0, index.to(state.device))
+    if hasattr(state, "index_select"):  # seqlab.models.LMState reorders its own lanes
+        return state.index_select(index)
+    if isinstance(state, dict):
+        return {k: select_state(v, index) for k, v in state.items()}
+    if isinstance(state, tuple) and hasattr(state, "_fields"):  # a NamedTuple keeps its type
+        return type(state)(*(select_state(v, index) for v in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(select_state(v, index) for v in state)
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        changes = {f.name: select_state(getattr(state, f.name), index) for f in dataclasses.fields(state)
+                   if f.init}
+        return dataclasses.replace(state, **changes)
+    return state
+
+
+def context_limit(model: nn.Module) -> int | None:
+    """The longest context the model may see at once, or None when unlimited.
+
+    `block_size` for attention (its training windows) and for any model with learned positions (no
+    vector exists for position block_size); None for recurrent models with other positions.
+    """
+    cfg = getattr(model, "cfg", None)
+    if cfg is None:
+        return None
+    if cfg.mixer == "attention" or cfg.pos == "learned":
+        return int(cfg.block_size)
+    return None
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's parameters (CPU for a parameter-free module)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+class IncrementalDecoder:
+    """Next-token logits for B sequences that grow in lockstep, fed one token at a time with the state.
+
+    `logits` (B, V) float32 always holds the distribution over the next token. `window` (B, W) keeps the
+    tokens inside the current attention window (only when the model has a context limit), so they can
+    be re-encoded when the window slides.
+    """
+
+    def __init__(self, model: nn.Module, prompts: Tensor, limit: int | None = None) -> None:
+        if prompts.ndim != 2 or prompts.shape[1] == 0:
+            raise ValueError(f"prompts must be a non-empty (B, T) tensor of token ids, "
+                             f"got shape {tuple(prompts.shape)}")
+        self.model = model
+        self.limit = limit
+        self.state: Any = None
+        self.window: Tensor | None = None
+        self.logits = self._encode(prompts.to(model_device(model)))
+
+    def _encode(self, idx: Tensor) -> Tensor:
+        """Run the model from scratch over the last `limit` tokens of idx (B, T); return (B, V)."""
+        if self.limit is not None:
+            idx = idx[:, -self.limit:]
+            self.window = idx
+        logits, self.state = self.model(idx, state=None)  # (B, T, V)
+        return logits[:, -1].float()
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Feed one token per lane, tokens (B,) -> next-token logits (B, V)."""
+        tokens = tokens.to(model_device(self.model)).view(-1, 1)  # (B,) -> (B, 1)
+        if self.limit is not None:
+            assert self.window is not None
+            grown = torch.cat([self.window, tokens], dim=1)  # (B, W+1)
+            if grown.shape[1] > self.limit:
+                # The window is full: re-encode the last block_size // 2 tokens (see module docstring).
+                self.logits = self._encode(grown[:, -max(1, self.limit // 2):])
+                return self.logits
+            self.window = grown
+        logits, self.state = self.model(tokens, state=self.state)  # (B, 1, V)
+        self.logits = logits[:, -1].float()
+        return self.logits
+
+    def select(self, index: Tensor) -> None:
+        """Keep lanes `index` (B',) in that order: the state, the window and the current logits."""
+        index = index.to(self.logits.device)
+        self.state = select_state(self.state, index)
+        if self.window is not None:
+            self.window = self.window.index_select(0, index)
+        self.logits = self.logits.index_select(0, index)
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Mask (B, V) logits to -inf outside the top-k tokens and outside the nucleus of mass top_p.
+
+    Top-p keeps the smallest set of most likely tokens whose probability sums to at least p (Holtzman
+    et al., 2020, "The Curious Case of Neural Text Degeneration"); the most likely token always stays.
+    """
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest logit
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(dim=-1)
+        # Mass strictly before each token: a token is kept while the mass before it is below p.
+        before = probs.cumsum(dim=-1) - probs
+        drop_sorted = before >= top_p
+        drop_sorted[:, 0] = False
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
+                    greedy: bool) -> None:
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be 0 or more, not {max_new_tokens}")
+    if not greedy and temperature <= 0:
+        raise ValueError(f"temperature must be positive when sampling, not {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1, not {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], not {top_p}")
+
+
+def _mask_first(logits: Tensor, first_allowed: Tensor | None) -> Tensor:
+    """Restrict the first generated token to `first_allowed` (V,) bool (token healing: `generation.complete`)."""
+    if first_allowed is None:
+        return logits
+    return logits.masked_fill(~first_allowed.to(logits.device), float("-inf"))
+
+
+def generate_with_logprobs(
+    model: nn.Module, prompt_ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
+    top_k: int | None = None, top_p: float | None = None, greedy: bool = False, seed: int | None = None,
+    stop: StopFn | None = None, eos_id: int | None = None, first_allowed: Tensor | None = None,
+) -> tuple[list[int], list[float]]:
+    """`generate`, also returning each new token's log-probability under the model's own distribution
+    (temperature 1, no top-k/top-p filter; renormalised over `first_allowed` at the first step)."""
+    _check_sampling(max_new_tokens, temperature, top_k, top_p, greedy)
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token (the bos token)")
+    gen = torch.Generator(device="cpu")
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    out: list[int] = []
+    logps: list[float] = []
+    try:
+        with torch.inference_mode():
+            dec = IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long), context_limit(model))
+            while len(out) < max_new_tokens:
+                # Sampling on the CPU with our own generator: the same seed gives the same tokens on any device.
+                logits = dec.logits.cpu()  # (1, V)
+                if not out:
+                    logits = _mask_first(logits, first_allowed)
+                if greedy:
+                    nxt = int(logits.argmax(dim=-1))
+                else:
+                    probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)  # (1, V)
+                    nxt = int(torch.multinomial(probs, 1, generator=gen))
+                out.append(nxt)
+                logps.append(float(logits.log_softmax(dim=-1)[0, nxt]))
+                if nxt == eos_id or (stop is not None and stop(out)) or len(out) == max_new_tokens:
+                    break
+                dec.step(torch.tensor([nxt]))
+    finally:
+        model.train(was_training)
+    return out, logps
+
+
+def generate(
+    model: nn.Module, prompt_ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
+    top_k: int | None = None, top_p: float | None = None, greedy: bool = False, seed: int | None = None,
+    stop: StopFn | None = None, eos_id: int | None = None, first_allowed: Tensor | None = None,
+) -> list[int]:
+    """Continue `prompt_ids` by up to `max_new_tokens` tokens; return only the new ones.
+
+    Greedy takes the most likely token; otherwise the logits are divided by `temperature`, filtered by
+    `top_k` and `top_p`, and sampled with a private `torch.Generator` seeded by `seed` (reproducible; a
+    fresh random seed when None), so top_k=1 equals greedy. Generation ends after `eos_id` (which is
+    included in the result) or as soon as `stop(new_ids)` is true (the last token is kept).
+    """
+    ids, _ = generate_with_logprobs(
+        model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+        top_p=top_p, greedy=greedy, seed=seed, stop=stop, eos_id=eos_id, first_allowed=first_allowed)
+    return ids
+
+
+@dataclasses.dataclass
+class Hypothesis:
+    """One beam-search candidate: the new token ids and the log-probability of each under the model."""
+
+    ids: list[int]
+    logps: list[float]
+
+    @property
+    def logp(self) -> float:
+        """Joint log-probability of the new tokens given the prompt (nats)."""
+        return float(sum(self.logps))
+
+    def score(self, length_penalty: float = 0.0) -> float:
+        """log p / len ** length_penalty: 0 ranks by joint probability, 1 by mean log-probability per
+        token (a simplified form of the length normalisation of Wu et al., 2016, GNMT)."""
+        return self.logp / max(1, len(self.ids)) ** length_penalty
+
+
+def beam_search_hypotheses(
+    model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
+    stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
+) -> list[Hypothesis]:
+    """Beam search; the finished hypotheses, best score first (at most `beam` of them).
+
+    Each step extends every live hypothesis by every token, ranks the extensions by joint log-probability
+    and keeps the best `beam`; an extension ending in `eos_id`, satisfying `stop`, or reaching
+    `max_new_tokens` is finished if it ranks among the best `beam`. The search ends once `beam`
+    hypotheses are finished. States follow their hypotheses through `select_state`, so every step is one
+    single-token forward pass over the live beams.
+    """
+    if beam < 1:
+        raise ValueError(f"beam must be at least 1, not {beam}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be 0 or more, not {max_new_tokens}")
+    if not prompt_ids:
+        raise ValueError("prompt_ids must hold at least one token (the bos token)")
+    if max_new_tokens == 0:
+        return [Hypothesis([], [])]
+    was_training = model.training
+    model.eval()
+    live, finished = [Hypothesis([], [])], []
+    try:
+        with torch.inference_mode():
+            dec = IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long), context_limit(model))
+            for t in range(max_new_tokens):
+                logits = dec.logits.cpu()  # (n_live, V)
+                logp = (_mask_first(logits, first_allowed) if t == 0 else logits).log_softmax(dim=-1)
+                V = logp.shape[-1]
+                # Joint log-probability of every extension, in float64 so ranking ties stay stable: (n_live, V).
+                total = torch.tensor([h.logp for h in live], dtype=torch.float64)[:, None] + logp.double()
+                vals, flat = total.flatten().topk(min(2 * beam, total.numel()))
+                rows, toks, new_live = [], [], []
+                for rank, (v, f) in enumerate(zip(vals.tolist(), flat.tolist())):
+                    if v == float("-inf") or len(new_live) == beam:
+                        break
+                    r, tok = divmod(f, V)
+                    h = Hypothesis(live[r].ids + [tok], live[r].logps + [float(logp[r, tok])])
+                    if tok == eos_id or (stop is not None and stop(h.ids)) or t == max_new_tokens - 1:
+                        if rank < beam:  # only a top-ranked extension may end the search (HF early stop)
+                            finished.append(h)
+                    else:
+                        new_live.append(h)
+                        rows.append(r)
+                        toks.append(tok)
+                if len(finished) >= beam or not new_live:
+                    break
+                live = new_live
+                dec.select(torch.tensor(rows))
+                dec.step(torch.tensor(toks))
+    finally:
+        model.train(was_training)
+    finished.sort(key=lambda h: h.score(length_penalty), reverse=True)
+    return finished[:beam]
+
+
+def beam_search(
+    model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
+    stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
+) -> list[tuple[list[int], float]]:
+    """Beam search: up to `beam` (new token ids, score) pairs, best first; eos is kept in the ids.
+
+    The score is the joint log-probability of the new tokens divided by len ** length_penalty; with the
+    default length_penalty=0 it is exactly the sum of their log-probabilities, and beam=1 is greedy.
+    """
+    hyps = beam_search_hypotheses(model, prompt_ids, beam=beam, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                                  stop=stop, length_penalty=length_penalty, first_allowed=first_allowed)
+    return [(h.ids, h.score(length_penalty)) for h in hyps]

@@ -1,0 +1,1 @@
+"""`seqlab compare`: plan matched runs, train each in a worker process, report."""

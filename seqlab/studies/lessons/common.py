@@ -1,0 +1,58 @@
+"""What every lesson writes: a plot, a table (CSV + Markdown), a paragraph, and the numbers as JSON."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window (set before pyplot is imported anywhere)
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+@dataclass
+class LessonResult:
+    """The outcome of one lesson: the files it wrote and the numbers a test or a reader checks."""
+
+    name: str
+    files: list[Path]
+    rows: list[dict[str, Any]]  # the table, one dict per row
+    paragraph: str  # what was measured and what it shows, in plain words
+    measured: dict[str, Any] = field(default_factory=dict)  # headline quantities (JSON-able)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A GitHub-style Markdown table; floats shown with 4 significant digits."""
+    if not rows:
+        return "(no rows)\n"
+    cols = list(rows[0])
+
+    def fmt(v: Any) -> str:
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_lesson(out: Path, name: str, title: str, fig: plt.Figure, rows: Sequence[dict[str, Any]],
+                 paragraph: str, measured: dict[str, Any] | None = None) -> LessonResult:
+    """Write NAME.png, NAME.csv, NAME.md and NAME.json into `out`; close the figure; return the result."""
+    out.mkdir(parents=True, exist_ok=True)
+    png, csv_path, md, js = (out / f"{name}.{ext}" for ext in ("png", "csv", "md", "json"))
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    with csv_path.open("w", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    md.write_text(f"# {title}\n\n{paragraph.strip()}\n\n![{name}]({png.name})\n\n{markdown_table(rows)}")
+    js.write_text(json.dumps({"name": name, "rows": list(rows), "measured": measured or {},
+                              "paragraph": paragraph.strip()}, indent=2, default=float) + "\n")
+    return LessonResult(name, [png, csv_path, md, js], list(rows), paragraph.strip(), measured or {})

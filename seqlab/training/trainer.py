@@ -1,0 +1,303 @@
+"""The one training loop: AdamW, warmup + cosine, clipping, accumulation, evaluation, checkpoints, resume.
+
+Attention models train on windows inside emails (`WindowSampler`); recurrent models train by truncated
+BPTT over stream batches (`StreamSampler`): each batch lane reads emails in order, the hidden state is
+carried (detached) from one chunk to the next and reset by the model at every email start.
+
+Exact resume: the batch of step s is a pure function of (seed, s); the RNG states, the optimizer, the
+stream hidden state and the step are saved in `trainer_state.pt`; so a run killed at any point and resumed
+from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from seqlab import __version__
+from seqlab.config import RunConfig, apply_overrides
+from seqlab.data.batches import WindowSampler, fixed_eval_batches
+from seqlab.data.store import TokenStore, load_meta
+from seqlab.data.streams import StreamSampler
+from seqlab.data.tokenizer import Tokenizer, load_tokenizer
+from seqlab.errors import UserError
+from seqlab.evaluation.run import token_byte_lengths
+from seqlab.models import build_model
+from seqlab.models.lm import LMState, map_tensors
+from seqlab.runs.checkpoint import (
+    LoadedCheckpoint,
+    capture_rng_state,
+    load_latest,
+    restore_rng_state,
+    save_run_checkpoint,
+)
+from seqlab.runs.load import resolve_device
+from seqlab.training.optim import IGNORE, Progress, StopFlag, lm_loss, lr_at, make_optimizer
+
+__all__ = ["Trainer", "train", "lr_at", "lm_loss", "make_optimizer", "IGNORE"]
+
+class Trainer:
+    """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
+
+    def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
+                 overrides: Sequence[str] = (), progress: bool = True) -> None:
+        """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
+        a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used."""
+        self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
+        meta = load_meta(self.data_dir)
+        self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
+        ckpt = load_latest(self.run_dir) if resume else None
+        if resume and ckpt is None:
+            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
+        cfg = self._config(cfg, ckpt, overrides)
+        self.cfg, t = cfg, cfg.train
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        self.device = resolve_device(t.device)
+        self.mode = cfg.data.resolved_mode(cfg.model.mixer)
+        if self.mode == "stream" and cfg.model.pos == "learned":
+            raise UserError("model.pos=learned cannot be used with data.mode=stream: long emails run past the "
+                            "learned positions; use model.pos=none or sinusoidal")
+        self.train_store, self.val_store = TokenStore(self.data_dir, "train"), TokenStore(self.data_dir, "val")
+        if self.train_store.num_emails == 0:
+            raise UserError(f"{self.data_dir} has no training emails")
+        self.meta = meta
+        self._setup(ckpt)
+
+    def _config(self, cfg: RunConfig | None, ckpt: LoadedCheckpoint | None, overrides: Sequence[str]) -> RunConfig:
+        base = RunConfig.from_dict(json.loads(ckpt.config_json)) if ckpt is not None else cfg
+        if base is None:
+            raise ValueError("Trainer needs a RunConfig unless it resumes")
+        try:
+            new = apply_overrides(base, list(overrides))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        new.model.vocab_size = self.tok.vocab_size  # the data decides the vocabulary
+        if ckpt is not None and base.model != new.model:
+            raise UserError(f"model settings cannot change when resuming {self.run_dir}; only train.* and data.* can")
+        return new
+
+    def _setup(self, ckpt: LoadedCheckpoint | None) -> None:
+        cfg, t = self.cfg, self.cfg.train
+        torch.manual_seed(t.seed)
+        self.model = build_model(cfg.model).to(self.device)
+        self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device)
+        if self.mode == "stream":
+            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id)
+        else:
+            self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
+                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens)
+        self.eval_batches = fixed_eval_batches(self.val_store if self.val_store.num_emails else self.train_store,
+                                               cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
+                                               self.tok.pad_id)
+        self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
+        self.state = Progress()
+        self.stream_state: Any = None
+        self.last_eval_step = self.last_save_step = -1
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt is not None:
+            self._resume(ckpt)
+        elif (self.run_dir / "trainer_state.pt").exists():
+            raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --out")
+        self.step_model = torch.compile(self.model) if t.compile else self.model
+        amp = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
+
+    # ------------------------------------------------------------ resume and save
+
+    def _resume(self, ckpt: LoadedCheckpoint) -> None:
+        ckpt.load_into(self.model)
+        ts = ckpt.trainer_state
+        self.opt.load_state_dict(ts["optimizer"])
+        self.state = Progress(**ts["progress"])
+        saved_state = ts.get("stream_state")
+        if saved_state is not None:
+            self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
+        restore_rng_state(ts["rng"])
+        self._truncate_metrics(self.state.step)
+        print(f"resumed {self.run_dir} at step {self.state.step}")
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
+        path = self.run_dir / "metrics.jsonl"
+        if path.exists():
+            lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
+            path.write_text("".join(ln + "\n" for ln in lines))
+
+    def _save(self, best: bool = False) -> None:
+        trainer_state = {
+            "step": self.state.step,
+            "optimizer": self.opt.state_dict(),
+            "progress": self.state.to_dict(),
+            "rng": capture_rng_state(),
+            "stream_state": self._stream_state_dict(),
+            "data_position": {"mode": self.mode, "step": self.state.step, "seed": self.cfg.train.seed},
+        }
+        save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
+                            is_best=best)
+
+    def _stream_state_dict(self) -> dict[str, Any] | None:
+        """The carried hidden state as plain containers of tensors (loadable with weights_only=True)."""
+        if self.stream_state is None:
+            return None
+        st = self.stream_state
+        return map_tensors({"layers": st.layers, "cross": st.cross, "pos": st.pos}, lambda x: x.detach().cpu())
+
+    def _log(self, record: dict[str, Any]) -> None:
+        with (self.run_dir / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # ------------------------------------------------------------ steps
+
+    def _batches(self, step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """The grad_accum micro-batches of one step: (x, y, reset)."""
+        for micro in range(self.cfg.train.grad_accum):
+            index = step * self.cfg.train.grad_accum + micro
+            if self.mode == "stream":
+                x, y, reset = self.sampler.batch(index)
+                yield x.to(self.device), y.to(self.device), reset.to(self.device)
+            else:
+                x, y = self.sampler.batch(index)
+                yield x.to(self.device), y.to(self.device), None
+
+    def _time_frac(self) -> float:
+        """Share of the wall-clock budget used so far (0 without a budget)."""
+        t = self.cfg.train
+        return self.state.elapsed / (t.max_minutes * 60) if t.max_minutes else 0.0
+
+    def train_step(self, step: int) -> float:
+        """One optimizer step; returns the mean training loss over its micro-batches."""
+        t = self.cfg.train
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac())
+        self.model.train()
+        total = 0.0
+        for x, y, reset in self._batches(step):
+            with self.autocast():
+                logits, state = self.step_model(x, state=self.stream_state, reset=reset)
+                loss = lm_loss(logits, y)
+            (loss / t.grad_accum).backward()
+            total += loss.item()
+            self.state.tokens += int((x != self.tok.pad_id).sum())
+            if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
+                self.stream_state = state.detach()
+        if t.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return total / t.grad_accum
+
+    @torch.inference_mode()
+    def evaluate(self) -> dict[str, float]:
+        """Loss and bits per byte on the fixed validation windows (the same windows every time)."""
+        self.model.eval()
+        nll, count, nbytes = 0.0, 0, 0
+        for x, y in self.eval_batches:
+            x, y = x.to(self.device), y.to(self.device)
+            with self.autocast():
+                logits, _ = self.model(x)
+            mask = y != IGNORE
+            losses = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
+                                     ignore_index=IGNORE, reduction="none")
+            nll += float(losses.sum())
+            count += int(mask.sum())
+            nbytes += int(self.byte_lengths[y[mask]].sum())
+        loss = nll / max(1, count)
+        return {"val_loss": loss, "val_bpb": nll / math.log(2) / max(1, nbytes), "val_ppl": math.exp(min(loss, 50))}
+
+    # ------------------------------------------------------------ the loop
+
+    def _should_stop(self, flag: StopFlag) -> str | None:
+        t, s = self.cfg.train, self.state
+        if flag.raised:
+            return f"stopped by {flag.raised}"
+        if s.step >= t.max_steps:
+            return "reached train.max_steps"
+        if t.max_minutes and s.elapsed >= t.max_minutes * 60:
+            return "reached train.max_minutes"
+        if t.early_stop and s.evals_since_best >= t.early_stop:
+            return f"early stop: no validation improvement in {t.early_stop} evaluations"
+        return None
+
+    def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False) -> None:
+        t, s = self.cfg.train, self.state
+        record: dict[str, Any] = {}
+        if not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
+            record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
+                      "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2)}
+        improved = False
+        if force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps:
+            ev = self.evaluate()
+            self.last_eval_step = s.step
+            record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
+            improved = ev["val_loss"] < s.best_val
+            if improved:
+                s.best_val, s.best_step, s.evals_since_best = ev["val_loss"], s.step, 0
+            else:
+                s.evals_since_best += 1
+        if record:
+            self._log(record)
+        if improved or s.step % t.ckpt_every == 0 or force_eval:
+            self._save(best=improved)
+            self.last_save_step = s.step
+
+    def run(self) -> dict[str, Any]:
+        t, s = self.cfg.train, self.state
+        self._write_run_info()
+        # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
+        timed = bool(t.max_minutes)
+        if timed:
+            total, done, unit = round(t.max_minutes * 60), round(s.elapsed), "s"
+        else:
+            total, done, unit = t.max_steps, s.step, " step"
+        bar = tqdm(total=total, initial=done, desc="training", unit=unit, disable=not self.show_progress)
+        reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
+        session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
+        with StopFlag() as flag:
+            while (reason := self._should_stop(flag)) is None:
+                start, tokens_before = time.perf_counter(), s.tokens
+                loss = self.train_step(s.step)
+                dt = time.perf_counter() - start
+                s.step += 1
+                s.elapsed += dt
+                self._after_step(loss, dt, s.tokens - tokens_before)
+                session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
+                bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
+                bar.set_postfix(step=s.step, loss=f"{loss:.3f}",
+                                tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
+            bar.close()
+            if s.step > start_step and self.last_eval_step != s.step:
+                # stopped between evaluations (budget, signal): measure and keep the final weights too
+                self._after_step(loss, dt, 0, force_eval=True)
+            elif s.step > start_step and self.last_save_step != s.step:
+                self._save()
+        summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
+                   "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
+                   "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params()}
+        self._write_run_info(summary)
+        return summary
+
+    def _write_run_info(self, summary: dict[str, Any] | None = None) -> None:
+        """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
+        info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
+                "threads": torch.get_num_threads(), "torch": torch.__version__, "seqlab": __version__,
+                "mode": self.mode, "params": self.model.num_params()}
+        if summary:
+            info["summary"] = summary
+        (self.run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
+          overrides: Sequence[str] = (), progress: bool = True) -> dict:
+    """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
+    the summary also written to RUN_DIR/run.json."""
+    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress).run()
