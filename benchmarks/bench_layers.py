@@ -1,4 +1,4 @@
-"""Layer speed ratios against PyTorch built-ins, measured side by side in one run (issue 3, "Speed").
+"""Layer speed ratios against PyTorch built-ins, measured side by side in one run.
 
 Rows (each a training step: forward, a scalar loss, backward):
   attention  our MultiHeadAttention vs torch.nn.MultiheadAttention, causal     goal: ours/torch <= 1.0
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from seqlab.config import ModelConfig
+from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.mingru import MinGRUMixer
 from seqlab.models.rnn import RecurrentMixer
 
@@ -76,10 +77,6 @@ def _row(name: str, ours: str, ref: str, t_ours: float, t_ref: float, metric: st
 
 def bench_attention(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """(a) our MultiHeadAttention vs torch.nn.MultiheadAttention, causal self-attention, fwd+bwd."""
-    try:
-        from seqlab.models.attention import MultiHeadAttention
-    except ImportError as exc:  # the attention module is written by another part of issue 3
-        return {"name": "attention", "skipped": f"seqlab.models.attention is not importable ({exc})"}
     B, L, C, H = args.batch, args.attn_len, args.n_embd, args.n_head
     ours = MultiHeadAttention(C, H, bias=False).to(device)
     ref = nn.MultiheadAttention(C, H, bias=False, batch_first=True).to(device)
@@ -160,9 +157,6 @@ def main(argv: list[str] | None = None) -> int:
     rows = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
     print(f"{'row':<10} {'ours ms':>9} {'ref ms':>9}  {'metric':<24} {'value':>7}  {'goal':<8} result")
     for r in rows:
-        if "skipped" in r:
-            print(f"{r['name']:<10} skipped: {r['skipped']}")
-            continue
         print(f"{r['name']:<10} {r['ours_ms']:9.2f} {r['reference_ms']:9.2f}  {r['metric']:<24} {r['value']:7.3f}"
               f"  {r['goal']:<8} {'PASS' if r['pass'] else 'MISS'}")
     settings = {"threads": args.threads, "device": args.device, "repeats": args.repeats, "warmup": args.warmup,

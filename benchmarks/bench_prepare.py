@@ -1,4 +1,4 @@
-"""Throughput and peak memory of `seqlab prepare` on a large synthetic corpus (issue 2, "Done when").
+"""Throughput and peak memory of `seqlab prepare` on a large synthetic corpus.
 
 Writes the corpus once into a cache folder (default out/bench_prepare_cache): mbox files of N/10, 3N/10
 and N messages from `synthetic_messages` (seed 0; default N = 100,000, about 2 KB each) and a tree of
