@@ -4,7 +4,10 @@ the key/value cache and the attention recorder."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
+import types
 
 import pytest
 import torch
@@ -27,6 +30,22 @@ NEG = float("-inf")
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+# ------------------------------------------------------------------ the module by its name
+
+
+def test_attention_module_is_reachable_by_its_name() -> None:
+    # the package must not re-export the function `attention` over the module of the same name
+    import seqlab.models.attention as A
+
+    assert isinstance(A, types.ModuleType) and A.__name__ == "seqlab.models.attention"
+    assert A.attention is attention and callable(A.attention)
+    import seqlab.models
+
+    for info in pkgutil.iter_modules(seqlab.models.__path__):  # every submodule, not only attention
+        module = importlib.import_module(f"seqlab.models.{info.name}")
+        assert getattr(seqlab.models, info.name) is module, info.name
 
 
 # ------------------------------------------------------------------ the lecture's worked numbers
