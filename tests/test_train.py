@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -54,6 +55,26 @@ def test_tiny_model_loss_drops(tiny_data_dir: Path, tmp_path: Path, mixer: str) 
     assert any("val_bpb" in x for x in lines)
     for name in ("config.json", "tokenizer.json", "model.safetensors", "trainer_state.pt", "run.json"):
         assert (tmp_path / "run" / name).exists(), name
+
+
+def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """The trainer's val_loss / val_bpb against a per-target computation by hand on its fixed windows."""
+    cfg = apply_overrides(get_preset("tiny"), TINY)
+    trainer = Trainer(tiny_data_dir, tmp_path / "run", cfg, progress=False)
+    got = trainer.evaluate()
+    tok, nll, targets, nbytes = trainer.tok, 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in trainer.eval_batches:
+            logp = torch.log_softmax(trainer.model(x)[0].double(), dim=-1)  # (B, T, V)
+            for b, t in (y != -1).nonzero().tolist():
+                target = int(y[b, t])
+                nll -= float(logp[b, t, target])
+                targets += 1
+                nbytes += 1 if target == tok.eos_id else len(tok.token_bytes(target))
+    assert targets > 0 and nbytes >= targets
+    assert got["val_loss"] == pytest.approx(nll / targets, rel=1e-5)
+    assert got["val_bpb"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
+    assert got["val_ppl"] == pytest.approx(math.exp(nll / targets), rel=1e-5)
 
 
 def _weights(run: Path) -> dict[str, bytes]:
