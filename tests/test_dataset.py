@@ -311,13 +311,32 @@ def test_stream_is_a_pure_function_of_step(tmp_path: Path) -> None:
         a.batch(-1)
 
 
-def test_eval_streams_cover_targets_in_stored_order(tmp_path: Path) -> None:
+def test_eval_streams_read_whole_emails_as_lanes(tmp_path: Path) -> None:
     store, pad = coded_store(tmp_path, LENGTHS)
     batches = list(iter_eval_streams(store, T, 4, pad))
-    y = np.concatenate([yb.numpy() for _, yb, _ in batches], axis=1)
-    assert np.array_equal(np.sort(y[y != -1]), target_positions(store))
-    x = np.concatenate([xb.numpy() for xb, _, _ in batches], axis=1)
-    assert np.array_equal(x[0][: store.ends[2]], np.arange(store.ends[2]))  # lane 0 reads emails in order
+    targets = []
+    # regroup the chunks of each batch (a run starting with first=True) into whole lanes
+    groups: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+    for first, x, y in batches:
+        if first:
+            groups.append([])
+        groups[-1].append((x, y))
+        check_pairs(store, x, y, pad)
+        assert x.shape == y.shape and x.shape[1] <= T and x.shape[0] <= 4
+    for chunks in groups:
+        x = np.concatenate([c[0].numpy() for c in chunks], axis=1)  # (B, longest email's targets)
+        y = np.concatenate([c[1].numpy() for c in chunks], axis=1)
+        for row_x, row_y in zip(x, y):
+            e = int(np.searchsorted(store.starts, row_x[0], side="right") - 1)
+            n = int(store.lengths[e]) - 1  # targets of that email
+            assert row_x[0] == store.starts[e]  # a lane starts at its email's first token
+            assert np.array_equal(row_y[:n], np.arange(store.starts[e] + 1, store.ends[e]))
+            assert np.array_equal(row_x[:n], np.arange(store.starts[e], store.ends[e] - 1))
+            assert np.all(row_y[n:] == -1) and np.all(row_x[n + 1:] == pad)
+        targets.append(y[y != -1])
+    got = np.concatenate(targets)
+    assert len(got) == store.num_tokens - store.num_emails
+    assert np.array_equal(np.sort(got), target_positions(store))
 
 
 # ---------------------------------------------------------------- properties over random corpora

@@ -1,8 +1,8 @@
-"""Stream batches for recurrent models trained by truncated BPTT, drawn from a token store.
+"""Stream batches for recurrent models, drawn from a token store: training streams and held-out lanes.
 
-Layout of one epoch: the emails of the split are put in an order (a permutation drawn from
-`(seed, epoch)`, or their stored order when `shuffle=False`) and laid end to end into one stream of
-N tokens. The stream is cut into B contiguous lane shares, lane b reading stream positions
+`StreamSampler` (training by truncated BPTT). Layout of one epoch: the emails of the split are put in
+an order (a permutation drawn from `(seed, epoch)`) and laid end to end into one stream of N tokens.
+The stream is cut into B contiguous lane shares, lane b reading stream positions
 `[b*N // B, (b+1)*N // B)`. Chunk k of lane b is the T positions starting at `lo_b + k*T`, so chunk k
 continues exactly where chunk k - 1 ended and a hidden state carried (detached) from one chunk to the
 next is the state the model would have had over the whole email.
@@ -10,15 +10,18 @@ next is the state the model would have had over the whole email.
 - `reset[b, t]` is True at the first token of every email (the model resets its hidden state there),
   at the first position of each lane in an epoch (a lane may start inside an email, with a fresh state),
   and at padding.
-- `y` at an email's last token (its eos) is -1: the next token in the stream belongs to another email,
-  and nothing is ever predicted across emails. At the end of a lane share the target is still the next
-  token of the same email (read from the next lane's share), so one epoch predicts every target token
-  of the split exactly once.
+- `y` at an email's last token (its eos) is IGNORE_INDEX: the next token in the stream belongs to
+  another email, and nothing is ever predicted across emails. At the end of a lane share the target is
+  still the next token of the same email (read from the next lane's share), so one epoch predicts every
+  target token of the split exactly once.
 - Epochs wrap after `steps_per_epoch = ceil(ceil(N / B) / T)` steps: step s is chunk `s % steps_per_epoch`
   of epoch `s // steps_per_epoch`. The last chunk of an epoch is padded where a lane runs out (x with
-  `pad_id`, y with -1, reset True); the next epoch starts a new permutation with reset True everywhere a
-  lane begins. `batch(step)` is therefore a pure function of `(seed, step)` (with the store, T and B
-  fixed), and training resumes exactly from a step number.
+  `pad_id`, y with IGNORE_INDEX, reset True); the next epoch starts a new permutation with reset True
+  everywhere a lane begins. `batch(step)` is therefore a pure function of `(seed, step)` (with the
+  store, T and B fixed), and training resumes exactly from a step number.
+
+`iter_eval_streams` (held-out evaluation): whole emails as lanes, each read from its first token, so
+no lane starts inside an email with a fresh state and the score does not depend on T or B.
 """
 
 from __future__ import annotations
@@ -41,13 +44,12 @@ _ORDER_STREAM = 0x53_54  # keeps the epoch permutations apart from other draws m
 class StreamSampler:
     """B lanes, each reading its share of an epoch's email stream in chunks of T tokens."""
 
-    def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int, *,
-                 shuffle: bool = True) -> None:
+    def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int) -> None:
         check_positive(block_size=block_size, batch_size=batch_size)
         if store.num_tokens == 0:
             raise UserError(f"the {store.split} split holds no tokens to train on.")
         self.store, self.block_size, self.batch_size = store, block_size, batch_size
-        self.seed, self.pad_id, self.shuffle = seed, pad_id, shuffle
+        self.seed, self.pad_id = seed, pad_id
         n, b = store.num_tokens, np.arange(batch_size + 1, dtype=np.int64)
         bounds = b * n // batch_size  # (B+1,) lane b owns stream positions [bounds[b], bounds[b+1])
         self.lane_start, self.lane_end = bounds[:-1], bounds[1:]
@@ -61,8 +63,6 @@ class StreamSampler:
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The email ids of epoch `epoch` in stream order."""
-        if not self.shuffle:
-            return np.arange(self.store.num_emails)
         return np.random.default_rng([self.seed, epoch, _ORDER_STREAM]).permutation(self.store.num_emails)
 
     def _layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,16 +100,32 @@ class StreamSampler:
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(reset)
 
 
-def iter_eval_streams(store: TokenStore, block_size: int, batch_size: int,
-                      pad_id: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """One epoch of stream batches in stored email order: each target of the split exactly once.
+def iter_eval_streams(store: TokenStore, block_size: int,
+                      batch_size: int, pad_id: int) -> Iterator[tuple[bool, torch.Tensor, torch.Tensor]]:
+    """(first, x, y) held-out chunks with whole emails as lanes: every target of the split exactly once.
 
-    Carry the hidden state from one batch to the next (resetting it where `reset` is True) to evaluate
-    a recurrent model over whole emails rather than over independent windows. An empty split yields
-    nothing.
+    Unlike `StreamSampler`, whose lanes may start inside an email, each batch takes `batch_size` emails
+    of similar length (sorted by length, stable) and lane b reads its email from its first token: chunk
+    k holds inputs email[kT : kT+T] and targets email[kT+1 : kT+T+1], x (B, width) and y (B, width)
+    int64 with width <= T, padded (x with `pad_id`, y with IGNORE_INDEX) where the lane's email has
+    ended. `first` is True for chunk 0 of a batch: start from a fresh hidden state there and carry it
+    from chunk to chunk otherwise, so a recurrent model is scored as if it read each email whole, and
+    the result depends neither on `block_size` nor on `batch_size`. An empty split yields nothing.
     """
-    if store.num_tokens == 0:
-        return
-    sampler = StreamSampler(store, block_size, batch_size, seed=0, pad_id=pad_id, shuffle=False)
-    for k in range(sampler.steps_per_epoch):
-        yield sampler.batch(k)
+    check_positive(block_size=block_size, batch_size=batch_size)
+    lengths = store.lengths
+    order = np.argsort(lengths, kind="stable")
+    for a in range(0, len(order), batch_size):
+        ids = order[a:a + batch_size]
+        n_targets = lengths[ids] - 1  # (B,)
+        longest = int(n_targets.max())
+        for k in range(-(-longest // block_size)):
+            lo = k * block_size
+            width = min(block_size, longest - lo)
+            offs = lo + np.arange(width + 1)  # (width+1,) offsets inside each email
+            real = offs[None, :] <= n_targets[:, None]  # (B, width+1) positions inside the email
+            pos = np.where(real, store.starts[ids][:, None] + offs[None, :], 0)  # padded slots read token 0
+            w = np.asarray(store.tokens[pos]).astype(np.int64)  # (B, width+1)
+            x = np.where(real[:, :-1], w[:, :-1], pad_id)  # (B, width) inputs w[:-1]
+            y = np.where(real[:, 1:], w[:, 1:], IGNORE_INDEX)  # (B, width) targets, shifted by one
+            yield k == 0, torch.from_numpy(x), torch.from_numpy(y)

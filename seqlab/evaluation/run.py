@@ -37,6 +37,7 @@ from torch import nn
 
 from seqlab.data.batches import iter_eval_windows
 from seqlab.data.store import TokenStore
+from seqlab.data.streams import iter_eval_streams
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality, threshold_for_coverage  # noqa: F401 (re-exported)
@@ -57,31 +58,6 @@ def token_byte_lengths(tokenizer: Tokenizer) -> torch.Tensor:
     return lengths
 
 
-def _email_lane_batches(store: TokenStore, block_size: int, batch_size: int,
-                        pad_id: int) -> Iterable[tuple[bool, torch.Tensor, torch.Tensor]]:
-    """(first chunk?, x, y) chunks with emails as lanes, for recurrent models that carry state.
-
-    Each batch takes `batch_size` emails of similar length; chunk k of lane b holds inputs
-    email[kT : kT+T] and targets email[kT+1 : kT+T+1], padded (x with pad_id, y with -1) where the email
-    has ended. Every target of every email appears exactly once.
-    """
-    lengths = store.lengths
-    order = np.argsort(lengths, kind="stable")
-    for a in range(0, len(order), batch_size):
-        ids = order[a:a + batch_size]
-        n_targets = lengths[ids] - 1  # (B,)
-        for k in range(int(-(-n_targets.max() // block_size))):
-            lo = k * block_size
-            width = int(min(block_size, n_targets.max() - lo))
-            offs = lo + np.arange(width + 1)  # (width+1,) offsets inside each email
-            real = offs[None, :] <= n_targets[:, None]  # (B, width+1) positions inside the email
-            pos = np.where(real, store.starts[ids][:, None] + offs[None, :], 0)
-            w = np.asarray(store.tokens[pos]).astype(np.int64)  # (B, width+1)
-            x = np.where(real[:, :-1], w[:, :-1], pad_id)  # inputs w[:-1]
-            y = np.where(real[:, 1:], w[:, 1:], -1)  # targets shifted by one; -1 is ignored
-            yield k == 0, torch.from_numpy(x), torch.from_numpy(y)
-
-
 def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size: int,
                 device: str | torch.device, tokenizer: Tokenizer) -> dict[str, float | int]:
     """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split."""
@@ -91,7 +67,7 @@ def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size
     byte_len = token_byte_lengths(tokenizer)
     carry = context_limit(model) is None  # recurrent: state runs through whole emails
     if carry:
-        batches = _email_lane_batches(store, block_size, batch_size, tokenizer.pad_id)
+        batches = iter_eval_streams(store, block_size, batch_size, tokenizer.pad_id)
     else:
         stride = max(1, block_size // 2)  # overlap by half: scored targets keep context (module docstring)
         batches = ((True, x, y) for x, y in iter_eval_windows(store, block_size, batch_size, tokenizer.pad_id,
