@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
-from seqlab.models.rnn import segment_starts
+from seqlab.models.rnn import check_mixer_inputs, segment_starts
 
 
 def g(v: Tensor) -> Tensor:
@@ -146,10 +146,6 @@ class MinGRUMixer(nn.Module):
 
     def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (B, T, C), state = last h (B, C) or None, reset (B, T) bool or None -> y (B, T, C), h_T (B, C)."""
-        B, T, C = x.shape
-        if state is not None and state.shape != (B, C):
-            raise ValueError(f"minGRU state must have shape {(B, C)}, not {tuple(state.shape)}")
-        if reset is not None and reset.shape != (B, T):
-            raise ValueError(f"reset must have shape {(B, T)}, not {tuple(reset.shape)}")
+        check_mixer_inputs("minGRU", x, state, reset)
         h, h_last = self.rnn(x, state, reset, mode=self.mode)
         return self.proj(h), h_last

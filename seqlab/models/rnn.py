@@ -1,7 +1,8 @@
 """Recurrent mixers: the Elman RNN and the GRU, written gate by gate, plus a fused path.
 
 Holds `RNNCell` and `GRUCell` (one transition each), `run_cell` (the one time loop both share),
-`segment_starts` (where a batch must be cut so per-lane resets can be applied between segments) and
+`segment_starts` (where a batch must be cut so per-lane resets can be applied between segments),
+`check_mixer_inputs` (the state and reset shapes every recurrent mixer accepts; minGRU uses both) and
 `RecurrentMixer` (the `(x, state, reset) -> (y, state)` mixer that the LM shell stacks).
 
 The lecture ("Recurrent Models and Attention", slide "Shared recurrent computation learns from every
@@ -137,6 +138,19 @@ def segment_starts(reset: Tensor | None) -> list[int]:
     return (any_reset.nonzero().flatten() + 1).tolist()
 
 
+def check_mixer_inputs(kind: str, x: Tensor, state: Tensor | None, reset: Tensor | None) -> None:
+    """The recurrent mixers' argument check: for x (B, T, C), state must be (B, C) and reset (B, T), or None.
+
+    A wrong shape would otherwise broadcast silently (a (1, C) state over every lane) or fail deep inside
+    the loop; a ValueError naming the argument is what the mixer contract promises.
+    """
+    B, T, C = x.shape
+    if state is not None and state.shape != (B, C):
+        raise ValueError(f"{kind} state must have shape {(B, C)}, not {tuple(state.shape)}")
+    if reset is not None and reset.shape != (B, T):
+        raise ValueError(f"reset must have shape {(B, T)}, not {tuple(reset.shape)}")
+
+
 def run_fused(cell: Cell, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`run_cell`'s result through PyTorch's fused kernel: the sequence is cut where any lane resets and
     the resetting lanes' state is zeroed between pieces. x (B, T, I) -> (B, T, H), (B, H)."""
@@ -186,11 +200,7 @@ class RecurrentMixer(nn.Module):
 
     def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (B, T, C), state h (B, C) or None (zeros), reset (B, T) bool or None -> y (B, T, C), h_T (B, C)."""
-        B, T, C = x.shape
-        if state is not None and state.shape != (B, C):
-            raise ValueError(f"{self.kind} state must have shape {(B, C)}, not {tuple(state.shape)}")
-        if reset is not None and reset.shape != (B, T):
-            raise ValueError(f"reset must have shape {(B, T)}, not {tuple(reset.shape)}")
+        check_mixer_inputs(self.kind, x, state, reset)
         if self.uses_fused():
             return run_fused(self.cell, x, state, reset)
         log: list[tuple[Tensor, Tensor]] | None = [] if self.record_gates and self.kind == "gru" else None
