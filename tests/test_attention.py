@@ -1,6 +1,7 @@
 """The lecture's attention claims, executable: worked numbers, stable softmax, masks, both paths,
 permutation equivariance, our MultiHeadAttention against torch.nn.MultiheadAttention, cross-attention,
-the key/value cache and the attention recorder."""
+the key/value cache and the attention recorder. Incremental vs full, shared by every mixer and position kind:
+test_model_contract.py."""
 
 from __future__ import annotations
 
@@ -288,21 +289,6 @@ def test_single_head_is_the_lecture_equation() -> None:
 # ------------------------------------------------------------------ key/value cache and recorder
 
 
-@pytest.mark.parametrize("chunks", [[1] * 9, [4, 1, 3, 1]])
-def test_kv_cache_incremental_equals_full(chunks: list[int]) -> None:
-    mha = MultiHeadAttention(16, 2).eval()
-    x = torch.randn(2, sum(chunks), 16)
-    full, _ = mha(x)
-    outs, state, t = [], None, 0
-    with torch.no_grad():
-        for n in chunks:
-            y, state = mha(x[:, t : t + n], state=state)
-            outs.append(y)
-            t += n
-    assert isinstance(state, KVCache) and state.length == sum(chunks)
-    torch.testing.assert_close(torch.cat(outs, dim=1), full, atol=1e-5, rtol=1e-5)
-
-
 def test_kv_cache_grows_by_doubling_and_clone_is_independent() -> None:
     cache = KVCache(torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 1, 2), 1)
     capacities = []
@@ -315,16 +301,6 @@ def test_kv_cache_grows_by_doubling_and_clone_is_independent() -> None:
     cache.append(torch.full((1, 1, 1, 2), 99.0), torch.zeros(1, 1, 1, 2))
     branch.append(torch.full((1, 1, 1, 2), 42.0), torch.zeros(1, 1, 1, 2))
     assert cache.k[0, 0, 17, 0].item() == 99.0 and branch.k[0, 0, 17, 0].item() == 42.0
-
-
-def test_kv_cache_under_autograd() -> None:
-    mha = MultiHeadAttention(8, 2)
-    x = torch.randn(1, 4, 8)
-    y1, state = mha(x[:, :2])
-    y2, state = mha(x[:, 2:], state=state)
-    (y1.sum() + y2.sum()).backward()  # in-place cache writes would break this backward
-    full, _ = mha(x)
-    torch.testing.assert_close(torch.cat([y1, y2], 1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_recorder_only_records_inside_the_block() -> None:

@@ -1,4 +1,5 @@
-"""minGRU: log-space scan vs sequential mode, worked numbers, resets, initial state, gradients."""
+"""minGRU: log-space scan vs sequential mode, worked numbers, resets and initial state inside the scan,
+gradients. Incremental vs full through the mixer, shared by every mixer: test_model_contract.py."""
 
 from __future__ import annotations
 
@@ -7,12 +8,7 @@ import math
 import pytest
 import torch
 
-from seqlab.config import ModelConfig
-from seqlab.models.mingru import MinGRU, MinGRUMixer, g, log_g, mingru_scan, mingru_sequential
-
-
-def _cfg(n_embd: int = 8) -> ModelConfig:
-    return ModelConfig(mixer="mingru", n_embd=n_embd, n_head=1, pos="none", n_layer=1)
+from seqlab.models.mingru import MinGRU, g, log_g, mingru_scan, mingru_sequential
 
 
 def _inputs(B: int, T: int, H: int, seed: int, dtype: torch.dtype = torch.float64, scale: float = 2.0):
@@ -91,38 +87,6 @@ def test_no_nan_or_inf_in_gradients_at_extremes() -> None:
         assert torch.isfinite(grad).all()
 
 
-def test_reset_equals_suffix_from_zero_state() -> None:
-    torch.manual_seed(5)
-    mixer = MinGRUMixer(_cfg())
-    x = torch.randn(2, 12, 8)
-    reset = torch.zeros(2, 12, dtype=torch.bool)
-    reset[:, 7] = True
-    with torch.no_grad():
-        y, h = mixer(x, torch.rand(2, 8), reset)
-        y_suffix, h_suffix = mixer(x[:, 7:])
-        y_plain, _ = mixer(x, torch.rand(2, 8))
-    torch.testing.assert_close(y[:, 7:], y_suffix, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(h, h_suffix, atol=1e-6, rtol=1e-5)
-    assert not torch.allclose(y[:, 7:], y_plain[:, 7:], atol=1e-4)
-
-
-def test_incremental_equals_full() -> None:
-    torch.manual_seed(6)
-    mixer = MinGRUMixer(_cfg())
-    x = torch.randn(3, 10, 8)
-    gen = torch.Generator().manual_seed(7)
-    reset = torch.rand(3, 10, generator=gen) < 0.2
-    state0 = torch.rand(3, 8)
-    with torch.no_grad():
-        y_full, h_full = mixer(x, state0, reset)  # T > 1: the scan
-        state, ys = state0, []
-        for t in range(10):  # T == 1: the sequential mode
-            y_t, state = mixer(x[:, t : t + 1], state, reset[:, t : t + 1])
-            ys.append(y_t)
-    torch.testing.assert_close(torch.cat(ys, dim=1), y_full, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(state, h_full, atol=1e-6, rtol=1e-5)
-
-
 def test_layer_modes_agree_and_bad_mode_is_value_error() -> None:
     torch.manual_seed(8)
     layer = MinGRU(4, 6)
@@ -134,6 +98,3 @@ def test_layer_modes_agree_and_bad_mode_is_value_error() -> None:
     torch.testing.assert_close(last_scan, last_seq, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="mode"):
         layer(x, mode="parallel")
-    mixer = MinGRUMixer(_cfg())
-    with pytest.raises(ValueError, match="state"):
-        mixer(torch.randn(2, 3, 8), torch.rand(2, 4))

@@ -1,5 +1,6 @@
 """Positions: the lecture's order claims (permutation equivariance broken, "report before slides"),
-each kind's formula, and positions continuing correctly past the cache offset and past block_size."""
+each kind's formula, and positions continuing past the cache offset and past block_size (attention decoding
+token by token past block_size with rope and alibi is part of test_model_contract.py)."""
 
 from __future__ import annotations
 
@@ -133,19 +134,6 @@ def test_alibi_as_float_mask_on_both_paths() -> None:
     y_fast, _ = attention(q, k, v, mask=mask)
     y_slow, _ = attention(q, k, v, mask=mask, need_weights=True)
     torch.testing.assert_close(y_fast, y_slow, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("kind", ["none", "rope", "alibi"])
-def test_attention_positions_continue_in_the_cache(kind: str) -> None:
-    _, mha = _self_attention(kind)
-    x = torch.randn(1, 20, 16)  # longer than block_size = 16: rope/alibi are not limited by it
-    full, _ = mha(x)
-    state, outs = None, []
-    with torch.no_grad():
-        for t in range(20):
-            y, state = mha(x[:, t : t + 1], state=state)
-            outs.append(y)
-    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=1e-5)
 
 
 def test_one_config_string_selects() -> None:

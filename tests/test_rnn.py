@@ -1,4 +1,5 @@
-"""RNN and GRU: our gate-by-gate loop vs torch.nn.RNN/GRU, explicit vs fused, incremental vs full, resets, BPTT."""
+"""RNN and GRU: our gate-by-gate loop vs torch.nn.RNN/GRU with copied weights, explicit vs fused path, gradcheck,
+BPTT and the recorded GRU gates. Incremental vs full and resets, shared by every mixer: test_model_contract.py."""
 
 from __future__ import annotations
 
@@ -85,40 +86,6 @@ def test_explicit_path_equals_fused_path(kind: str, with_reset: bool, with_state
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("kind", ["rnn", "gru"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_incremental_equals_full(kind: str, fused: bool) -> None:
-    torch.manual_seed(2)
-    mixer = RecurrentMixer(_cfg(kind, fused=fused), kind)
-    x = torch.randn(3, 10, 8)
-    reset = _resets(3, 10, seed=4)
-    with torch.no_grad():
-        y_full, h_full = mixer(x, None, reset)
-        state, ys = None, []
-        for t in range(10):
-            y_t, state = mixer(x[:, t : t + 1], state, reset[:, t : t + 1])
-            ys.append(y_t)
-    torch.testing.assert_close(torch.cat(ys, dim=1), y_full, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(state, h_full, atol=1e-6, rtol=1e-5)
-
-
-@pytest.mark.parametrize("kind", ["rnn", "gru"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_reset_equals_suffix_from_zero_state(kind: str, fused: bool) -> None:
-    torch.manual_seed(3)
-    mixer = RecurrentMixer(_cfg(kind, fused=fused), kind)
-    x = torch.randn(2, 11, 8)
-    reset = torch.zeros(2, 11, dtype=torch.bool)
-    reset[:, 6] = True
-    with torch.no_grad():
-        y, h = mixer(x, torch.randn(2, 8), reset)
-        y_suffix, h_suffix = mixer(x[:, 6:], None, None)
-        y_no_reset, _ = mixer(x, None, None)
-    torch.testing.assert_close(y[:, 6:], y_suffix, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(h, h_suffix, atol=1e-6, rtol=1e-5)
-    assert not torch.allclose(y[:, 6:], y_no_reset[:, 6:], atol=1e-4)  # the reset did change something
-
-
 def test_segment_starts_cut_where_any_lane_resets() -> None:
     reset = torch.tensor([[True, False, False, True, False], [False, False, True, False, False]])
     assert segment_starts(reset) == [2, 3]  # position 0 needs no cut: the initial state is zeroed there
@@ -189,14 +156,9 @@ def test_gru_gates_are_recorded_from_the_explicit_path() -> None:
     torch.testing.assert_close(r[:, 0], r0)
 
 
-def test_bad_arguments_are_value_errors() -> None:
+def test_unknown_cell_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="lstm"):
         RecurrentMixer(_cfg("rnn"), "lstm")
-    mixer = RecurrentMixer(_cfg("rnn"), "rnn")
-    with pytest.raises(ValueError, match="state"):
-        mixer(torch.randn(2, 3, 8), torch.randn(3, 8))
-    with pytest.raises(ValueError, match="reset"):
-        mixer(torch.randn(2, 3, 8), None, torch.zeros(2, 4, dtype=torch.bool))
 
 
 def test_run_fused_without_resets_is_torch_gru() -> None:
