@@ -5,7 +5,7 @@ returns the raw bytes of one file; the expected outcome is "kept", a skip reason
 is acceptable (the point of that kind is only that nothing crashes). `write_hostile_corpus` writes one
 file per kind (plus a hidden file and a non-mail file that the tree reader must count, not read);
 `write_many_malformed` writes n small messages mixing the kinds with random damage (truncation, flipped
-bytes, spliced halves) for the accounting test.
+bytes, spliced halves) for the accounting test; `write_hostile_tree` puts both in one folder tree.
 """
 
 from __future__ import annotations
@@ -198,3 +198,10 @@ def write_many_malformed(directory: Path, n: int = 1000, seed: int = 0) -> int:
         data = _damage(KINDS[a][0](rng), rng, KINDS[b][0](rng))
         (directory / f"msg_{i:05d}.eml").write_bytes(data)
     return n
+
+
+def write_hostile_tree(root: Path, damaged: int = 150) -> Path:
+    """A folder tree for the prepare tests: `kinds/` (write_hostile_corpus) and `damaged/` (write_many_malformed)."""
+    write_hostile_corpus(Path(root) / "kinds")
+    write_many_malformed(Path(root) / "damaged", n=damaged)
+    return Path(root)
