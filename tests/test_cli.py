@@ -1,5 +1,6 @@
 """The command line: help works, user errors are exit code 2 with one sentence and no traceback."""
 
+import re
 import subprocess
 import sys
 
@@ -44,5 +45,14 @@ def test_config_round_trips_through_json() -> None:
     assert RunConfig.from_dict(json.loads(cfg.to_json())) == cfg
 
 
+# The subcommands of the command line contract (ARCHITECTURE.md, "Command line").
+SUBCOMMANDS = {"prepare", "train", "eval", "complete", "attention", "inspect", "lesson", "compare", "demo"}
+
+
 def test_main_without_command_prints_help(capsys: pytest.CaptureFixture) -> None:
-    assert main([]) == 2
+    assert main([]) == 2  # no command is a usage error, as argparse's own errors are
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: seqlab") and err == ""
+    # the help lists each subcommand on its own line under COMMAND, indented by four spaces
+    listed = {m.group(1) for m in re.finditer(r"^    (\w+)", out, re.MULTILINE)}
+    assert listed == SUBCOMMANDS
