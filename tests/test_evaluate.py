@@ -17,6 +17,7 @@ from seqlab.config import ModelConfig
 from seqlab.data.store import TokenStore, TokenWriter
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
+from seqlab.evaluation.compressors import compressor_bpb, compressor_bpb_bytes, split_bytes, split_texts
 from seqlab.evaluation.exact_match import (
     collect_proposals,
     sample_positions,
@@ -24,15 +25,8 @@ from seqlab.evaluation.exact_match import (
     threshold_for_coverage,
     word_boundaries,
 )
-from seqlab.evaluation.run import (
-    compressor_bpb,
-    compressor_bpb_bytes,
-    evaluate_lm,
-    evaluate_run,
-    format_eval,
-    split_bytes,
-    split_texts,
-)
+from seqlab.evaluation.heldout import evaluate_lm
+from seqlab.evaluation.run import evaluate_run, format_eval
 from seqlab.generation.complete import Completion, split_words
 from seqlab.models import build_model
 

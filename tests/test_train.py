@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from seqlab.config import apply_overrides, get_preset
-from seqlab.training.trainer import Trainer, lr_at
+from seqlab.training.optim import lr_at
+from seqlab.training.trainer import Trainer
 
 TINY = ["train.threads=1", "train.log_every=1"]
 

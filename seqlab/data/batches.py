@@ -3,8 +3,9 @@
 Every training example is a window `w` of `block_size + 1` tokens taken inside ONE email, with inputs
 `x = w[:-1]` and targets `y = w[1:]` (the lecture's "shift targets by one token; split whole emails
 before forming training examples"). An email shorter than a window is padded: `x` with `pad_id`, `y`
-with `IGNORE_INDEX` (-1), which the trainer's `F.cross_entropy(..., ignore_index=-1)` skips. No window
-ever reads across an email boundary, so no target is predicted from another email's text.
+with `IGNORE_INDEX`, the one ignore label of the project, which the loss
+(`seqlab.evaluation.heldout.lm_loss`) skips. No window ever reads across an email boundary, so no
+target is predicted from another email's text.
 
 - `WindowSampler.batch(step)`: random windows, a pure function of `(seed, step)`, so training resumes
   exactly from a step number.
@@ -27,7 +28,7 @@ from seqlab.errors import UserError
 if TYPE_CHECKING:
     from seqlab.data.store import TokenStore
 
-IGNORE_INDEX = -1  # target value the loss skips (padding, or a position with no target)
+IGNORE_INDEX = -1  # the target the loss skips (padding, no next token in the email, already scored)
 
 
 def check_positive(**values: int) -> None:
@@ -42,8 +43,8 @@ def gather_windows(tokens: np.ndarray, start: np.ndarray, length: np.ndarray, bl
     """Cut windows out of the token file and shift them into (x, y), both (B, T) int64.
 
     Row b reads `length[b] <= T + 1` real tokens from `tokens[start[b]:]` (the caller guarantees they
-    lie in one email); the rest of the row is padding. `skip[b]` leading targets are also set to -1
-    (positions already counted by an earlier evaluation window).
+    lie in one email); the rest of the row is padding. `skip[b]` leading targets are also set to
+    IGNORE_INDEX (positions already counted by an earlier evaluation window).
     """
     T = block_size
     offs = np.arange(T + 1)

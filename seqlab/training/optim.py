@@ -11,9 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-
-IGNORE = -1  # target id the loss ignores (padding, no next token inside the email)
 
 
 def lr_at(step: int, lr: float, warmup: int, max_steps: int, min_ratio: float, time_frac: float = 0.0) -> float:
@@ -36,11 +33,6 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device.type == "cuda")
-
-
-def lm_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over targets that are not IGNORE. logits (B, T, V), y (B, T)."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE)
 
 
 @dataclass

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from seqlab import __version__
@@ -30,7 +28,7 @@ from seqlab.data.store import TokenStore, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.run import token_byte_lengths
+from seqlab.evaluation.heldout import lm_loss, score_heldout, token_byte_lengths
 from seqlab.models import build_model
 from seqlab.models.lm import LMState, map_tensors
 from seqlab.runs.checkpoint import (
@@ -41,9 +39,10 @@ from seqlab.runs.checkpoint import (
     save_run_checkpoint,
 )
 from seqlab.runs.load import resolve_device
-from seqlab.training.optim import IGNORE, Progress, StopFlag, lm_loss, lr_at, make_optimizer
+from seqlab.training.optim import Progress, StopFlag, lr_at, make_optimizer
 
-__all__ = ["Trainer", "train", "lr_at", "lm_loss", "make_optimizer", "IGNORE"]
+__all__ = ["Trainer", "train"]
+
 
 class Trainer:
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
@@ -196,23 +195,12 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         return total / t.grad_accum
 
-    @torch.inference_mode()
     def evaluate(self) -> dict[str, float]:
-        """Loss and bits per byte on the fixed validation windows (the same windows every time)."""
-        self.model.eval()
-        nll, count, nbytes = 0.0, 0, 0
-        for x, y in self.eval_batches:
-            x, y = x.to(self.device), y.to(self.device)
-            with self.autocast():
-                logits, _ = self.model(x)
-            mask = y != IGNORE
-            losses = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
-                                     ignore_index=IGNORE, reduction="none")
-            nll += float(losses.sum())
-            count += int(mask.sum())
-            nbytes += int(self.byte_lengths[y[mask]].sum())
-        loss = nll / max(1, count)
-        return {"val_loss": loss, "val_bpb": nll / math.log(2) / max(1, nbytes), "val_ppl": math.exp(min(loss, 50))}
+        """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
+        (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
+        windows = ((True, x, y) for x, y in self.eval_batches)  # each window stands alone: no state carried
+        r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
+        return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
 
     # ------------------------------------------------------------ the loop
 
