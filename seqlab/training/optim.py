@@ -1,14 +1,8 @@
-"""The pieces of training that need no trainer state: schedule, optimizer groups, loss, signals, progress.
-
-Kept apart from `train.py` (the loop and its checkpoints) so each file stays short.
-"""
+"""The optimizer side of training: the learning-rate schedule (`lr_at`) and AdamW's groups (`make_optimizer`)."""
 
 from __future__ import annotations
 
 import math
-import signal
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -33,41 +27,3 @@ def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device.type == "cuda")
-
-
-@dataclass
-class Progress:
-    """What the loop needs to continue: saved in trainer_state.pt as primitives."""
-
-    step: int = 0
-    best_val: float = float("inf")
-    best_step: int = -1
-    evals_since_best: int = 0
-    elapsed: float = 0.0  # seconds of training, summed over resumes
-    tokens: int = 0  # input tokens (not padding) seen
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-class StopFlag:
-    """SIGINT/SIGTERM set the flag; the loop finishes the current step, saves, and exits cleanly."""
-
-    def __init__(self) -> None:
-        self.raised: str | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopFlag:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: signals cannot be caught here
-                pass
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.raised = signal.Signals(signum).name
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)

@@ -39,7 +39,8 @@ from seqlab.runs.checkpoint import (
     save_run_checkpoint,
 )
 from seqlab.runs.load import resolve_device
-from seqlab.training.optim import Progress, StopFlag, lr_at, make_optimizer
+from seqlab.training.optim import lr_at, make_optimizer
+from seqlab.training.progress import Progress, StopFlag
 
 __all__ = ["Trainer", "train"]
 
@@ -99,7 +100,7 @@ class Trainer:
                                                cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
                                                self.tok.pad_id)
         self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
-        self.state = Progress()
+        self.progress = Progress()
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -117,13 +118,13 @@ class Trainer:
         ckpt.load_into(self.model)
         ts = ckpt.trainer_state
         self.opt.load_state_dict(ts["optimizer"])
-        self.state = Progress(**ts["progress"])
+        self.progress = Progress(**ts["progress"])
         saved_state = ts.get("stream_state")
         if saved_state is not None:
             self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
         restore_rng_state(ts["rng"])
-        self._truncate_metrics(self.state.step)
-        print(f"resumed {self.run_dir} at step {self.state.step}")
+        self._truncate_metrics(self.progress.step)
+        print(f"resumed {self.run_dir} at step {self.progress.step}")
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
@@ -134,12 +135,12 @@ class Trainer:
 
     def _save(self, best: bool = False) -> None:
         trainer_state = {
-            "step": self.state.step,
+            "step": self.progress.step,
             "optimizer": self.opt.state_dict(),
-            "progress": self.state.to_dict(),
+            "progress": self.progress.to_dict(),
             "rng": capture_rng_state(),
             "stream_state": self._stream_state_dict(),
-            "data_position": {"mode": self.mode, "step": self.state.step, "seed": self.cfg.train.seed},
+            "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
         }
         save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
                             is_best=best)
@@ -171,7 +172,7 @@ class Trainer:
     def _time_frac(self) -> float:
         """Share of the wall-clock budget used so far (0 without a budget)."""
         t = self.cfg.train
-        return self.state.elapsed / (t.max_minutes * 60) if t.max_minutes else 0.0
+        return self.progress.elapsed / (t.max_minutes * 60) if t.max_minutes else 0.0
 
     def train_step(self, step: int) -> float:
         """One optimizer step; returns the mean training loss over its micro-batches."""
@@ -186,7 +187,7 @@ class Trainer:
                 loss = lm_loss(logits, y)
             (loss / t.grad_accum).backward()
             total += loss.item()
-            self.state.tokens += int((x != self.tok.pad_id).sum())
+            self.progress.tokens += int((x != self.tok.pad_id).sum())
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
                 self.stream_state = state.detach()
         if t.grad_clip:
@@ -205,7 +206,7 @@ class Trainer:
     # ------------------------------------------------------------ the loop
 
     def _should_stop(self, flag: StopFlag) -> str | None:
-        t, s = self.cfg.train, self.state
+        t, s = self.cfg.train, self.progress
         if flag.raised:
             return f"stopped by {flag.raised}"
         if s.step >= t.max_steps:
@@ -217,7 +218,7 @@ class Trainer:
         return None
 
     def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False) -> None:
-        t, s = self.cfg.train, self.state
+        t, s = self.cfg.train, self.progress
         record: dict[str, Any] = {}
         if not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
             record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
@@ -239,7 +240,7 @@ class Trainer:
             self.last_save_step = s.step
 
     def run(self) -> dict[str, Any]:
-        t, s = self.cfg.train, self.state
+        t, s = self.cfg.train, self.progress
         self._write_run_info()
         # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
         timed = bool(t.max_minutes)
