@@ -1,5 +1,6 @@
 """Mail written by the tests: one small message (`mail`), a 44-message corpus with duplicates and PII
-(`corpus_messages`), and that corpus in every on-disk layout the readers accept (`write_layouts`)."""
+(`corpus_messages`), and that corpus in every on-disk layout the readers accept (`write_layouts`).
+"""
 
 from __future__ import annotations
 

@@ -11,22 +11,13 @@ from pathlib import Path
 
 import pytest
 from data_dir_checks import SPLITS, check_data_dir, files_of
-from hostile_mail import write_hostile_tree
-from mail_samples import ENVELOPE, corpus_messages, write_layouts
+from mail_samples import ENVELOPE, corpus_messages
 
 from seqlab.cli.main import main as cli_main
 from seqlab.data.prepare import prepare
 
-
-@pytest.fixture(scope="module")
-def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return write_layouts(tmp_path_factory.mktemp("mail"), corpus_messages())
-
-
-@pytest.fixture(scope="module")
-def hostile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One file per hostile kind, plus 150 randomly damaged messages."""
-    return write_hostile_tree(tmp_path_factory.mktemp("hostile"))
+# the fixtures `layouts` and `hostile_tree`
+pytest_plugins = ("prepare_fixtures",)
 
 
 def run_cli(*args: str) -> int:
@@ -59,10 +50,10 @@ def test_single_message_and_synthetic_sources(layouts: dict[str, Path], tmp_path
     assert meta["seen"] == 60 and meta["seed"] == 5 and meta["kept"] > 50
 
 
-def test_hostile_directory_is_fully_accounted_for(hostile_dir: Path, tmp_path: Path) -> None:
-    assert run_cli(str(hostile_dir), "--out", str(tmp_path / "data")) == 0
+def test_hostile_directory_is_fully_accounted_for(hostile_tree: Path, tmp_path: Path) -> None:
+    assert run_cli(str(hostile_tree), "--out", str(tmp_path / "data")) == 0
     meta, _, _ = check_data_dir(tmp_path / "data")
-    files = sum(1 for p in hostile_dir.rglob("*") if p.is_file())
+    files = sum(1 for p in hostile_tree.rglob("*") if p.is_file())
     assert meta["seen"] == files  # every file is seen once: kept, skipped by reason, or a duplicate
     assert meta["kept"] > 0 and {"hidden_file", "not_mail_file", "empty"} <= set(meta["skipped"])
 

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 from data_dir_checks import check_data_dir, files_of
-from hostile_mail import write_hostile_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mail_samples import corpus_messages, write_layouts
 
 from seqlab.data.mail import workers as parallel
 from seqlab.data.mail.corpus import ThreadMeta, assign_threads
@@ -25,16 +23,8 @@ from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import ByteTokenizer, clean_text, fit_tokenizer
 from seqlab.errors import UserError
 
-
-@pytest.fixture(scope="module")
-def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return write_layouts(tmp_path_factory.mktemp("mail"), corpus_messages())
-
-
-@pytest.fixture(scope="module")
-def hostile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One file per hostile kind, plus 150 randomly damaged messages."""
-    return write_hostile_tree(tmp_path_factory.mktemp("hostile"))
+# the fixtures `layouts` and `hostile_tree`
+pytest_plugins = ("prepare_fixtures",)
 
 
 # ---------------------------------------------------------------- workers
@@ -49,10 +39,10 @@ def tiny_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("source", ["mbox", "hostile"])
-def test_workers_give_byte_identical_output(source: str, layouts: dict[str, Path], hostile_dir: Path,
+def test_workers_give_byte_identical_output(source: str, layouts: dict[str, Path], hostile_tree: Path,
                                             tmp_path: Path, tiny_chunks: None,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    path = hostile_dir if source == "hostile" else layouts["mbox"]
+    path = hostile_tree if source == "hostile" else layouts["mbox"]
     stats1: dict = {}
     stats2: dict = {}
     prepare(str(path), tmp_path / "w1", workers=1, progress=False, stats=stats1)
