@@ -16,7 +16,6 @@ from torch import nn
 
 from seqlab.errors import UserError
 from seqlab.runs.checkpoint import (
-    CheckpointWarning,
     atomic_write_bytes,
     atomic_write_text,
     capture_rng_state,
@@ -85,6 +84,15 @@ def _same_weights(a: nn.Module, b: nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _warnings(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The lines printed on stderr since the last read: each a plain `seqlab: warning:` sentence."""
+    lines = capsys.readouterr().err.splitlines()
+    for line in lines:
+        assert line.startswith("seqlab: warning: "), line
+        assert "Warning" not in line and ".py:" not in line, line  # no Python warning format, no source line
+    return lines
+
+
 def test_round_trip_weights_optimizer_and_rng(tmp_path: Path) -> None:
     model, opt = _trained()
     torch.manual_seed(1), np.random.seed(2), random.seed(3)
@@ -146,47 +154,49 @@ def test_tied_weights_survive(tmp_path: Path) -> None:
     assert fresh.head.weight is fresh.emb.weight and _same_weights(fresh, model)
 
 
-def test_corrupt_weights_fall_back_to_previous_loudly(tmp_path: Path) -> None:
+def test_corrupt_weights_fall_back_to_previous_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     models = _save_steps(tmp_path, [1, 2])
+    capsys.readouterr()
     bad = tmp_path / "checkpoints" / "step_000002" / "model.safetensors"
     _flip_byte(bad)
-    with pytest.warns(CheckpointWarning, match="step_000002.model.safetensors is corrupt"):
-        loaded = load_latest(tmp_path)
+    loaded = load_latest(tmp_path)
+    assert _warnings(capsys) == [f"seqlab: warning: skipping checkpoint {bad.parent}: {bad} is corrupt "
+                                 "(its sha256 does not match the manifest); trying an older one"]
     assert loaded is not None and loaded.path == tmp_path  # the mirror holds an intact copy of step 2
     _flip_byte(tmp_path / "model.safetensors")
-    with pytest.warns(CheckpointWarning) as record:
-        loaded = load_latest(tmp_path)
-    messages = " | ".join(str(w.message) for w in record)
-    assert str(bad) in messages and str(tmp_path / "model.safetensors") in messages
+    loaded = load_latest(tmp_path)
+    messages = _warnings(capsys)
+    assert len(messages) == 2 and str(bad) in messages[0] and str(tmp_path / "model.safetensors") in messages[1]
     assert loaded is not None and loaded.step == 1
     fresh = TinyLM()
     loaded.load_into(fresh)
     assert _same_weights(fresh, models[1])
 
 
-def test_missing_file_falls_back(tmp_path: Path) -> None:
+def test_missing_file_falls_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _save_steps(tmp_path, [1, 2])
     (tmp_path / "checkpoints" / "step_000002" / "trainer_state.pt").unlink()
     (tmp_path / "manifest.json").unlink()  # an interrupted mirror update: never committed
-    with pytest.warns(CheckpointWarning) as record:
-        loaded = load_latest(tmp_path)
-    messages = " | ".join(str(w.message) for w in record)
+    capsys.readouterr()
+    loaded = load_latest(tmp_path)
+    messages = " | ".join(_warnings(capsys))
     assert "step_000002/trainer_state.pt is missing" in messages and "manifest.json is missing" in messages
     assert loaded is not None and loaded.step == 1
 
 
-def test_best_is_the_last_resort_and_none_when_nothing_verifies(tmp_path: Path) -> None:
+def test_best_is_the_last_resort_and_none_when_nothing_verifies(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert load_latest(tmp_path) is None and load_latest(tmp_path / "absent") is None
     _save_steps(tmp_path, [1, 2, 3], best=(1,))
-    assert load_best(tmp_path).step == 1
+    assert load_best(tmp_path).step == 1 and _warnings(capsys) == []
     for path in [*tmp_path.glob("checkpoints/step_*/config.json"), tmp_path / "config.json"]:
         _flip_byte(path, 0)
-    with pytest.warns(CheckpointWarning):
-        loaded = load_latest(tmp_path)
+    loaded = load_latest(tmp_path)
+    assert len(_warnings(capsys)) == 3  # two step directories and the mirror
     assert loaded is not None and loaded.path == tmp_path / "best" and loaded.step == 1
     _flip_byte(tmp_path / "best" / "config.json", 0)
-    with pytest.warns(CheckpointWarning):
-        assert load_latest(tmp_path) is None
+    assert load_latest(tmp_path) is None
+    assert _warnings(capsys)[-1].startswith(f"seqlab: warning: skipping checkpoint {tmp_path / 'best'}: ")
     with pytest.raises(UserError, match="corrupt"):
         load_checkpoint(tmp_path / "best")
 
@@ -265,10 +275,12 @@ def test_retention_keeps_k_and_best(tmp_path: Path) -> None:
     assert len(list((tmp_path / "checkpoints").iterdir())) == 3
 
 
-def test_abandoned_later_steps_are_removed_loudly(tmp_path: Path) -> None:
+def test_abandoned_later_steps_are_removed_loudly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _save_steps(tmp_path, [1, 2, 3], keep=3)
-    with pytest.warns(CheckpointWarning, match="step_000003"):
-        _save_steps(tmp_path, [2], keep=3)  # resumed from step 1 and saved step 2 again
+    assert _warnings(capsys) == []
+    _save_steps(tmp_path, [2], keep=3)  # resumed from step 1 and saved step 2 again
+    assert _warnings(capsys) == [f"seqlab: warning: removing {tmp_path / 'checkpoints' / 'step_000003'}: "
+                                 "it is newer than the resumed run's step 2"]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
     assert load_latest(tmp_path).step == 2
 

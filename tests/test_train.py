@@ -136,6 +136,7 @@ def test_corrupt_latest_checkpoint_falls_back_and_still_matches(tiny_data_dir: P
                        env=_env(), capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "step_000012" in r.stderr and f"resumed {run} at step {previous}" in r.stdout
+    assert "seqlab: warning: skipping checkpoint" in r.stderr and "CheckpointWarning" not in r.stderr
     _assert_same_weights(run, ref)
 
 

@@ -25,10 +25,10 @@ only then deletes step directories beyond the newest `keep`. `best/` is replaced
 `best.new/` and `best.old/`, so a crash leaves either the old or the new best complete.
 
 Loading (`load_latest`) considers every step directory, the mirror, `best/` (and `best.old/`), newest step
-first, and returns the first whose manifest verifies; each one skipped is reported with a
-`CheckpointWarning` naming the bad file. When none verifies it returns None (the caller decides whether
-that is an error). `trainer_state.pt` is read with `torch.load(weights_only=True)` and no fallback: a file
-that needs pickle is refused with a `UserError` and none of its code runs.
+first, and returns the first whose manifest verifies; each one skipped is reported on stderr in one
+line naming the bad file (`seqlab.runs.files.warn`). When none verifies it returns None (the caller
+decides whether that is an error). `trainer_state.pt` is read with `torch.load(weights_only=True)` and
+no fallback: a file that needs pickle is refused with a `UserError` and none of its code runs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ from torch import nn
 
 from seqlab.errors import UserError
 from seqlab.runs.files import (
-    CheckpointWarning,
     apply_weights,
     atomic_write_bytes,
     atomic_write_text,
@@ -59,12 +57,12 @@ from seqlab.runs.files import (
     restore_rng_state,
     trainer_state_from_bytes,
     trainer_state_to_bytes,
+    warn,
     weights_from_bytes,
     weights_to_bytes,
 )
 
 __all__ = [
-    "CheckpointWarning",
     "LoadedCheckpoint",
     "apply_weights",
     "atomic_write_bytes",
@@ -180,7 +178,7 @@ def _prune(run_dir: Path, step: int, keep: int) -> None:
         if s > step:
             # A later step than the one just saved can only exist when the run resumed from an earlier
             # checkpoint because that later one did not verify: it belongs to an abandoned timeline.
-            warnings.warn(f"removing {path}: it is newer than the resumed run's step {step}", CheckpointWarning)
+            warn(f"removing {path}: it is newer than the resumed run's step {step}")
             shutil.rmtree(path)
     older = [path for s, path in dirs if s <= step]
     for path in older[: max(len(older) - keep, 0)]:
@@ -313,7 +311,7 @@ def _candidates(run_dir: Path) -> list[Path]:
         try:
             step = _read_manifest(path)["step"]
         except _Damaged as exc:
-            warnings.warn(f"skipping checkpoint {path}: {exc}", CheckpointWarning, stacklevel=3)
+            warn(f"skipping checkpoint {path}: {exc}; trying the others")
             continue
         ranked.append((-step, rank, path))
     return [path for _, _, path in sorted(ranked)]
@@ -322,8 +320,8 @@ def _candidates(run_dir: Path) -> list[Path]:
 def load_latest(run_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint | None:
     """The newest checkpoint of RUN_DIR that verifies, or None if there is none.
 
-    Each checkpoint skipped on the way (missing or corrupt file) is reported with a `CheckpointWarning`
-    naming the file. A verified `trainer_state.pt` that needs pickle raises `UserError`.
+    Each checkpoint skipped on the way (missing or corrupt file) is reported on stderr, naming the file.
+    A verified `trainer_state.pt` that needs pickle raises `UserError`.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -332,7 +330,7 @@ def load_latest(run_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint | 
         try:
             return _load_dir(path, map_location)
         except _Damaged as exc:
-            warnings.warn(f"skipping checkpoint {path}: {exc}; trying an older one", CheckpointWarning, stacklevel=2)
+            warn(f"skipping checkpoint {path}: {exc}; trying an older one")
     return None
 
 
@@ -343,5 +341,5 @@ def load_best(run_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint | No
             try:
                 return _load_dir(path, map_location)
             except _Damaged as exc:
-                warnings.warn(f"skipping checkpoint {path}: {exc}", CheckpointWarning, stacklevel=2)
+                warn(f"skipping checkpoint {path}: {exc}")
     return None

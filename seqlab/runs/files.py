@@ -10,6 +10,7 @@
   `torch.load(weights_only=True)` and no fallback: anything that needs pickle is refused (`UserError`).
 - `capture_rng_state` / `restore_rng_state` turn every RNG the training loop touches (torch CPU, CUDA,
   MPS, numpy's global, python's `random`) into tensors and primitives and back.
+- `warn` tells the user about a checkpoint skipped or removed, or a state left unrestored.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import os
 import random
 import secrets
-import warnings
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,13 @@ TIED_KEY = "seqlab.tied"
 _PRIMITIVES = (bool, int, float, str, bytes, type(None))
 
 
-class CheckpointWarning(UserWarning):
-    """A checkpoint was skipped (missing or damaged file) or removed, or an RNG state could not be restored."""
+def warn(message: str) -> None:
+    """One plain sentence on stderr, `seqlab: warning: MESSAGE`, and the work goes on.
+
+    For a checkpoint skipped (missing or damaged file) or removed, or an RNG state not restored. Not
+    `warnings.warn`: its format adds the source file and line, noise to someone running `seqlab`.
+    """
+    print(f"seqlab: warning: {message}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------ atomic files
@@ -251,11 +257,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all([s.cpu() for s in cuda])
     elif cuda:
-        warnings.warn(
-            f"the saved CUDA RNG states ({len(cuda)} devices) do not fit this machine; they were not restored",
-            CheckpointWarning,
-            stacklevel=2,
-        )
+        warn(f"the saved CUDA RNG states ({len(cuda)} devices) do not fit this machine; they were not restored")
     if state.get("torch_mps") is not None and torch.backends.mps.is_available():
         torch.mps.set_rng_state(state["torch_mps"].cpu())
     npy = state["numpy"]
