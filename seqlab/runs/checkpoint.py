@@ -4,7 +4,7 @@ Layout of a RUN_DIR (the contract is in ARCHITECTURE.md, "RUN_DIR"):
 
     RUN_DIR/
       model.safetensors  trainer_state.pt  config.json  tokenizer.json  manifest.json
-          a mirror of the newest complete checkpoint, where `eval`, `complete`, `serve` look
+          a mirror of the newest complete checkpoint, where `eval` and `complete` look
       checkpoints/step_000123/   the newest `keep` step checkpoints (K = 2 by default)
       best/                      the checkpoint with the lowest validation loss so far
       metrics.jsonl              written by the trainer, never touched here

@@ -1,4 +1,4 @@
-"""Reading a trained RUN_DIR back for evaluation, completion and serving: `load_run`, `run_data_dir`.
+"""Reading a trained RUN_DIR back for evaluation and completion: `load_run`, `run_data_dir`, `resolve_device`.
 
 A RUN_DIR (ARCHITECTURE.md, "RUN_DIR"; layout in `seqlab.runs.checkpoint`) holds verified checkpoint directories.
 `load_run` takes the best-by-validation checkpoint (`best/`) when there is one, else the newest that
