@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from seqlab.runs.load import load_run
+from seqlab.studies.figures import png_bytes
 from seqlab.studies.html import Section, page
 from seqlab.studies.inspection.plots import (
     attention_figure,
     attention_tables,
-    figure_png,
     output_kind,
     plot_attention,
     plot_gates,
@@ -61,11 +61,11 @@ def attention_command(run_dir: Path | str, text: str, out: Path | str, layer: in
         plot_soft_lookup(lookup, lookup_path(out))
         return out
     sections = [
-        Section("Attention weights", figure_png(attention_figure(maps)), attention_tables(maps),
+        Section("Attention weights", png_bytes(attention_figure(maps)), attention_tables(maps),
                 "Each row is a query token, each column a key it may attend to; grey cells are future keys "
                 "that the causal mask removes. Each row sums to 1."),
         Section(f"Soft lookup of token {lookup.query_pos} ({lookup.query_label!r})",
-                figure_png(soft_lookup_figure(lookup)), soft_lookup_tables(lookup),
+                png_bytes(soft_lookup_figure(lookup)), soft_lookup_tables(lookup),
                 "The query scores every earlier key, the softmax turns the scores into weights, and the "
                 "output is the weighted sum of the values."),
     ]

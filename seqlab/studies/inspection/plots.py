@@ -1,4 +1,4 @@
-"""Figures of what a model computes (matplotlib, Agg backend only), written as PNG or self-contained HTML.
+"""Figures of what a model computes (`seqlab.studies.figures`), written as PNG or self-contained HTML.
 
 Each view has a `*_figure` function (returns a matplotlib Figure), a `*_tables` function (the same numbers
 as HTML tables) and a `plot_*` function that writes `out_path`: `.png` through savefig, `.html` as one
@@ -8,7 +8,6 @@ UserError. The numbers come from `seqlab.studies.inspection.probes`.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqlab.errors import UserError
+from seqlab.studies.figures import colormap, png_bytes, subplots
 from seqlab.studies.html import Section, heat_table, page, plain_table
 from seqlab.studies.inspection.probes import AttentionMaps, SoftLookup, sinusoidal_table
 
@@ -27,16 +27,6 @@ MAX_TICKS = 48  # at most this many token labels per axis; longer texts label ev
 LOOKUP_ROWS = 16  # the PNG table of a soft lookup lists this many keys (the heaviest); HTML lists all
 
 
-def pyplot() -> Any:
-    """matplotlib.pyplot with the non-interactive Agg backend (imported on use: no work at import time)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def output_kind(out_path: Path | str) -> str:
     """'png' or 'html' from the file name; anything else is a UserError."""
     suffix = Path(out_path).suffix.lower()
@@ -45,21 +35,12 @@ def output_kind(out_path: Path | str) -> str:
     return suffix[1:]
 
 
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
-    """The figure as PNG bytes; the figure is closed."""
-    buf = io.BytesIO()
-    # no Software/URL text chunk: the file holds the picture only
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
-    pyplot().close(fig)
-    return buf.getvalue()
-
-
 def write_output(out_path: Path | str, title: str, fig: Figure, tables: Sequence[str] = (), note: str = "") -> Path:
     """Write a figure to `out_path`: a PNG, or an HTML page holding the PNG and the tables."""
     out = Path(out_path)
     kind = output_kind(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    png = figure_png(fig)
+    png = png_bytes(fig)
     if kind == "png":
         out.write_bytes(png)
     else:
@@ -87,14 +68,13 @@ def causal_masked(w: np.ndarray) -> np.ma.MaskedArray:
 
 def attention_figure(maps: AttentionMaps) -> Figure:
     """A grid of heatmaps, one per chosen (layer, head): rows = queries, columns = keys, future keys grey."""
-    plt = pyplot()
     n_rows, n_cols = len(maps.layers), len(maps.heads)
     # inches per panel: room for the tick labels; one panel alone may grow larger than a grid's
     size = min(14.0 if n_rows * n_cols == 1 else 9.0, max(3.2, 0.14 * len(maps.labels) + 1.5))
     ticks = max(MAX_TICKS, int(size / 0.13))  # about 0.13 inch per label at font size 6
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(size * n_cols + 1.0, size * n_rows), squeeze=False,
+    fig, axes = subplots(n_rows, n_cols, figsize=(size * n_cols + 1.0, size * n_rows), squeeze=False,
                              layout="constrained")
-    cmap = plt.get_cmap("viridis").with_extremes(bad="#d9d9d9")  # masked future keys: a grey triangle
+    cmap = colormap("viridis").with_extremes(bad="#d9d9d9")  # masked future keys: a grey triangle
     image = None
     for r, layer in enumerate(maps.layers):
         for c, head in enumerate(maps.heads):
@@ -150,9 +130,8 @@ def _lookup_title(lookup: SoftLookup) -> str:
 
 def soft_lookup_figure(lookup: SoftLookup) -> Figure:
     """A bar chart of the softmax weight per key, and a table of the heaviest keys' numbers."""
-    plt = pyplot()
     n = len(lookup.labels)
-    fig, (ax, tab) = plt.subplots(2, 1, figsize=(max(6.0, min(16.0, 0.16 * n + 3)), 8.0),
+    fig, (ax, tab) = subplots(2, 1, figsize=(max(6.0, min(16.0, 0.16 * n + 3)), 8.0),
                                   height_ratios=(1.0, 1.2), layout="constrained")
     ax.bar(range(n), lookup.math.weights, color="#2166ac")
     ax.set_xlim(-0.6, n - 0.4)
@@ -188,9 +167,8 @@ def plot_soft_lookup(lookup: SoftLookup, out_path: Path | str) -> Path:
 
 
 def _matrix_figure(m: np.ndarray, title: str, xlabel: str, ylabel: str, cbar: str, diverging: bool) -> Figure:
-    plt = pyplot()
     h, w = m.shape
-    fig, ax = plt.subplots(figsize=(min(12.0, max(5.0, 0.06 * w + 3)), min(10.0, max(4.0, 0.05 * h + 2.5))),
+    fig, ax = subplots(figsize=(min(12.0, max(5.0, 0.06 * w + 3)), min(10.0, max(4.0, 0.05 * h + 2.5))),
                            layout="constrained")
     lim = float(np.abs(m).max()) or 1.0
     image = ax.imshow(m, cmap="RdBu_r" if diverging else "viridis", vmin=-lim if diverging else None,
@@ -223,9 +201,8 @@ def plot_position_similarity(sim: np.ndarray, out_path: Path | str) -> Path:
 
 def gates_figure(labels: Sequence[str], r: np.ndarray, z: np.ndarray) -> Figure:
     """Reset and update gates over an email: units x time heatmaps and the mean over units per step."""
-    plt = pyplot()
     length, units = r.shape
-    fig, axes = plt.subplots(3, 1, figsize=(max(7.0, min(18.0, 0.15 * length + 3)), 9.0), sharex=True,
+    fig, axes = subplots(3, 1, figsize=(max(7.0, min(18.0, 0.15 * length + 3)), 9.0), sharex=True,
                              height_ratios=(1.0, 1.0, 0.6), layout="constrained")
     for ax, g, name in ((axes[0], r, "reset gate r"), (axes[1], z, "update gate z (share of h_{t-1} kept)")):
         image = ax.imshow(g.T, cmap="magma", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
