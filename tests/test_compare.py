@@ -1,4 +1,4 @@
-"""compare: model specs, parameter matching (meta-device counts vs real builds, vs a brute-force search),
+"""compare: model names, parameter matching (meta-device counts vs real builds, vs a brute-force search),
 budgets, and one tiny end-to-end comparison with its report files, reuse of finished runs and refusal of
 a different run in the same place."""
 
@@ -21,13 +21,13 @@ from seqlab.studies.compare.plan import (
     apply_budget,
     count_params,
     match_width,
-    model_overrides,
     parse_models,
     plan_runs,
     reference_config,
     width_steps,
 )
 from seqlab.studies.compare.run import _run_status, compare, format_table
+from seqlab.studies.recipes import apply_recipe
 
 ROW_FIELDS = {"model", "mixer", "pos", "n_layer", "n_embd", "n_head", "params", "params_ratio", "steps", "tokens",
               "tokens_per_s", "train_s", "peak_mem_mb", "val_loss", "val_ppl", "val_bpb", "test_loss", "test_ppl",
@@ -62,7 +62,7 @@ def test_default_models_matched_within_ten_percent_at_small() -> None:
 def test_match_width_agrees_with_brute_force(name: str) -> None:
     base = get_preset("tiny")
     reference = count_params(reference_config(base))
-    cfg = apply_overrides(base, model_overrides(name)).model
+    cfg = apply_recipe(base, name).model
     chosen, params = match_width(cfg, reference)
     fine, _ = width_steps(cfg)
     errors = {w: abs(count_params(apply_overrides(RunConfig(model=cfg), [f"model.n_embd={w}"]).model) - reference)
@@ -73,7 +73,7 @@ def test_match_width_agrees_with_brute_force(name: str) -> None:
     assert errors[chosen.n_embd] <= PARAM_TOLERANCE  # a width within 10% exists, so one was chosen
 
 
-def test_model_names_and_budgets() -> None:
+def test_parse_models_and_budgets() -> None:
     assert parse_models("gru, attn-rope,gru") == ["gru", "attn-rope"]
     assert parse_models(None) == list(DEFAULT_MODELS)
     for bad in ("transformer", "attn-fancy", " , "):

@@ -18,19 +18,21 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from seqlab.config import apply_overrides, get_preset
+from seqlab.config import get_preset
 from seqlab.data.prepare import format_report, prepare
 from seqlab.data.store import load_meta
 from seqlab.evaluation.run import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.runs.load import load_run
+from seqlab.studies.recipes import apply_recipe
 from seqlab.training.trainer import train
 
-MODELS: dict[str, list[str]] = {
-    "gru": ["model.mixer=gru", "model.pos=none"],
+# run name (the folder under OUT/runs and the table's model column) -> (recipe, overrides on top of it)
+MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gru": ("gru", ()),
     # Attention sees only its window, while the GRU carries its state across chunks of a whole email;
     # a 256-byte window lets attention read about a paragraph back at the same cost per step.
-    "attention": ["model.mixer=attention", "model.pos=rope", "model.n_head=4", "model.block_size=256"],
+    "attention": ("attn-rope", ("model.n_head=4", "model.block_size=256")),
 }
 OPENINGS = ("Hi all,\n\nI think we should", "Thanks for the", "Could you send me the", "The problem is that")
 COVERAGE = 0.5  # ExactMatch is compared at this share of positions with a proposal
@@ -47,9 +49,10 @@ def _prepare(source: str, data: Path, progress: bool) -> dict:
 
 
 def _train(name: str, data: Path, run: Path, minutes: float, progress: bool) -> dict[str, Any]:
-    cfg = apply_overrides(get_preset("small"), [*MODELS[name], f"train.max_minutes={minutes}",
-                                                "train.max_steps=100000", "train.eval_every=200",
-                                                "train.ckpt_every=200"])
+    recipe, overrides = MODELS[name]
+    cfg = apply_recipe(get_preset("small"), recipe, [*overrides, f"train.max_minutes={minutes}",
+                                                     "train.max_steps=100000", "train.eval_every=200",
+                                                     "train.ckpt_every=200"])
     if run.exists():
         shutil.rmtree(run)  # a demo run starts fresh; `seqlab train --resume` is for continuing
     print(f"\ntraining {name} for {minutes:g} minutes ...")

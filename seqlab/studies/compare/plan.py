@@ -1,16 +1,7 @@
-"""What `seqlab compare` trains: the model vocabulary, the matched budget and the matched parameter count.
+"""What `seqlab compare` trains: the models, the matched budget and the matched parameter count.
 
-Model names (the CLI vocabulary of `--models`):
-
-    rnn             vanilla RNN (Elman), no position input: order comes from the recurrence itself
-    gru             GRU, no position input
-    mingru          minGRU (parallel scan), no position input
-    attn1           single-head causal attention, rotary positions
-    attn-none       multi-head attention (the preset's n_head) without any position information
-    attn-learned    ... with learned absolute position embeddings
-    attn-sinusoidal ... with the fixed sinusoidal table of Vaswani et al. (2017)
-    attn-rope       ... with rotary positions (Su et al. 2021)
-    attn-alibi      ... with ALiBi distance biases (Press et al. 2022)
+Models: the names of `seqlab.studies.recipes` (the CLI vocabulary of `--models`), each a recipe applied
+to the base config (preset + overrides), all of them by default.
 
 Matched budget: every model gets the same optimizer steps of the same batch_size x block_size x grad_accum
 token positions (`--tokens N` is turned into `train.max_steps = ceil(N / that)`), or the same wall-clock
@@ -33,31 +24,14 @@ from dataclasses import dataclass
 
 import torch
 
-from seqlab.config import POSITIONS, RECURRENT_MIXERS, ModelConfig, RunConfig, apply_overrides
+from seqlab.config import RECURRENT_MIXERS, ModelConfig, RunConfig, apply_overrides
 from seqlab.errors import UserError
 from seqlab.models import build_model
+from seqlab.studies.recipes import RECIPES, apply_recipe
 
-DEFAULT_MODELS = ("rnn", "gru", "mingru", "attn1", "attn-none", "attn-learned", "attn-sinusoidal", "attn-rope",
-                  "attn-alibi")
-PARAM_TOLERANCE = 0.10  # the issue's "same parameter count within 10%"
+DEFAULT_MODELS = tuple(RECIPES)
+PARAM_TOLERANCE = 0.10  # two models count as the same size when their parameter counts differ by at most 10%
 UNBOUNDED_STEPS = 1_000_000_000  # max_steps under a minutes budget: only the clock stops training
-
-
-def model_names() -> tuple[str, ...]:
-    """Every name `model_overrides` accepts, in report order."""
-    return DEFAULT_MODELS
-
-
-def model_overrides(name: str) -> list[str]:
-    """Config overrides (`section.field=value`) that turn the base config into model `name`."""
-    if name in RECURRENT_MIXERS:
-        return [f"model.mixer={name}", "model.pos=none"]
-    if name == "attn1":
-        return ["model.mixer=attention", "model.n_head=1", "model.pos=rope"]
-    kind, _, pos = name.partition("-")
-    if kind == "attn" and pos in POSITIONS:
-        return ["model.mixer=attention", f"model.pos={pos}"]
-    raise UserError(f"unknown model {name!r}; choose from {', '.join(DEFAULT_MODELS)}")
 
 
 def parse_models(models: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -68,7 +42,8 @@ def parse_models(models: str | list[str] | tuple[str, ...] | None) -> list[str]:
     names: list[str] = []
     for item in (m.strip() for m in items):
         if item and item not in names:
-            model_overrides(item)  # raises UserError on an unknown name
+            if item not in RECIPES:
+                raise UserError(f"unknown model {item!r}; choose from {', '.join(RECIPES)}")
             names.append(item)
     if not names:
         raise UserError("--models names no model; give a comma-separated list such as rnn,gru,attn-rope")
@@ -207,12 +182,12 @@ def reference_config(base: RunConfig) -> ModelConfig:
 
 
 def plan_runs(base: RunConfig, models: list[str], *, match_params: bool = True) -> list[PlannedRun]:
-    """The config of every model: its spec applied to `base`, then (optionally) its width matched."""
+    """The config of every model: its recipe applied to `base`, then (optionally) its width matched."""
     reference = count_params(reference_config(base))
     plans = []
     for name in models:
         try:
-            cfg = apply_overrides(base, model_overrides(name))
+            cfg = apply_recipe(base, name)
         except ValueError as exc:
             raise UserError(f"model {name}: {exc}") from None
         if match_params:

@@ -3,24 +3,25 @@
     report.md     the table, the budget and the plots (PNG files in plots/)
     results.csv   one row per model, then the xz reference row
     results.json  everything, including the validation curves
-    report.html   the same as report.md in one file: inline CSS, images as base64 data URIs, no scripts,
-                  nothing fetched from a network
+    report.html   the same as report.md in one file (`seqlab.studies.html`: inline CSS, images as data
+                  URIs, no scripts, nothing fetched from a network)
 
-Plots use matplotlib's `Figure` directly (the Agg canvas), never pyplot, so no window or global backend
-state is involved.
+Plots are made with `seqlab.studies.figures` (no pyplot); each model keeps its recipe's colour.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
-import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
+from seqlab.studies.figures import png_bytes, subplots
+from seqlab.studies.html import Section, page, plain_table
+from seqlab.studies.recipes import RECIPES
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # (key in a row, column title, format); the table of every output format
 COLUMNS = [
@@ -71,16 +72,16 @@ def _caption(results: dict[str, Any]) -> str:
 
 
 def _figure() -> tuple[Figure, Any]:
-    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-    return fig, fig.add_subplot()
+    return subplots(figsize=(7.0, 4.2), layout="constrained")
 
 
 def _curve_plot(results: dict[str, Any], column: int, xlabel: str) -> Figure:
     """Validation bits per byte (the trainer's fixed validation windows) against step or seconds."""
     fig, ax = _figure()
-    for i, (name, points) in enumerate(results["curves"].items()):
-        if points:  # color Ci for the i-th model in every plot
-            ax.plot([p[column] for p in points], [p[2] for p in points], marker=".", label=name, color=f"C{i % 10}")
+    for name, points in results["curves"].items():
+        if points:
+            ax.plot([p[column] for p in points], [p[2] for p in points], marker=".", label=name,
+                    color=RECIPES[name].color)
     if results["xz"].get("val") is not None:
         ax.axhline(results["xz"]["val"], color="gray", linestyle="--", label="xz -9e (val)")
     ax.set_xlabel(xlabel)
@@ -94,7 +95,6 @@ def _params_plot(results: dict[str, Any]) -> Figure:
     """Whole-split validation bits per byte against parameter count, one labelled point per model."""
     fig, ax = _figure()
     groups: dict[int, list[dict[str, Any]]] = {}
-    color = {r["model"]: f"C{i % 10}" for i, r in enumerate(results["rows"])}
     for r in results["rows"]:  # models of equal size share an x: fan their labels out vertically
         groups.setdefault(r["params"], []).append(r)
     values = [r["val_bpb"] for r in results["rows"]] + [v for v in [results["xz"].get("val")] if v is not None]
@@ -103,7 +103,7 @@ def _params_plot(results: dict[str, Any]) -> Figure:
         group.sort(key=lambda r: -r["val_bpb"])
         center = sum(r["val_bpb"] for r in group) / len(group)
         for k, r in enumerate(group):
-            ax.scatter(params, r["val_bpb"], color=color[r["model"]])
+            ax.scatter(params, r["val_bpb"], color=RECIPES[r["model"]].color)
             ax.annotate(r["model"], (params, r["val_bpb"]), xytext=(8, center + slot * ((len(group) - 1) / 2 - k)),
                         textcoords=("offset points", "data"), fontsize=8, va="center",
                         arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.6} if len(group) > 1 else None)
@@ -139,18 +139,11 @@ def _markdown(results: dict[str, Any], images: list[tuple[str, str]]) -> str:
 
 
 def _html(results: dict[str, Any], images: list[tuple[str, bytes]]) -> str:
-    rows = table_rows(results)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
-    figures = "".join(
-        f"<h2>{html.escape(title)}</h2><img alt=\"{html.escape(title)}\" "
-        f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">" for title, png in images)
-    style = ("body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}"
-             "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child{text-align:left}"
-             "img{max-width:100%}")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Model comparison</title>"
-            f"<style>{style}</style></head><body><h1>Model comparison</h1>"
-            f"<p>{html.escape(_caption(results))}</p><table><tr>{head}</tr>{body}</table>{figures}</body></html>\n")
+    header, *rows = table_rows(results)
+    table = plain_table([dict(zip(header, row)) for row in rows])
+    sections = [Section("", tables=[table], paragraph=_caption(results))]
+    sections += [Section(title, png) for title, png in images]
+    return page("Model comparison", sections)
 
 
 def _csv(path: Path, results: dict[str, Any]) -> None:
@@ -167,10 +160,9 @@ def write_report(out: Path, results: dict[str, Any]) -> list[Path]:
     (out / "plots").mkdir(parents=True, exist_ok=True)
     pngs: list[tuple[str, str, bytes]] = []
     for name, title, fig in _plots(results):
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
-        (out / "plots" / f"{name}.png").write_bytes(buf.getvalue())
-        pngs.append((name, title, buf.getvalue()))
+        png = png_bytes(fig)
+        (out / "plots" / f"{name}.png").write_bytes(png)
+        pngs.append((name, title, png))
     paths = [out / n for n in ("report.md", "results.csv", "results.json", "report.html")]
     paths[0].write_text(_markdown(results, [(t, f"plots/{n}.png") for n, t, _ in pngs]), encoding="utf-8")
     _csv(paths[1], results)
