@@ -9,70 +9,36 @@ only, never for speed.
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from lesson_helpers import check_lesson_files, run_tiny, tiny_lesson_fixture
 
 from seqlab.models.attention import stable_softmax
-from seqlab.studies.lessons import run_lesson
 from seqlab.studies.lessons.common import LessonResult
-from seqlab.studies.lessons.parallel import MODELS, SIZES, crossover, growth_exponent
+from seqlab.studies.lessons.parallel import MODELS, crossover, growth_exponent
+from seqlab.studies.lessons.parallel import SIZES as PARALLEL_SIZES
 from seqlab.studies.lessons.permutation import VARIANTS, words
 from seqlab.studies.lessons.scaling import DIMS, lecture_example, softmax_jacobian_norm
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _run(name: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[LessonResult, Path]:
-    out = tmp_path_factory.mktemp(name)
-    return run_lesson(name, out, size="tiny", seed=0, progress=False), out
-
-
-@pytest.fixture(scope="module")
-def permutation(tmp_path_factory: pytest.TempPathFactory) -> tuple[LessonResult, Path]:
-    return _run("permutation", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def scaling(tmp_path_factory: pytest.TempPathFactory) -> tuple[LessonResult, Path]:
-    return _run("scaling", tmp_path_factory)
+permutation = tiny_lesson_fixture("permutation")
+scaling = tiny_lesson_fixture("scaling")
 
 
 @pytest.fixture(scope="module")
 def parallel(tmp_path_factory: pytest.TempPathFactory) -> tuple[LessonResult, Path]:
     threads = torch.get_num_threads()
-    result = _run("parallel", tmp_path_factory)
+    result = run_tiny("parallel", tmp_path_factory)
     assert torch.get_num_threads() == threads  # the lesson pins its own threads and restores the caller's
     return result
-
-
-def _check_files(result: LessonResult, out: Path, name: str) -> None:
-    """The four files exist and are non-empty, the PNG is a PNG, CSV/JSON/Markdown hold the table."""
-    expected = [out / f"{name}.{ext}" for ext in ("png", "csv", "md", "json")]
-    assert result.files == expected
-    for path in expected:
-        assert path.stat().st_size > 0, path
-    assert expected[0].read_bytes()[:8] == PNG_SIGNATURE
-    with expected[1].open() as f:
-        table = list(csv.DictReader(f))
-    assert len(table) == len(result.rows) > 0
-    assert list(table[0]) == list(result.rows[0])
-    md = expected[2].read_text()
-    assert result.paragraph in md and f"![{name}]({name}.png)" in md
-    assert md.count("\n|") >= len(result.rows) + 1  # header and separator, then one line per row
-    data = json.loads(expected[3].read_text())
-    assert data["name"] == name and data["paragraph"] == result.paragraph
-    assert len(data["rows"]) == len(result.rows)
 
 
 @pytest.mark.parametrize("name", ["permutation", "scaling", "parallel"])
 def test_files(name: str, request: pytest.FixtureRequest) -> None:
     result, out = request.getfixturevalue(name)
-    _check_files(result, out, name)
+    check_lesson_files(result, out, name)
 
 
 def test_words_are_split_like_the_slide() -> None:
@@ -85,11 +51,11 @@ def test_permutation_report_vector(permutation: tuple[LessonResult, Path]) -> No
     assert [r["position"] for r in result.rows] == [label for label, _, _ in VARIANTS]
     # no positions, no mask: the same vector, just in another row (slide "A sequence needs order")
     assert m["max_abs_diff"]["none"] <= 1e-6
-    assert m["none"] <= 1e-6
+    assert m["l2_diff"]["none"] <= 1e-6
     row = result.rows[0]
     assert (row["report_row_s1"], row["report_row_s2"]) == (2, 5)
     for label, _, _ in VARIANTS[1:]:  # every position kind, and the causal mask alone
-        assert m[label] > 1e-3, label
+        assert m["l2_diff"][label] > 1e-3, label
         assert m["relative_diff"][label] > 1e-3, label
 
 
@@ -102,7 +68,7 @@ def test_permutation_equivariance(permutation: tuple[LessonResult, Path]) -> Non
 def test_permutation_paragraph_has_the_numbers(permutation: tuple[LessonResult, Path]) -> None:
     result, _ = permutation
     assert f"{result.measured['max_abs_diff']['none']:.1e}" in result.paragraph
-    assert f"rope {result.measured['rope']:.3g}" in result.paragraph
+    assert f"rope {result.measured['l2_diff']['rope']:.3g}" in result.paragraph
 
 
 def test_softmax_jacobian_norm_matches_autograd() -> None:
@@ -146,7 +112,7 @@ def test_scaling_paragraph_has_the_example(scaling: tuple[LessonResult, Path]) -
 
 def test_parallel_table_is_complete(parallel: tuple[LessonResult, Path]) -> None:
     result, _ = parallel
-    lengths = SIZES["tiny"]["lengths"]
+    lengths = PARALLEL_SIZES["tiny"]["lengths"]
     assert [r["L"] for r in result.rows] == list(lengths)
     for row in result.rows:
         for label in MODELS:

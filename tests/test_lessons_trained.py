@@ -12,41 +12,33 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lesson_helpers import check_lesson_files, tiny_lesson_fixture
 from torch import nn
 
 from seqlab.config import ModelConfig
 from seqlab.data.synthetic.generator import memory_email, memory_emails
 from seqlab.data.tokenizer import fit_tokenizer
 from seqlab.models import build_model
-from seqlab.studies.lessons import run_lesson
+from seqlab.studies.lessons.common import LessonResult
 from seqlab.studies.lessons.gradient_path import decay_stats, gradient_profile, table_distances
-from seqlab.studies.lessons.memory import SPECS, probe_tokens, recall_accuracy, window_coverage
-from seqlab.studies.lessons.trained import ARCHS
-
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _check_files(result, out: Path, name: str) -> None:
-    assert [p.name for p in result.files] == [f"{name}.{ext}" for ext in ("png", "csv", "md", "json")]
-    assert (out / f"{name}.png").read_bytes()[:8] == PNG
-    csv_lines = (out / f"{name}.csv").read_text().strip().splitlines()
-    assert len(csv_lines) == 1 + len(result.rows)
-    assert result.paragraph and result.paragraph in (out / f"{name}.md").read_text()
-    assert (out / "work").is_dir()  # the data and runs stay inspectable
-
+from seqlab.studies.lessons.memory import SIZES, probe_tokens, recall_accuracy, window_coverage
+from seqlab.studies.lessons.trained import ARCHS, ATTENTION
 
 # ---------------------------------------------------------------- gradient-path
 
 
-@pytest.fixture(scope="module")
-def gradient_lesson(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("gradient_path")
-    return out, run_lesson("gradient-path", out, size="tiny", seed=0, progress=False)
+gradient_lesson = tiny_lesson_fixture("gradient-path")
+memory_lesson = tiny_lesson_fixture("memory")
 
 
-def test_gradient_path_files_and_table(gradient_lesson) -> None:
-    out, result = gradient_lesson
-    _check_files(result, out, "gradient-path")
+@pytest.mark.parametrize("name,fixture", [("gradient-path", "gradient_lesson"), ("memory", "memory_lesson")])
+def test_files(name: str, fixture: str, request: pytest.FixtureRequest) -> None:
+    result, out = request.getfixturevalue(fixture)
+    check_lesson_files(result, out, name, trained=True)
+
+
+def test_gradient_path_table(gradient_lesson: tuple[LessonResult, Path]) -> None:
+    result, _ = gradient_lesson
     L = result.measured["L"]
     assert [r["d"] for r in result.rows] == table_distances(L) == [1, 2, 4, 8, 16, 31]
     assert set(result.rows[0]) == {"d", *ARCHS, *(f"{a}_init" for a in ARCHS)}
@@ -57,15 +49,15 @@ def test_gradient_path_files_and_table(gradient_lesson) -> None:
             assert all(math.isfinite(v) and v > 0 for v in norms), (kind, arch)
 
 
-def test_gradient_path_rnn_decays_attention_does_not(gradient_lesson) -> None:
-    _, result = gradient_lesson
+def test_gradient_path_rnn_decays_attention_does_not(gradient_lesson: tuple[LessonResult, Path]) -> None:
+    result, _ = gradient_lesson
     init = result.measured["norms"]["init"]
     assert init["rnn"][-1] < init["rnn"][1]  # the product of L-2 Jacobians shrinks
     stats = result.measured["stats"]["init"]
     # attention's far gradient is within a modest factor of its near one; the RNN's is orders below
-    assert stats["attention"]["ratio_max_to_1"] > 1e4 * stats["rnn"]["ratio_max_to_1"]
-    assert stats["rnn"]["slope_ln_per_token"] < stats["attention"]["slope_ln_per_token"]
-    assert 0.1 < stats["attention"]["ratio_max_to_1"] < 10
+    assert stats[ATTENTION]["ratio_max_to_1"] > 1e4 * stats["rnn"]["ratio_max_to_1"]
+    assert stats["rnn"]["slope_ln_per_token"] < stats[ATTENTION]["slope_ln_per_token"]
+    assert 0.1 < stats[ATTENTION]["ratio_max_to_1"] < 10
 
 
 def _tiny_model(mixer: str, pos: str = "none") -> nn.Module:
@@ -146,16 +138,9 @@ def test_decay_stats_of_a_geometric_sequence() -> None:
 # ---------------------------------------------------------------- memory
 
 
-@pytest.fixture(scope="module")
-def memory_lesson(tmp_path_factory: pytest.TempPathFactory):
-    out = tmp_path_factory.mktemp("memory")
-    return out, run_lesson("memory", out, size="tiny", seed=0, progress=False)
-
-
-def test_memory_files_and_accuracies(memory_lesson) -> None:
-    out, result = memory_lesson
-    _check_files(result, out, "memory")
-    distances = SPECS["tiny"].eval_distances
+def test_memory_accuracies(memory_lesson: tuple[LessonResult, Path]) -> None:
+    result, _ = memory_lesson
+    distances = SIZES["tiny"].eval_distances
     assert [r["d_words"] for r in result.rows] == list(distances)
     for key in ("accuracy", "whole_reference"):
         table = result.measured[key]

@@ -1,18 +1,19 @@
-"""What every lesson writes: a plot, a table (CSV + Markdown), a paragraph, and the numbers as JSON."""
+"""What every lesson writes (a plot, a table as CSV and Markdown, a paragraph, the numbers as JSON) and the
+small steps every lesson takes on the way: picking its size, and turning table columns into JSON."""
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+from seqlab.studies.figures import save_png
 
-matplotlib.use("Agg")  # files only, never a window (set before pyplot is imported anywhere)
-import matplotlib.pyplot as plt  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -24,6 +25,18 @@ class LessonResult:
     rows: list[dict[str, Any]]  # the table, one dict per row
     paragraph: str  # what was measured and what it shows, in plain words
     measured: dict[str, Any] = field(default_factory=dict)  # headline quantities (JSON-able)
+
+
+def pick_size(sizes: Mapping[str, Any], size: str) -> Any:
+    """The settings of `size` from a lesson's table of sizes; ValueError naming the sizes it has."""
+    if size not in sizes:
+        raise ValueError(f"lesson size must be one of {', '.join(sizes)}, not {size!r}")
+    return sizes[size]
+
+
+def columns_by(rows: Sequence[Mapping[str, Any]], label: str, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Table columns as JSON objects: {key: {str(row[label]): row[key] for each row}} for each key."""
+    return {key: {str(r[label]): r[key] for r in rows} for key in keys}
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -40,13 +53,12 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_lesson(out: Path, name: str, title: str, fig: plt.Figure, rows: Sequence[dict[str, Any]],
+def write_lesson(out: Path, name: str, title: str, fig: Figure, rows: Sequence[dict[str, Any]],
                  paragraph: str, measured: dict[str, Any] | None = None) -> LessonResult:
-    """Write NAME.png, NAME.csv, NAME.md and NAME.json into `out`; close the figure; return the result."""
+    """Write NAME.png, NAME.csv, NAME.md and NAME.json into `out`; return the result."""
     out.mkdir(parents=True, exist_ok=True)
     png, csv_path, md, js = (out / f"{name}.{ext}" for ext in ("png", "csv", "md", "json"))
-    fig.savefig(png, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    save_png(fig, png, dpi=120)
     with csv_path.open("w", newline="") as f:
         if rows:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -24,26 +24,30 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqlab.config import get_preset
 from seqlab.data.batches import WindowSampler
 from seqlab.data.prepare import prepare
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.models import LM
-from seqlab.studies.lessons.common import LessonResult, write_lesson
-from seqlab.studies.lessons.trained import ARCHS, COLORS, LABELS, arch_config, initial_model, train_arch
+from seqlab.studies.figures import subplots
+from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
+from seqlab.studies.lessons.trained import ARCHS, ATTENTION, RECURRENT, base_config, initial_model, train_arch
+from seqlab.studies.recipes import RECIPES, apply_recipe
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NAME = "gradient-path"
 
 
 @dataclass(frozen=True)
-class Spec:
+class GradientPathSize:
     """How big one run of the lesson is; the window length L is the model's block_size."""
 
     preset: str
@@ -52,11 +56,11 @@ class Spec:
     windows: int  # held-out windows the gradient norms are averaged over
 
 
-SPECS: dict[str, Spec] = {
-    "tiny": Spec("tiny", ("model.block_size=32", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+SIZES: dict[str, GradientPathSize] = {
+    "tiny": GradientPathSize("tiny", ("model.block_size=32", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
                           "train.max_steps=30", "train.batch_size=8", "train.threads=1", "train.warmup_steps=5",
                           "train.eval_every=30", "train.ckpt_every=30", "train.eval_batches=2"), 120, 8),
-    "small": Spec("small", ("model.block_size=128", "model.n_layer=2", "model.n_embd=64", "model.n_head=4",
+    "small": GradientPathSize("small", ("model.block_size=128", "model.n_layer=2", "model.n_embd=64", "model.n_head=4",
                             "train.max_steps=300", "train.batch_size=16", "train.threads=1",
                             "train.warmup_steps=30", "train.eval_every=100", "train.ckpt_every=300",
                             "train.eval_batches=8"), 600, 32),
@@ -124,73 +128,69 @@ def table_distances(length: int) -> list[int]:
     return ds + [length - 1]
 
 
-def _plot(curves: dict[str, dict[str, list[float]]], spec: Spec) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+def _plot(curves: dict[str, dict[str, list[float]]], size: GradientPathSize) -> Figure:
+    fig, ax = subplots(figsize=(7.5, 4.5))
     for arch in ARCHS:
         for kind, style in (("trained", "-"), ("init", "--")):
             norms = curves[kind][arch]
-            label = f"{LABELS[arch]}" + (" (untrained)" if kind == "init" else "")
-            ax.plot(range(len(norms)), [max(v, 1e-300) for v in norms], style, color=COLORS[arch],
+            label = RECIPES[arch].label + (" (untrained)" if kind == "init" else "")
+            ax.plot(range(len(norms)), [max(v, 1e-300) for v in norms], style, color=RECIPES[arch].color,
                     label=label, lw=1.6 if kind == "trained" else 1.0)
     ax.set_yscale("log")
     ax.set_xlabel("distance d = t - s (tokens back from the predicted position t)")
     ax.set_ylabel("mean ||d loss_t / d x_s||")
-    ax.set_title(f"Gradient paths: how far back the loss reaches (size={spec.preset})")
+    ax.set_title(f"Gradient paths: how far back the loss reaches (size={size.preset})")
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3, which="both")
     return fig
 
 
-def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
+def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> LessonResult:
     """Train the four architectures briefly on synthetic mail and measure their gradient paths."""
-    if size not in SPECS:
-        raise ValueError(f"lesson size must be one of {', '.join(SPECS)}, not {size!r}")
     began = time.perf_counter()
-    spec, work = SPECS[size], Path(out) / "work" / NAME
+    sz, work = pick_size(SIZES, size), Path(out) / "work" / NAME
     data = work / "data"
-    prepare("synthetic", data, count=spec.emails, seed=seed, split=(0.8, 0.1, 0.1), progress=progress)
+    prepare("synthetic", data, count=sz.emails, seed=seed, split=(0.8, 0.1, 0.1), progress=progress)
     vocab = load_tokenizer(data / "tokenizer.json").vocab_size
-    base = arch_config(get_preset(spec.preset), "attention", [*spec.overrides, f"train.seed={seed}"])
+    base = base_config(sz.preset, sz.overrides, seed)
     length = base.model.block_size
-    x, y = held_out_windows(data, length, spec.windows, seed)
+    x, y = held_out_windows(data, length, sz.windows, seed)
     curves: dict[str, dict[str, list[float]]] = {"trained": {}, "init": {}}
     info: dict[str, dict[str, float]] = {}
     for arch in ARCHS:
-        cfg = arch_config(base, arch)
+        cfg = apply_recipe(base, arch)
         curves["init"][arch] = profile_in_float64(initial_model(cfg, vocab), x, y)
-        start = time.perf_counter()
-        model, summary = train_arch(data, work / "runs" / arch, cfg, progress=progress)
+        model, info[arch] = train_arch(data, work / "runs" / arch, cfg, progress=progress)
         curves["trained"][arch] = profile_in_float64(model, x, y)
-        info[arch] = {"params": summary["params"], "steps": summary["steps"],
-                      "best_val_loss": summary["best_val_loss"], "seconds": round(time.perf_counter() - start, 1)}
     rows = [{"d": d, **{arch: curves["trained"][arch][d] for arch in ARCHS},
              **{f"{arch}_init": curves["init"][arch][d] for arch in ARCHS}} for d in table_distances(length)]
     stats = {kind: {arch: decay_stats(curves[kind][arch]) for arch in ARCHS} for kind in curves}
-    measured = {"L": length, "windows": spec.windows, "stats": stats, "models": info,
-                "seconds": round(time.perf_counter() - began, 1),
-                "norms": {kind: {a: v for a, v in c.items()} for kind, c in curves.items()}}
+    measured = {"L": length, "windows": sz.windows, "stats": stats, "models": info,
+                "seconds": round(time.perf_counter() - began, 1), "norms": curves}
     return write_lesson(Path(out), NAME, "Gradient paths: d loss_t / d x_(t-d) against distance d",
-                        _plot(curves, spec), rows, _paragraph(stats, info, length, spec), measured)
+                        _plot(curves, sz), rows, _paragraph(stats, info, length, sz), measured)
 
 
 def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, dict[str, float]], length: int,
-               spec: Spec) -> str:
+               size: GradientPathSize) -> str:
     """What was measured and what it shows, with the measured numbers."""
+    label = {a: RECIPES[a].label for a in ARCHS}
+
     def describe(kind: str) -> str:
-        return "; ".join(f"{LABELS[a]} {stats[kind][a]['ratio_max_to_1']:.2g} "
+        return "; ".join(f"{label[a]} {stats[kind][a]['ratio_max_to_1']:.2g} "
                          f"(x{stats[kind][a]['factor_per_token']:.3f} per token)" for a in ARCHS)
 
     tr, init = stats["trained"], stats["init"]
-    params = ", ".join(f"{LABELS[a]} {int(info[a]['params']):,}" for a in ARCHS)
+    params = ", ".join(f"{label[a]} {int(info[a]['params']):,}" for a in ARCHS)
     changes = [f"{'slowed' if tr[a]['slope_ln_per_token'] > init[a]['slope_ln_per_token'] else 'sped up'} the "
-               f"{LABELS[a]}'s decay (x{init[a]['factor_per_token']:.3f} -> x{tr[a]['factor_per_token']:.3f} per token)"
-               for a in ("rnn", "gru", "mingru")]
+               f"{label[a]}'s decay (x{init[a]['factor_per_token']:.3f} -> x{tr[a]['factor_per_token']:.3f} per token)"
+               for a in RECURRENT]
     steepest = min(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     flattest = max(ARCHS, key=lambda a: tr[a]["slope_ln_per_token"])
     return (
         f"We trained an RNN, a GRU, a minGRU and an attention model (RoPE) of similar size "
         f"({params} parameters) for "
-        f"{int(info['rnn']['steps'])} steps each on synthetic mail, then, on {spec.windows} held-out windows of "
+        f"{int(info['rnn']['steps'])} steps each on synthetic mail, then, on {size.windows} held-out windows of "
         f"L = {length} tokens, took the loss at the last position t and measured the norm of its gradient with "
         f"respect to each input embedding x_(t-d), averaged over the windows (solid: trained; dashed: the "
         f"same models before training). The ratio norm(d={length - 1}) / norm(d=1), with the fitted change "
@@ -199,6 +199,6 @@ def _paragraph(stats: dict[str, dict[str, dict[str, float]]], info: dict[str, di
         f"a product of d Jacobians and falls off geometrically (a straight line on this log scale): the "
         f"untrained RNN loses a factor {1 / init['rnn']['factor_per_token']:.2f} per token. Attention reaches "
         f"every earlier position in one step, so its curve has no built-in decay (untrained ratio "
-        f"{init['attention']['ratio_max_to_1']:.2g}). After training the steepest decay was {LABELS[steepest]}'s "
-        f"and the flattest curve {LABELS[flattest]}'s; training {', '.join(changes[:-1])} and {changes[-1]}."
+        f"{init[ATTENTION]['ratio_max_to_1']:.2g}). After training the steepest decay was {label[steepest]}'s "
+        f"and the flattest curve {label[flattest]}'s; training {', '.join(changes[:-1])} and {changes[-1]}."
     )

@@ -20,27 +20,30 @@ probes at each distance in a grid; chance is 1/10 per digit.
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
 
-from seqlab.config import get_preset
 from seqlab.data.synthetic.generator import MemoryEmail, memory_emails
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.models import LM
-from seqlab.studies.lessons.common import LessonResult, write_lesson
-from seqlab.studies.lessons.trained import ARCHS, COLORS, LABELS, arch_config, train_arch, write_text_data_dir
+from seqlab.studies.figures import subplots
+from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
+from seqlab.studies.lessons.trained import ARCHS, ATTENTION, RECURRENT, base_config, train_arch, write_text_data_dir
+from seqlab.studies.recipes import RECIPES, apply_recipe
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NAME = "memory"
 CHANCE = 0.1  # one digit out of ten
 
 
 @dataclass(frozen=True)
-class Spec:
-    """How big one run of the lesson is."""
+class MemorySize:
+    """How big one run of the lesson is: the training corpus of probe emails, the held-out probes, the models."""
 
     preset: str
     overrides: tuple[str, ...]
@@ -53,24 +56,24 @@ class Spec:
 # Every model reads the same windows, one probe email per window, from its start whenever the email fits
 # (most do), so most examples hold both occurrences; no weight decay on a recall this small.
 _COMMON = ("data.mode=windows", "train.weight_decay=0.0", "train.threads=1", "model.n_layer=2")
-SPECS: dict[str, Spec] = {
-    "tiny": Spec("tiny", (*_COMMON, "model.block_size=128", "model.n_embd=32", "model.n_head=2",
+SIZES: dict[str, MemorySize] = {
+    "tiny": MemorySize("tiny", (*_COMMON, "model.block_size=128", "model.n_embd=32", "model.n_head=2",
                           "train.max_steps=40", "train.batch_size=8", "train.warmup_steps=5", "train.eval_every=20",
                           "train.ckpt_every=40", "train.eval_batches=2"),
                  range(5, 16), 20, (5, 10, 15, 25), 12),
     # Measured here: attention needs about 3000 steps before it copies (at 1500 it was near chance in 3 of
     # 4 tries); the last distance puts the reference outside attention's 192-token window.
-    "small": Spec("small", (*_COMMON, "model.block_size=192", "model.n_embd=64", "model.n_head=4",
+    "small": MemorySize("small", (*_COMMON, "model.block_size=192", "model.n_embd=64", "model.n_head=4",
                             "train.max_steps=3000", "train.batch_size=16", "train.lr=5e-3", "train.warmup_steps=50",
                             "train.eval_every=500", "train.ckpt_every=3000", "train.eval_batches=8"),
                   range(5, 26), 150, (5, 10, 15, 20, 25, 35), 100),
 }
 
 
-def build_corpus(data_dir: Path, spec: Spec, seed: int) -> Tokenizer:
+def build_corpus(data_dir: Path, size: MemorySize, seed: int) -> Tokenizer:
     """Training and validation probes mixing every training distance, written as a DATA_DIR."""
-    train = [m.text for d in spec.train_distances for m in memory_emails(spec.train_per_distance, d, 3 * seed)]
-    val = [m.text for d in spec.train_distances for m in memory_emails(2, d, 3 * seed + 1)]
+    train = [m.text for d in size.train_distances for m in memory_emails(size.train_per_distance, d, 3 * seed)]
+    val = [m.text for d in size.train_distances for m in memory_emails(2, d, 3 * seed + 1)]
     random.Random(seed).shuffle(train)
     return write_text_data_dir(data_dir, {"train": train, "val": val, "test": val})
 
@@ -107,8 +110,8 @@ def recall_accuracy(model: LM, tok: Tokenizer, probes: list[MemoryEmail], window
     return digit_acc, sum(all(h) for h in hits) / len(hits)
 
 
-def _plot(table: dict[str, dict[int, float]], spec: Spec, rows: list[dict]) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+def _plot(table: dict[str, dict[int, float]], size: MemorySize, rows: list[dict]) -> Figure:
+    fig, ax = subplots(figsize=(7, 4.2))
     inside = [r["d_words"] for r in rows if r["in_window"] >= 0.5]
     outside = [r["d_words"] for r in rows if r["in_window"] < 0.5]
     if inside and outside:  # shade the distances whose reference attention can no longer see
@@ -116,12 +119,12 @@ def _plot(table: dict[str, dict[int, float]], spec: Spec, rows: list[dict]) -> p
                    label="reference outside attention's window")
     for arch, accs in table.items():
         ds = sorted(accs)
-        ax.plot(ds, [accs[d] for d in ds], "o-", color=COLORS[arch], label=LABELS[arch])
+        ax.plot(ds, [accs[d] for d in ds], "o-", color=RECIPES[arch].color, label=RECIPES[arch].label)
     ax.axhline(CHANCE, color="grey", ls=":", label="chance (1/10 per digit)")
     ax.set_xlabel("distance d between the reference and its recall (words)")
     ax.set_ylabel("digit accuracy at the recall point")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"Recall of a reference d words later (size={spec.preset})")
+    ax.set_title(f"Recall of a reference d words later (size={size.preset})")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
@@ -143,76 +146,72 @@ def window_coverage(tok: Tokenizer, probes: list[MemoryEmail], window: int) -> f
     return inside / len(probes)
 
 
-def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
+def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> LessonResult:
     """Train the four architectures on mixed-distance probes with one budget, measure recall against d."""
-    if size not in SPECS:
-        raise ValueError(f"lesson size must be one of {', '.join(SPECS)}, not {size!r}")
-    spec, work = SPECS[size], Path(out) / "work" / NAME
-    tok = build_corpus(work / "data", spec, seed)
-    probes = {d: memory_emails(spec.probes, d, 3 * seed + 2) for d in spec.eval_distances}
-    base = arch_config(get_preset(spec.preset), "attention", [*spec.overrides, f"train.seed={seed}"])
+    sz, work = pick_size(SIZES, size), Path(out) / "work" / NAME
+    tok = build_corpus(work / "data", sz, seed)
+    probes = {d: memory_emails(sz.probes, d, 3 * seed + 2) for d in sz.eval_distances}
+    base = base_config(sz.preset, sz.overrides, seed)
     acc: dict[str, dict[int, float]] = {}
     whole: dict[str, dict[int, float]] = {}
     info: dict[str, dict[str, float]] = {}
     for arch in ARCHS:
-        cfg = arch_config(base, arch)
-        start = time.perf_counter()
-        model, summary = train_arch(work / "data", work / "runs" / arch, cfg, progress=progress)
-        window = cfg.model.block_size if arch == "attention" else None  # recurrent models read it all
+        cfg = apply_recipe(base, arch)
+        model, info[arch] = train_arch(work / "data", work / "runs" / arch, cfg, progress=progress)
+        # attention reads at most its block_size back; recurrent models read the whole probe
+        window = cfg.model.block_size if cfg.model.mixer == "attention" else None
         acc[arch], whole[arch] = {}, {}
         for d, ps in probes.items():
             acc[arch][d], whole[arch][d] = recall_accuracy(model, tok, ps, window)
-        info[arch] = {"params": summary["params"], "steps": summary["steps"],
-                      "best_val_loss": summary["best_val_loss"], "seconds": round(time.perf_counter() - start, 1)}
     block = base.model.block_size
     rows = [{"d_words": d, "bytes_apart": round(_bytes_apart(probes[d]), 1),
              "in_window": round(window_coverage(tok, probes[d], block), 3),
-             **{arch: round(acc[arch][d], 4) for arch in ARCHS}} for d in spec.eval_distances]
+             **{arch: round(acc[arch][d], 4) for arch in ARCHS}} for d in sz.eval_distances]
     measured = {"chance": CHANCE, "accuracy": {a: {str(d): v for d, v in acc[a].items()} for a in ARCHS},
                 "whole_reference": {a: {str(d): v for d, v in whole[a].items()} for a in ARCHS},
-                "models": info, "block_size": base.model.block_size, "probes_per_distance": spec.probes,
-                "train_distances": [spec.train_distances.start, spec.train_distances.stop - 1]}
-    return write_lesson(Path(out), NAME, "Memory: recalling a reference d words later", _plot(acc, spec, rows), rows,
-                        _paragraph(acc, info, spec, base.model.block_size, rows), measured)
+                "models": info, "block_size": block, "probes_per_distance": sz.probes,
+                "train_distances": [sz.train_distances.start, sz.train_distances.stop - 1]}
+    return write_lesson(Path(out), NAME, "Memory: recalling a reference d words later", _plot(acc, sz, rows), rows,
+                        _paragraph(acc, info, sz, block, rows), measured)
 
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def _paragraph(acc: dict[str, dict[int, float]], info: dict[str, dict[str, float]], spec: Spec, block: int,
+def _paragraph(acc: dict[str, dict[int, float]], info: dict[str, dict[str, float]], size: MemorySize, block: int,
                rows: list[dict]) -> str:
     """What was measured and what it shows, with the measured numbers."""
     inside = [r["d_words"] for r in rows if r["in_window"] >= 0.9]
     outside = [r for r in rows if r["in_window"] <= 0.1]
     mean_in = {a: _mean([acc[a][d] for d in inside]) for a in ARCHS}
-    params = ", ".join(f"{LABELS[a]} {int(info[a]['params']):,}" for a in ARCHS)
+    params = ", ".join(f"{RECIPES[a].label} {int(info[a]['params']):,}" for a in ARCHS)
     text = (
         f"Each model ({params} parameters) was trained for {int(info['rnn']['steps'])} steps on the same corpus of "
         f"probe emails in which a reference such as EXP-761632 appears early and is asked for again "
-        f"{spec.train_distances.start}-{spec.train_distances.stop - 1} words later. On {spec.probes} held-out "
+        f"{size.train_distances.start}-{size.train_distances.stop - 1} words later. On {size.probes} held-out "
         f"probes per distance d we measured teacher-forced accuracy on the recalled digits (chance: 1/10 per "
         f"digit, as the digits are random). Mean accuracy over the distances whose reference lies inside "
         f"attention's {block}-token window (d = {', '.join(map(str, inside))}): "
-        + "; ".join(f"{LABELS[a]} {mean_in[a]:.2f} ({min(acc[a][d] for d in inside):.2f}-"
+        + "; ".join(f"{RECIPES[a].label} {mean_in[a]:.2f} ({min(acc[a][d] for d in inside):.2f}-"
                     f"{max(acc[a][d] for d in inside):.2f})" for a in ARCHS) + ". "
     )
     for r in outside:
-        beyond = " (also beyond the training distances)" if r["d_words"] >= spec.train_distances.stop else ""
+        beyond = " (also beyond the training distances)" if r["d_words"] >= size.train_distances.stop else ""
         text += (f"At d = {r['d_words']}{beyond} the reference is {r['bytes_apart']:.0f} byte tokens back, outside "
-                 f"the window for {1 - r['in_window']:.0%} of probes, and attention scored {r['attention']:.2f}. ")
+                 f"the window for {1 - r['in_window']:.0%} of probes, and attention scored {r[ATTENTION]:.2f}. ")
     text += ("A recurrent model must carry the digits through one hidden vector of n_embd numbers that every later "
              "token rewrites (fixed-width memory); attention keeps every earlier position's key and value and can "
              "look the digits up, so its accuracy need not fall with d, but only inside its window. ")
-    recurrent_above = [LABELS[a] for a in ("rnn", "gru", "mingru") if mean_in[a] > 2 * CHANCE]
-    if mean_in["attention"] > 2 * CHANCE and not recurrent_above:
+    recurrent_above = [RECIPES[a].label for a in RECURRENT if mean_in[a] > 2 * CHANCE]
+    if mean_in[ATTENTION] > 2 * CHANCE and not recurrent_above:
         text += ("Here attention learned to copy at every distance inside its window while no recurrent model "
                  "rose clearly above chance (more than twice 1/10) with the same budget: the measurement supports "
                  "retained positions over a fixed-width summary, with the window as attention's hard limit.")
-    elif mean_in["attention"] <= 2 * CHANCE and not recurrent_above:
+    elif mean_in[ATTENTION] <= 2 * CHANCE and not recurrent_above:
         text += ("No model rose clearly above chance (more than twice 1/10): this budget is too small to learn "
                  "the recall, so the measurement does not separate the architectures.")
     else:
-        above = recurrent_above + (["attention"] if mean_in["attention"] > 2 * CHANCE else [])
+        above = recurrent_above + ([RECIPES[ATTENTION].label] if mean_in[ATTENTION] > 2 * CHANCE else [])
         text += f"Models clearly above chance (more than twice 1/10) inside the window: {', '.join(above)}."
     return text

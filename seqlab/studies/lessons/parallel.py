@@ -16,15 +16,19 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.lm import MIXERS
-from seqlab.studies.lessons.common import LessonResult, write_lesson
+from seqlab.studies.figures import subplots
+from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 N_EMBD, N_HEAD, BATCH = 64, 4, 4
 SIZES = {
@@ -102,7 +106,7 @@ def crossover(lengths: list[int], attn: list[float], other: list[float]) -> int 
 
 def measure(size: str, seed: int, progress: bool) -> dict[str, dict[int, float]]:
     """Milliseconds per training step: {model label: {L: ms}}."""
-    sz = SIZES[size]
+    sz = pick_size(SIZES, size)
     with torch.random.fork_rng():  # seeded weights without touching the caller's global RNG
         torch.manual_seed(seed)
         mixers = {label: build_mixer(label) for label in MODELS}
@@ -132,10 +136,10 @@ def summarize(ms: dict[str, dict[int, float]]) -> dict[str, object]:
     }
 
 
-def plot(ms: dict[str, dict[int, float]], summary: dict[str, object]) -> plt.Figure:
+def plot(ms: dict[str, dict[int, float]], summary: dict[str, object]) -> Figure:
     """Log-log time per step against L, one line per model, the attention crossovers marked."""
     lengths: list[int] = summary["lengths"]  # type: ignore[assignment]
-    fig, ax = plt.subplots(figsize=(8.5, 5))
+    fig, ax = subplots(figsize=(8.5, 5))
     for label, times in ms.items():
         color, ls, marker = STYLE[label]
         ax.plot(lengths, [times[n] for n in lengths], ls=ls, marker=marker, color=color, label=label)
@@ -196,7 +200,7 @@ def _reading(ms: dict[str, dict[int, float]], k: dict[str, float], top: int) -> 
 
 def paragraph(ms: dict[str, dict[int, float]], summary: dict[str, object], size: str) -> str:
     """What was measured and what it shows, with the measured numbers."""
-    sz = SIZES[size]
+    sz = pick_size(SIZES, size)
     lengths: list[int] = summary["lengths"]  # type: ignore[assignment]
     top = lengths[-1]
     k: dict[str, float] = summary["exponent_long"]  # type: ignore[assignment]
@@ -219,10 +223,8 @@ def paragraph(ms: dict[str, dict[int, float]], summary: dict[str, object], size:
     )
 
 
-def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
+def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> LessonResult:
     """Time, plot and write `parallel.{png,csv,md,json}` into `out` (torch threads restored afterwards)."""
-    if size not in SIZES:
-        raise ValueError(f"lesson size must be tiny or small, not {size!r}")
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)
     try:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from torch import Tensor
@@ -22,7 +22,11 @@ from torch import Tensor
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.positional import attention_positions, build_positions
-from seqlab.studies.lessons.common import LessonResult, write_lesson
+from seqlab.studies.figures import subplots
+from seqlab.studies.lessons.common import LessonResult, columns_by, pick_size, write_lesson
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SENTENCES = ("Send the report before the slides.", "Send the slides before the report.")
 WORD = "report"
@@ -89,7 +93,7 @@ def equivariance_error(layer: Layer, x: Tensor, n_perms: int, seed: int) -> floa
 
 def measure(size: str, seed: int) -> list[dict[str, float | str]]:
     """One table row per variant: how far apart the two "report" vectors are, and the equivariance error."""
-    sz = SIZES[size]
+    sz = pick_size(SIZES, size)
     toks = [words(s) for s in SENTENCES]
     vocab = list(dict.fromkeys(w for t in toks for w in t))  # unique words in order of appearance
     emb = word_embedding(vocab, sz["n_embd"], seed)
@@ -111,11 +115,11 @@ def measure(size: str, seed: int) -> list[dict[str, float | str]]:
     return rows
 
 
-def plot(rows: list[dict[str, float | str]]) -> plt.Figure:
+def plot(rows: list[dict[str, float | str]]) -> Figure:
     """Grouped bars on a log axis: the "report" difference and the equivariance error per variant."""
     labels = [str(r["position"]) for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(8, 4.2))
+    fig, ax = subplots(figsize=(8, 4.2))
     for off, key, name, color in ((-0.2, "l2_diff", '||y_report(s1) - y_report(s2)||', "tab:blue"),
                                   (0.2, "equivariance_error", "max |SA(PX) - P SA(X)|", "tab:orange")):
         vals = [max(float(r[key]), ZERO_FLOOR) for r in rows]
@@ -179,15 +183,10 @@ def paragraph(rows: list[dict[str, float | str]], size: str) -> str:
     )
 
 
-def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
-    """Measure, plot and write `permutation.{png,csv,md,json}` into `out`."""
-    if size not in SIZES:
-        raise ValueError(f"lesson size must be tiny or small, not {size!r}")
+def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> LessonResult:
+    """Measure, plot and write `permutation.{png,csv,md,json}` into `out` (in about a second: `progress`
+    has nothing to show)."""
     rows = measure(size, seed)
-    measured: dict[str, object] = {str(r["position"]): r["l2_diff"] for r in rows}
-    for key in ("max_abs_diff", "relative_diff", "equivariance_error"):
-        measured[key] = {str(r["position"]): r[key] for r in rows}
-    if progress:
-        print("permutation: " + ", ".join(f"{r['position']} {float(r['l2_diff']):.2e}" for r in rows))
+    measured = columns_by(rows, "position", ("l2_diff", "max_abs_diff", "relative_diff", "equivariance_error"))
     return write_lesson(Path(out), "permutation", "Attention needs positions to see word order", plot(rows),
                         rows, paragraph(rows, size), measured)

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
 from seqlab.models.attention import stable_softmax
-from seqlab.studies.lessons.common import LessonResult, write_lesson
+from seqlab.studies.figures import subplots
+from seqlab.studies.lessons.common import LessonResult, columns_by, pick_size, write_lesson
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DIMS = (4, 8, 16, 32, 64, 128, 256, 512)
 N_KEYS = 32  # L: keys each query scores
@@ -71,10 +75,11 @@ def lecture_example(d_k: int = 20) -> dict[str, list[float]]:
 
 def measure(size: str, seed: int) -> list[dict[str, float | int]]:
     """One row per d_k: score spread and the softmax statistics without and with the 1/sqrt(d_k)."""
+    sz = pick_size(SIZES, size)
     gen = torch.Generator().manual_seed(seed)
     rows: list[dict[str, float | int]] = []
     for d_k in DIMS:
-        s = random_scores(d_k, SIZES[size]["groups"], SIZES[size]["queries"], gen)
+        s = random_scores(d_k, sz["groups"], sz["queries"], gen)
         raw, scaled = softmax_stats(s), softmax_stats(s / math.sqrt(d_k))
         row: dict[str, float | int] = {"d_k": d_k, "score_std_unscaled": float(s.std()),
                                        "score_std_scaled": float((s / math.sqrt(d_k)).std())}
@@ -84,10 +89,10 @@ def measure(size: str, seed: int) -> list[dict[str, float | int]]:
     return rows
 
 
-def plot(rows: list[dict[str, float | int]]) -> plt.Figure:
+def plot(rows: list[dict[str, float | int]]) -> Figure:
     """Three panels against d_k (log2 axis): largest weight, entropy, Jacobian norm; scaled vs unscaled."""
     d = [int(r["d_k"]) for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.9))
+    fig, axes = subplots(1, 3, figsize=(13, 3.9))
     panels = (("max_weight", "mean largest softmax weight", False),
               ("entropy", "mean entropy of the weights (nats)", False),
               ("jacobian_norm", "mean softmax Jacobian norm ||diag(a) - a a^T||_F", True))
@@ -148,19 +153,15 @@ def paragraph(rows: list[dict[str, float | int]], example: dict[str, list[float]
     )
 
 
-def run(out: Path, *, size: str = "small", seed: int = 0, progress: bool = True) -> LessonResult:
-    """Measure, plot and write `scaling.{png,csv,md,json}` into `out`."""
-    if size not in SIZES:
-        raise ValueError(f"lesson size must be tiny or small, not {size!r}")
+def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> LessonResult:
+    """Measure, plot and write `scaling.{png,csv,md,json}` into `out` (in about a second: `progress` has
+    nothing to show)."""
+    sz = pick_size(SIZES, size)
     rows = measure(size, seed)
     example = lecture_example(20)
-    n_rows = SIZES[size]["groups"] * SIZES[size]["queries"]
-    measured: dict[str, object] = {"n_keys": N_KEYS, "n_queries": n_rows, "lecture_example_d20": example}
-    for key in ("max_weight", "saturated", "entropy", "entropy_norm", "jacobian_norm"):
-        for kind in ("unscaled", "scaled"):
-            measured[f"{key}_{kind}"] = {str(r["d_k"]): r[f"{key}_{kind}"] for r in rows}
-    if progress:
-        print("scaling: max weight unscaled " + ", ".join(f"{r['d_k']}:{float(r['max_weight_unscaled']):.3f}"
-                                                         for r in rows))
+    n_rows = sz["groups"] * sz["queries"]
+    keys = [f"{key}_{kind}" for key in ("max_weight", "saturated", "entropy", "entropy_norm", "jacobian_norm")
+            for kind in ("unscaled", "scaled")]
+    measured = {"n_keys": N_KEYS, "n_queries": n_rows, "lecture_example_d20": example, **columns_by(rows, "d_k", keys)}
     return write_lesson(Path(out), "scaling", "Dividing attention scores by sqrt(d_k) prevents saturation",
                         plot(rows), rows, paragraph(rows, example, n_rows), measured)

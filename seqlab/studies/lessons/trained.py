@@ -1,44 +1,40 @@
 """What the lessons that train models share (`gradient-path`, `memory`): the four architectures the
-lecture compares, their configs, one call into the trainer, and a DATA_DIR written from plain texts.
+lecture compares, their base config, one call into the trainer, and a DATA_DIR written from plain texts.
 
-The architectures differ only in the sequence mixer (and the position kind it needs): an Elman RNN and a
-GRU (the lecture's state chain h_1 -> h_2 -> ... -> h_L), a minGRU (gates from the input only, parallel scan) and causal
-self-attention with rotary positions ("direct connections"). Everything else (width, depth, MLP, budget,
-data, seed) comes from one base config, so differences come from the mixer.
+The architectures are the recipes `LECTURE_ARCHS` of `seqlab.studies.recipes`: an Elman RNN and a GRU (the
+lecture's state chain h_1 -> h_2 -> ... -> h_L), a minGRU (gates from the input only, parallel scan) and
+causal self-attention with rotary positions ("direct connections"). They differ only in the sequence
+mixer (and the position kind it needs); everything else (width, depth, MLP, budget, data, seed) comes
+from one base config, so differences come from the mixer.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from seqlab.config import RunConfig, apply_overrides
+from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.data.store import TokenWriter, token_dtype
 from seqlab.data.tokenizer import Tokenizer, fit_tokenizer
 from seqlab.models import LM, build_model
+from seqlab.studies.recipes import LECTURE_ARCHS, apply_recipe
 from seqlab.training.trainer import Trainer
 
-# architecture -> the overrides that make it (recurrent mixers take no rotary positions: the order of
-# the tokens is already in the recurrence, and the config refuses rope for them)
-ARCHS: dict[str, list[str]] = {
-    "rnn": ["model.mixer=rnn", "model.pos=none"],
-    "gru": ["model.mixer=gru", "model.pos=none"],
-    "mingru": ["model.mixer=mingru", "model.pos=none"],
-    "attention": ["model.mixer=attention", "model.pos=rope"],
-}
-LABELS: dict[str, str] = {"rnn": "RNN", "gru": "GRU", "mingru": "minGRU", "attention": "attention (RoPE)"}
-COLORS: dict[str, str] = {"rnn": "tab:red", "gru": "tab:orange", "mingru": "tab:green", "attention": "tab:blue"}
+ARCHS = LECTURE_ARCHS
+ATTENTION = "attn-rope"  # the one attention model among ARCHS
+RECURRENT = tuple(a for a in ARCHS if a != ATTENTION)
 
 
-def arch_config(base: RunConfig, arch: str, overrides: Sequence[str] = ()) -> RunConfig:
-    """`base` turned into architecture `arch` (a key of ARCHS), then `overrides` applied."""
-    if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
-    return apply_overrides(base, [*ARCHS[arch], *overrides])
+def base_config(preset: str, overrides: Sequence[str], seed: int) -> RunConfig:
+    """A lesson's base config: `preset` as the attention model, then the lesson's `overrides` and `seed`.
+    Applied to attention first because only attention checks head counts (n_embd % n_head); each
+    architecture is then `apply_recipe(base, arch)`."""
+    return apply_recipe(get_preset(preset), ATTENTION, [*overrides, f"train.seed={seed}"])
 
 
 def initial_model(cfg: RunConfig, vocab_size: int) -> LM:
@@ -48,15 +44,19 @@ def initial_model(cfg: RunConfig, vocab_size: int) -> LM:
     return build_model(model_cfg).eval()
 
 
-def train_arch(data_dir: Path, run_dir: Path, cfg: RunConfig, *, progress: bool = True) -> tuple[LM, dict]:
+def train_arch(data_dir: Path, run_dir: Path, cfg: RunConfig, *,
+               progress: bool = True) -> tuple[LM, dict[str, float]]:
     """Train `cfg` on `data_dir` into `run_dir` (replaced if a previous lesson run left one there) with
-    the project's one trainer; return the final model (eval mode) and the trainer's summary."""
+    the project's one trainer; return the final model (eval mode) and what the lesson reports of the run:
+    params, steps, best_val_loss and seconds (wall clock, training and its evaluations)."""
     run_dir = Path(run_dir)
+    start = time.perf_counter()
     if any((run_dir / name).exists() for name in ("run.json", "trainer_state.pt", "config.json")):
         shutil.rmtree(run_dir)  # a run this lesson wrote into its own work folder before (maybe interrupted)
     trainer = Trainer(data_dir, run_dir, cfg, progress=progress)
     summary = trainer.run()
-    return trainer.model.eval(), summary
+    info = {key: summary[key] for key in ("params", "steps", "best_val_loss")}
+    return trainer.model.eval(), {**info, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def write_text_data_dir(out: Path, splits: dict[str, list[str]]) -> Tokenizer:
