@@ -1,8 +1,14 @@
-"""Argument types shared by the subcommands: each turns bad text into one plain argparse error (exit 2)."""
+"""What the subcommands' parsers share: argument types (each turns bad text into one plain argparse error,
+exit 2) and the parser of a command that reads a RUN_DIR."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
 def split_fractions(text: str) -> tuple[float, float, float]:
@@ -15,21 +21,34 @@ def split_fractions(text: str) -> tuple[float, float, float]:
     return parts  # type: ignore[return-value]
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, convert: Callable[[str], N], accept: Callable[[N], bool], expected: str) -> N:
+    """`convert(text)` when it parses and `accept` takes it; otherwise 'expected EXPECTED, not TEXT'."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}") from None
+    if not accept(value):  # comparisons with nan are false, so nan is refused too
+        raise argparse.ArgumentTypeError(f"expected {expected}, not {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, lambda v: v >= 1, "a positive integer")
+
+
+def positive_float(text: str) -> float:
+    return _number(text, float, lambda v: v > 0, "a positive number")
 
 
 def unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, not {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, not {text!r}")
-    return value
+    return _number(text, float, lambda v: 0.0 <= v <= 1.0, "a number between 0 and 1")
+
+
+def add_run_reader(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
+                   text: str | None = None) -> argparse.ArgumentParser:
+    """The parser of a subcommand that reads a trained RUN_DIR, and then, if `text` names it, one text."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.add_argument("run_dir", type=Path, help="a folder written by `seqlab train`")
+    if text:
+        p.add_argument(text)
+    return p

@@ -8,16 +8,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from seqlab.cli.arguments import positive_int, unit_float
+from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 from seqlab.errors import UserError
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="loss, perplexity, bits per byte, compressor baselines and ExactMatch",
+    p = add_run_reader(sub, "eval", help="loss, perplexity, bits per byte, compressor baselines and ExactMatch",
                        description="Evaluate RUN_DIR's best checkpoint over every window of a split: loss per "
                        "token, perplexity, bits per byte of the original text beside gzip/bz2/xz on the same "
                        "text, and Smart-Compose-style ExactMatch@N with coverage.")
-    p.add_argument("run_dir", type=Path)
     p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
     p.add_argument("--split", choices=("val", "test"), default="val")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -41,11 +40,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def add_complete(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("complete", help="suggest how an email goes on",
+    p = add_run_reader(sub, "complete", help="suggest how an email goes on", text="prompt",
                        description="Print the model's suggestion for the next words of PROMPT (greedy by "
                        "default). With --threshold, print nothing when the model is unsure.")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("prompt")
     p.add_argument("--max-words", type=positive_int, default=5)
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     p.add_argument("--top-k", type=positive_int, default=None)

@@ -1,26 +1,35 @@
 """Subcommands that study trained models: attention, inspect, lesson, compare and demo.
 
-Each subcommand is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`.
+Each subcommand is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`
+(the lesson table imported here holds names and times only).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from pathlib import Path
 
-from seqlab.cli.arguments import positive_int, unit_float
+from seqlab.cli.arguments import add_run_reader, positive_float, positive_int, unit_float
 from seqlab.errors import UserError
+from seqlab.studies import lessons
 
-# ---------------------------------------------------------------- inspection and lessons
+
+def _wrote(paths: Iterable[Path | str]) -> int:
+    """Say which files a command wrote; the command's exit code."""
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+# ---------------------------------------------------------------- inspection
 
 
 def add_attention(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("attention", help="attention heatmaps and the soft-lookup table for a text",
+    p = add_run_reader(sub, "attention", help="attention heatmaps and the soft-lookup table for a text", text="text",
                        description="Draw the attention weights of every layer and head (or the chosen ones) "
                        "for TEXT, tokens as axis labels, and the soft-lookup view of one query position: the "
                        "keys it scored, their weights and what each value contributed.")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("text")
     p.add_argument("--out", type=Path, required=True, help="FILE.png or FILE.html")
     p.add_argument("--layer", type=int, default=None)
     p.add_argument("--head", type=int, default=None)
@@ -32,53 +41,58 @@ def run_attention(args: argparse.Namespace) -> int:
     from seqlab.studies.inspection.plots import output_kind
 
     out = attention_command(args.run_dir, args.text, args.out, layer=args.layer, head=args.head, query=args.query)
-    print(f"wrote {out}")
-    if output_kind(out) == "png":
-        print(f"wrote {lookup_path(out)}")
-    return 0
+    return _wrote([out, lookup_path(out)] if output_kind(out) == "png" else [out])
 
 
 def add_inspect(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("inspect", help="position encodings and GRU gate activations for a text",
+    p = add_run_reader(sub, "inspect", help="position encodings and GRU gate activations for a text", text="text",
                        description="Write heatmaps of the sinusoidal encoding, of learned position embeddings' "
                        "similarity (if the model has them) and of GRU update/reset gates over TEXT (if a GRU).")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("text")
     p.add_argument("--out", type=Path, required=True, help="output folder")
 
 
 def run_inspect(args: argparse.Namespace) -> int:
     from seqlab.studies.inspection.commands import inspect_command
 
-    for path in inspect_command(args.run_dir, args.out, args.text):
-        print(f"wrote {path}")
-    return 0
+    return _wrote(inspect_command(args.run_dir, args.out, args.text))
+
+
+# ---------------------------------------------------------------- lessons
+
+
+def lesson_times() -> str:
+    """The table of lesson run times by size that `seqlab lesson --help` ends with."""
+    lines = ["time on 2 CPU cores by --size (* marks the default: the largest size that takes",
+             "about a minute):"]
+    for lesson in lessons.LESSONS.values():
+        sizes = "".join(f"{size} {time}{' *' if size == lesson.default_size else ''}".ljust(17)
+                        for size, time in lesson.times.items())
+        lines.append(f"  {lesson.name:<15} {sizes}".rstrip())
+    return "\n".join(lines)
 
 
 def add_lesson(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lesson", help="run one of the lecture's experiments",
-                       description="Run one of the lecture's experiments and write a plot, a table and a "
-                       "paragraph saying what was measured: permutation, scaling, gradient-path, parallel, memory.")
-    p.add_argument("name", help="permutation | scaling | gradient-path | parallel | memory")
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=lesson_times(),
+                       description="Run one of the lecture's experiments and write a plot, a table and a\n"
+                       "paragraph saying what was measured:\n" + ", ".join(lessons.LESSONS) + ".")
+    p.add_argument("name", help=" | ".join(lessons.LESSONS))
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--size", choices=("tiny", "small"), default="small", help="tiny: seconds; small: minutes")
+    p.add_argument("--size", choices=lessons.SIZES, default=None,
+                   help="tiny: seconds; small: the real measurement (default: per lesson, see below)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
 
 
 def run_lesson(args: argparse.Namespace) -> int:
-    from seqlab.studies.lessons import LESSONS, run_lesson
-
-    if args.name not in LESSONS:
-        raise UserError(f"unknown lesson {args.name!r}; choose one of {', '.join(LESSONS)}")
-    result = run_lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
+    if args.name not in lessons.LESSONS:
+        raise UserError(f"unknown lesson {args.name!r}; choose one of {', '.join(lessons.LESSONS)}")
+    result = lessons.run_lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
     print(result.paragraph)
-    for path in result.files:
-        print(f"wrote {path}")
-    return 0
+    return _wrote(result.files)
 
 
-# ---------------------------------------------------------------- compare
+# ---------------------------------------------------------------- compare and demo
 
 
 def add_compare(sub: argparse._SubParsersAction) -> None:
@@ -92,7 +106,7 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="small", help="tiny | small (default small)")
     p.add_argument("--models", default=None, help="comma-separated model names (default: all)")
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--minutes", type=float, default=None, help="wall-clock training minutes per model")
+    budget.add_argument("--minutes", type=positive_float, default=None, help="wall-clock training minutes per model")
     budget.add_argument("--tokens", type=positive_int, default=None, help="training tokens per model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--coverage", type=unit_float, default=0.5, help="coverage at which ExactMatch is compared")
@@ -106,8 +120,6 @@ def run_compare(args: argparse.Namespace) -> int:
     from seqlab.studies.compare.plan import parse_models
     from seqlab.studies.compare.run import compare, format_table
 
-    if args.minutes is not None and args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, not {args.minutes}")
     results = compare(args.data_dir, args.out, preset=args.preset, models=parse_models(args.models),
                       minutes=args.minutes, tokens=args.tokens, seed=args.seed, progress=not args.quiet,
                       overrides=args.overrides, coverage=args.coverage, match_params=not args.no_match_params,
@@ -117,16 +129,13 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- demo
-
-
 def add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="prepare SpamAssassin ham, train a GRU and an attention model, compare them",
                        description="The main job: prepare the SpamAssassin ham corpus, train a small GRU and a "
                        "small multi-head RoPE attention model for a few minutes each, evaluate both on the test "
                        "split beside xz, and print a table and completions. About 10 minutes on 2 CPU cores.")
     p.add_argument("--out", type=Path, default=Path("out/demo"), help="output folder (default out/demo)")
-    p.add_argument("--minutes", type=float, default=3.5, help="training minutes per model (default 3.5)")
+    p.add_argument("--minutes", type=positive_float, default=3.5, help="training minutes per model (default 3.5)")
     p.add_argument("--source", default="spamassassin", help="mail source (default spamassassin)")
     p.add_argument("--quiet", action="store_true")
 
@@ -134,7 +143,5 @@ def add_demo(sub: argparse._SubParsersAction) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from seqlab.studies.demo import demo
 
-    if args.minutes <= 0:
-        raise UserError(f"--minutes must be positive, not {args.minutes}")
     demo(args.out, source=args.source, minutes=args.minutes, progress=not args.quiet)
     return 0

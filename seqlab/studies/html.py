@@ -1,4 +1,5 @@
-"""Self-contained HTML for inspection pages: PNGs as base64 data URIs and weight tables shaded with CSS.
+"""Self-contained HTML, the one builder for every page studies write (the inspection pages and the compare
+report.html): PNGs as base64 data URIs, plain tables, and weight tables shaded with CSS.
 
 Nothing here loads anything from elsewhere (no scripts, fonts or style sheets from the network), so a
 page opens the same offline, attached to an email, or years later. Values are shown as text in every
