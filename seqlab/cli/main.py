@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "prepare": (data.add_prepare, data.run_prepare),
     "train": (training.add_train, training.run_train),
     "eval": (runs.add_eval, runs.run_eval),
+    "calibrate": (runs.add_calibrate, runs.run_calibrate),
     "complete": (runs.add_complete, runs.run_complete),
     "attention": (studies.add_attention, studies.run_attention),
     "inspect": (studies.add_inspect, studies.run_inspect),

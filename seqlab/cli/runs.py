@@ -1,4 +1,4 @@
-"""Commands that use a trained RUN_DIR: `seqlab eval` and `seqlab complete`.
+"""Commands that use a trained RUN_DIR: `seqlab eval`, `seqlab calibrate` and `seqlab complete`.
 
 Each is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`.
 """
@@ -36,6 +36,30 @@ def run_eval(args: argparse.Namespace) -> int:
     result = evaluate_run(args.run_dir, args.data, args.split, args.device, completion_threshold=args.threshold,
                           target_coverage=args.coverage or None, completion_emails=args.completion_emails)
     print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
+    return 0
+
+
+def add_calibrate(sub: argparse._SubParsersAction) -> None:
+    p = add_run_reader(sub, "calibrate", help="choose the confidence threshold the server suggests at",
+                       description="Find the confidence threshold at which RUN_DIR's model shows a suggestion "
+                       "at the target fraction of word boundaries of held-out emails, report ExactMatch@N "
+                       "there, and write it to RUN_DIR/calibration.json for the autocomplete server.")
+    p.add_argument("--coverage", type=float, default=0.5,
+                   help="target fraction of word boundaries that get a suggestion, in (0, 1] (default 0.5)")
+    p.add_argument("--split", choices=("val", "test"), default="val")
+    p.add_argument("--emails", type=positive_int, default=200, help="held-out emails to calibrate on")
+    p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3)")
+    p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
+    p.add_argument("--device", default="auto")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from seqlab.evaluation.calibration import CALIBRATION, calibrate_run, format_calibration
+
+    result = calibrate_run(args.run_dir, args.data, args.split, args.coverage, args.emails,
+                           max_words=args.max_words, device=args.device)
+    print(format_calibration(result))
+    print(f"wrote {args.run_dir / CALIBRATION}")
     return 0
 
 

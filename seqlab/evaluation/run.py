@@ -21,12 +21,22 @@ from seqlab.evaluation.heldout import evaluate_lm
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 
-def _check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
+def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
     """The run must have been trained on ids from this DATA_DIR's tokenizer, or the numbers are noise."""
     data_tok = load_tokenizer(data_dir / "tokenizer.json")
     if data_tok.sha256() != tok.sha256():
         raise UserError(f"{run_dir} was trained with a different tokenizer than {data_dir}; "
                         f"evaluate it on the data folder it was trained on.")
+
+
+def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) -> list[str]:
+    """Texts of up to `emails` emails of the split, drawn with `seed`: the emails completions are scored on.
+
+    `seqlab eval` and `seqlab calibrate` share it, so the same seed and count score the same emails.
+    """
+    rng = np.random.default_rng([seed])
+    picked = np.sort(rng.choice(store.num_emails, size=min(emails, store.num_emails), replace=False))
+    return split_texts(store, tok, picked)
 
 
 def evaluate_run(
@@ -52,7 +62,7 @@ def evaluate_run(
     dev = resolve_device(device)
     model, tok, cfg = load_run(run_dir, dev)
     data = run_data_dir(run_dir, data_dir)
-    _check_same_tokenizer(tok, data, run_dir)
+    check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
     lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok)
     raw = split_bytes(store, tok)
@@ -63,9 +73,8 @@ def evaluate_run(
         "run_dir": str(run_dir), "data_dir": str(data), "emails": store.num_emails,
     }
     if completions:
-        rng = np.random.default_rng([seed])
-        picked = np.sort(rng.choice(store.num_emails, size=min(completion_emails, store.num_emails), replace=False))
-        quality = completion_quality(model, tok, split_texts(store, tok, picked), max_words=max_words,
+        texts = completion_texts(store, tok, completion_emails, seed)
+        quality = completion_quality(model, tok, texts, max_words=max_words,
                                      threshold=completion_threshold, positions_per_email=positions_per_email,
                                      seed=seed, target_coverage=target_coverage)
         result.update(exact_match=quality["exact_match"], coverage=quality["coverage"],
