@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.generation.decode import beam_search_hypotheses, generate_with_logprobs
+from seqlab.generation.decode import IncrementalDecoder, beam_search_hypotheses, generate_with_logprobs
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 _WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
@@ -131,6 +131,22 @@ def complete(
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
     suggestion whose confidence (the first word's probability) is below it comes back empty.
     """
+    ids, allowed, skip = encode_prompt(tokenizer, prompt)
+    return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
+                            stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,
+                            beam=beam, seed=seed, threshold=threshold, max_new_tokens=max_new_tokens)
+
+
+def complete_encoded(
+    model: nn.Module, tokenizer: Tokenizer, ids: list[int], allowed: Tensor | None, skip: int, *,
+    max_words: int = 5, stop_at_newline: bool = True, temperature: float = 0.0, top_k: int | None = None,
+    top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
+    max_new_tokens: int | None = None, decoder: IncrementalDecoder | None = None,
+) -> Completion:
+    """`complete` from a prompt already turned into (ids, allowed, skip) by `encode_prompt`.
+
+    With `decoder` (the same prompt already run through the model, `IncrementalDecoder.resume`), nothing
+    is encoded again: this is how the server answers a keystroke from the state it kept."""
     if max_words < 1:
         raise ValueError(f"max_words must be at least 1, not {max_words}")
     if beam < 1:
@@ -138,17 +154,16 @@ def complete(
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], not {threshold}")
     budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
-    ids, allowed, skip = encode_prompt(tokenizer, prompt)
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
-                                      stop=stop, length_penalty=1.0, first_allowed=allowed)[0]
+                                      stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder)[0]
         new, logps = best.ids, best.logps
     else:
         new, logps = generate_with_logprobs(
             model, ids, max_new_tokens=budget, temperature=temperature if temperature > 0 else 1.0,
             top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
-            eos_id=tokenizer.eos_id, first_allowed=allowed)
+            eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder)
     result = finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline)
     if threshold is not None and result.confidence < threshold:
         return Completion("", [], result.confidence)

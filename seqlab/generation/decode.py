@@ -1,7 +1,7 @@
 """Decoding from a trained next-token model: greedy, temperature, top-k, top-p sampling and beam search.
 
-Every decoder here is incremental (ARCHITECTURE.md, "The model contract"): the prompt goes through the model once, then
-each new token is fed alone together with the `state` the model returned (RNN/GRU hidden state, minGRU
+Every decoder here is incremental (ARCHITECTURE.md, "The model"): the prompt goes through the model once,
+then each new token is fed alone together with the `state` the model returned (RNN/GRU hidden state, minGRU
 last state, attention key/value cache), so generating n tokens costs n single-token forward passes,
 never a re-run over the growing sequence.
 
@@ -91,6 +91,24 @@ class IncrementalDecoder:
         self.window: Tensor | None = None
         self.logits = self._encode(prompts.to(model_device(model)))
 
+    @classmethod
+    def resume(cls, model: nn.Module, window: Tensor, state: Any, logits: Tensor,
+               limit: int | None = None) -> IncrementalDecoder:
+        """A decoder whose prompt is already encoded: `state` and next-token `logits` (B, V) after the
+        tokens `window` (B, W), the tokens inside the attention window (W <= limit when there is one).
+
+        The caller keeps ownership of what it passes: the decoder steps a clone of `state` (attention
+        caches are written in place), so the same encoded prompt can be resumed again (a server keeps
+        one per writer and reuses it at the next keystroke)."""
+        if limit is not None and window.shape[1] > limit:
+            raise ValueError(f"the encoded window holds {window.shape[1]} tokens, more than the limit {limit}")
+        dec = cls.__new__(cls)
+        dec.model, dec.limit = model, limit
+        dec.state = state.clone() if hasattr(state, "clone") else state
+        dec.window = window if limit is not None else None
+        dec.logits = logits.float()
+        return dec
+
     def _encode(self, idx: Tensor) -> Tensor:
         """Run the model from scratch over the last `limit` tokens of idx (B, T); return (B, V)."""
         if self.limit is not None:
@@ -167,11 +185,13 @@ def generate_with_logprobs(
     model: nn.Module, prompt_ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
     top_k: int | None = None, top_p: float | None = None, greedy: bool = False, seed: int | None = None,
     stop: StopFn | None = None, eos_id: int | None = None, first_allowed: Tensor | None = None,
+    decoder: IncrementalDecoder | None = None,
 ) -> tuple[list[int], list[float]]:
     """`generate`, also returning each new token's log-probability under the model's own distribution
-    (temperature 1, no top-k/top-p filter; renormalised over `first_allowed` at the first step)."""
+    (temperature 1, no top-k/top-p filter; renormalised over `first_allowed` at the first step).
+    With `decoder` (an already-encoded prompt, `IncrementalDecoder.resume`), `prompt_ids` is not used."""
     _check_sampling(max_new_tokens, temperature, top_k, top_p, greedy)
-    if not prompt_ids:
+    if not prompt_ids and decoder is None:
         raise ValueError("prompt_ids must hold at least one token (the bos token)")
     gen = torch.Generator(device="cpu")
     if seed is None:
@@ -184,7 +204,8 @@ def generate_with_logprobs(
     logps: list[float] = []
     try:
         with torch.inference_mode():
-            dec = IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long), context_limit(model))
+            dec = decoder or IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long),
+                                                context_limit(model))
             while len(out) < max_new_tokens:
                 # Sampling on the CPU with our own generator: the same seed gives the same tokens on any device.
                 logits = dec.logits.cpu()  # (1, V)
@@ -244,6 +265,7 @@ class Hypothesis:
 def beam_search_hypotheses(
     model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
     stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
+    decoder: IncrementalDecoder | None = None,
 ) -> list[Hypothesis]:
     """Beam search; the finished hypotheses, best score first (at most `beam` of them).
 
@@ -251,13 +273,14 @@ def beam_search_hypotheses(
     and keeps the best `beam`; an extension ending in `eos_id`, satisfying `stop`, or reaching
     `max_new_tokens` is finished if it ranks among the best `beam`. The search ends once `beam`
     hypotheses are finished. States follow their hypotheses through `select_state`, so every step is one
-    single-token forward pass over the live beams.
+    single-token forward pass over the live beams. With `decoder` (an already-encoded prompt, one lane),
+    `prompt_ids` is not used.
     """
     if beam < 1:
         raise ValueError(f"beam must be at least 1, not {beam}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be 0 or more, not {max_new_tokens}")
-    if not prompt_ids:
+    if not prompt_ids and decoder is None:
         raise ValueError("prompt_ids must hold at least one token (the bos token)")
     if max_new_tokens == 0:
         return [Hypothesis([], [])]
@@ -266,7 +289,8 @@ def beam_search_hypotheses(
     live, finished = [Hypothesis([], [])], []
     try:
         with torch.inference_mode():
-            dec = IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long), context_limit(model))
+            dec = decoder or IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long),
+                                                context_limit(model))
             for t in range(max_new_tokens):
                 logits = dec.logits.cpu()  # (n_live, V)
                 logp = (_mask_first(logits, first_allowed) if t == 0 else logits).log_softmax(dim=-1)

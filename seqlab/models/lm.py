@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
-from seqlab.models.attention import CrossKV, MultiHeadAttention
+from seqlab.models.attention import CrossKV, KVCache, MultiHeadAttention
 from seqlab.models.positional import attention_positions, build_positions
 
 
@@ -94,6 +94,20 @@ class LMState:
     def clone(self) -> LMState:
         """An independent copy (attention caches are updated in place by later calls)."""
         return map_tensors(self, lambda t: t.clone())
+
+    def truncated(self, length: int) -> LMState:
+        """The state after only the first `length` tokens, for a model whose every layer is attention.
+
+        An attention state is its key/value cache, and the cache of a prefix is a prefix of the cache, so
+        going back costs nothing (a recurrent state cannot be rewound: keep a copy instead). The caches
+        returned are views exactly `length` long: the next append copies them into a new buffer, so the
+        longer original is never written through them."""
+        if not all(isinstance(layer, KVCache) for layer in self.layers):
+            raise ValueError("only attention states (key/value caches) can be truncated")
+        if not 0 < length <= min(layer.length for layer in self.layers):
+            raise ValueError(f"cannot truncate a state to {length} tokens")
+        layers = [KVCache(c.k[:, :, :length], c.v[:, :, :length], length) for c in self.layers]
+        return LMState(layers, list(self.cross), torch.full_like(self.pos, length))
 
 
 def position_ids(t: int, start: Tensor, reset: Tensor | None) -> Tensor:

@@ -1,0 +1,100 @@
+"""The model side of the server: one suggestion for one keystroke, reusing the writer's session state.
+
+`CompletionEngine.complete(prefix, subject, session, ...)` builds the prompt exactly as the model saw
+emails in training (`subject`, a blank line, the body so far; `seqlab.data.mail.records.Email.text`),
+encodes it through the session's `PromptEncoder` (only the new tokens run through the model), then
+decodes from a copy of that state (`IncrementalDecoder.resume`) with `complete_encoded`, the same code
+`seqlab complete` runs. Below the confidence threshold the suggestion is withheld (empty text).
+
+Not thread-safe on purpose: the app runs every call on one worker thread with a fixed torch thread count.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from seqlab.data.tokenizer import Tokenizer
+from seqlab.generation.complete import complete_encoded, encode_prompt
+from seqlab.generation.decode import IncrementalDecoder, model_device
+from seqlab.serving.sessions import PromptEncoder, SessionStore
+
+
+@dataclass
+class Suggestion:
+    """What `/v1/complete` answers (see `seqlab.serving.app`)."""
+
+    id: str
+    text: str  # to insert after the body typed so far; "" when withheld
+    confidence: float  # probability of the first word
+    words: int
+    latency_ms: float  # model time for this call: encoding the new tokens and decoding the suggestion
+    reused_tokens: int  # prompt tokens whose state came from the session instead of the model
+    cut_chars: int  # characters of the prompt cut from the left: the model's window cannot hold them
+    threshold: float  # the confidence a suggestion needed to be shown
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prompt_text(subject: str, body: str) -> str:
+    """The training text of an email so far: subject, blank line, body (lone surrogates replaced)."""
+    text = f"{subject}\n\n{body}"
+    return text.encode("utf-8", errors="replace").decode("utf-8")
+
+
+class CompletionEngine:
+    """Suggestions from one model for many writers, each with a kept state (at most `max_sessions`)."""
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, *, threshold: float = 0.0,
+                 max_sessions: int = 256) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], not {threshold}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.threshold = threshold
+        self.encoder = PromptEncoder(model)
+        self.sessions = SessionStore(max_sessions)
+        self.device = model_device(model)
+
+    def complete(self, prefix: str, subject: str = "", session: str | None = None, *, max_words: int = 3,
+                 min_confidence: float | None = None, beam: int = 1) -> Suggestion:
+        """A suggestion of up to `max_words` words after `prefix` (the body so far)."""
+        start = time.perf_counter()
+        threshold = self.threshold if min_confidence is None else min_confidence
+        ids, allowed, skip = encode_prompt(self.tokenizer, prompt_text(subject, prefix))
+        previous = self.sessions.get(session) if session else None
+        encoded, reused = self.encoder.encode(ids, previous)
+        if session:
+            self.sessions.put(session, encoded)
+        window = torch.tensor([encoded.ids], dtype=torch.long, device=self.device)  # (1, W)
+        decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit)
+        c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
+                             threshold=threshold, decoder=decoder)
+        return Suggestion(
+            id=uuid.uuid4().hex, text=c.text, confidence=c.confidence, words=len(c.words),
+            latency_ms=1000 * (time.perf_counter() - start), reused_tokens=reused,
+            cut_chars=self._cut_chars(ids, encoded.start), threshold=threshold)
+
+    def _cut_chars(self, ids: list[int], start: int) -> int:
+        """Characters of the prompt before the window (ids[0] is bos, which stands for no text)."""
+        if start <= 1:
+            return 0
+        cut = b"".join(self.tokenizer.token_bytes(i) for i in ids[1:start])
+        return len(cut.decode("utf-8", errors="ignore"))
+
+    def describe(self) -> dict[str, Any]:
+        """The model behind the suggestions, for `/health`."""
+        cfg = getattr(self.model, "cfg", None)
+        info: dict[str, Any] = {"params": sum(p.numel() for p in self.model.parameters()),
+                                "tokenizer": self.tokenizer.kind, "vocab_size": self.tokenizer.vocab_size,
+                                "context_limit": self.encoder.limit, "threshold": self.threshold}
+        if cfg is not None:
+            info.update(mixer=cfg.mixer, pos=cfg.pos, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
+                        block_size=cfg.block_size)
+        return info
