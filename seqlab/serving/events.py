@@ -1,0 +1,200 @@
+"""What happened to the server's suggestions: the event log on disk (`EventLog`) and live counters (`ServingStats`).
+
+The log is `LOG_DIR/events.jsonl`, one JSON object per line, appended and flushed line by line so a
+killed server loses at most the line it was writing, and a restarted one adds to the same history:
+
+    {"t": 1718000000.12, "id": "c41", "kind": "completion", "latency_ms": 18.4, "shown": true,
+     "confidence": 0.62, "words": ["for", "the", "update"]}
+    {"t": 1718000000.31, "id": "c41", "kind": "shown", "accepted_chars": 0}
+    {"t": 1718000001.02, "id": "c41", "kind": "accepted", "accepted_chars": 14}
+
+A "completion" line is the server's answer (`shown`: it was non-empty, i.e. above the threshold); "shown",
+"accepted" and "dismissed" are what the page reports back about that answer. `replay` reads a log back
+into a `ServingStats`, so figures can be recomputed offline from the same lines.
+
+`ServingStats` counts since start, under a lock: completions, suggestions shown (completions with a
+non-empty suggestion), suggestions the page displayed ("shown" events), accepted, dismissed, accepted
+characters, requests refused because the queue was full, and latency percentiles over the newest `window`
+completions. The acceptance rate is accepted / shown, the server's own count of what it offered, which
+does not depend on the page reporting every display.
+
+Checking an event's fields against the API is the app's job; here an unknown kind, a negative character
+count or a non-finite number is a `ValueError`, because a log line that cannot be replayed is lost data.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LOG_NAME = "events.jsonl"
+EVENT_KINDS = ("shown", "accepted", "dismissed")  # what the page reports; "completion" is the server's own
+COMPLETION = "completion"
+DEFAULT_WINDOW = 10_000
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, not {value!r}")
+    return value
+
+
+def _finite(name: str, value: Any, lo: float = -math.inf, hi: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be a finite number in [{lo}, {hi}], not {value!r}")
+    return float(value)
+
+
+def _check_id(completion_id: Any) -> str | int:
+    if isinstance(completion_id, bool) or not isinstance(completion_id, (str, int)):
+        raise ValueError(f"a completion id must be a string or an integer, not {completion_id!r}")
+    return completion_id
+
+
+class EventLog:
+    """Appends one JSON line per completion or event to `log_dir/events.jsonl`; safe to share between threads."""
+
+    def __init__(self, log_dir: Path | str) -> None:
+        self.path = Path(log_dir) / LOG_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # A server killed mid-line leaves a torn last line without its newline; start on a fresh line so
+        # the torn one stays alone (and `replay` skips it) instead of swallowing the next record.
+        torn = self.path.exists() and self.path.stat().st_size > 0 and not self._ends_with_newline()
+        self._file = open(self.path, "a", encoding="utf-8")  # kept open until close(): cheaper than one open per line
+        if torn:
+            self._file.write("\n")
+            self._file.flush()
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as f:
+            f.seek(-1, 2)
+            return f.read(1) == b"\n"
+
+    def _write(self, record: dict[str, Any]) -> dict[str, Any]:
+        line = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+        with self._lock:  # one write per line under the lock: lines from threads never interleave
+            if self._file.closed:
+                raise ValueError(f"the event log {self.path} is closed")
+            self._file.write(line)
+            self._file.flush()
+        return record
+
+    def record_event(self, completion_id: str | int, kind: str, accepted_chars: int = 0) -> dict[str, Any]:
+        """Log what the page did with a suggestion (`kind` in EVENT_KINDS); returns the record written."""
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
+        return self._write({"t": time.time(), "id": _check_id(completion_id), "kind": kind,
+                            "accepted_chars": _count("accepted_chars", accepted_chars)})
+
+    def record_completion(self, completion_id: str | int, latency_ms: float, shown: bool, confidence: float,
+                          words: Sequence[str]) -> dict[str, Any]:
+        """Log the server's answer to one completion request; returns the record written."""
+        if not isinstance(shown, bool):
+            raise ValueError(f"shown must be true or false, not {shown!r}")
+        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"words must be a sequence of strings, not {words!r}")
+        return self._write({"t": time.time(), "id": _check_id(completion_id), "kind": COMPLETION,
+                            "latency_ms": _finite("latency_ms", latency_ms, 0.0),
+                            "shown": shown, "confidence": _finite("confidence", confidence, 0.0, 1.0),
+                            "words": list(words)})
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between order statistics (numpy's default);
+    None for no values."""
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"q must be in [0, 100], not {q}")
+    if not values:
+        return None
+    xs = sorted(values)
+    h = (len(xs) - 1) * q / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+class ServingStats:
+    """Counters since start and latency percentiles over the newest `window` completions, thread-safe."""
+
+    def __init__(self, window: int = DEFAULT_WINDOW) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, not {window}")
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._latencies: deque[float] = deque(maxlen=window)  # bounded: memory stays flat over weeks
+        self._counts = {"completions": 0, "shown": 0, "displayed": 0, "accepted": 0, "dismissed": 0,
+                        "accepted_chars": 0, "rejected": 0}
+
+    def record_completion(self, latency_ms: float, shown: bool) -> None:
+        """One answered completion request; `shown`: it carried a non-empty suggestion."""
+        latency = _finite("latency_ms", latency_ms, 0.0)
+        with self._lock:
+            self._counts["completions"] += 1
+            self._counts["shown"] += bool(shown)
+            self._latencies.append(latency)
+
+    def record_event(self, kind: str, accepted_chars: int = 0) -> None:
+        """What the page reported: "shown" (displayed), "accepted" (with its characters) or "dismissed"."""
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
+        chars = _count("accepted_chars", accepted_chars)
+        with self._lock:
+            self._counts["displayed" if kind == "shown" else kind] += 1
+            self._counts["accepted_chars"] += chars
+
+    def incr_rejected(self) -> None:
+        """One request refused because the work queue was full."""
+        with self._lock:
+            self._counts["rejected"] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything as JSON-able values: the counters, acceptance_rate (accepted / shown, None before
+        anything was shown), latency_ms {p50, p90, p99 (None before any completion), window, count} and
+        uptime_s."""
+        with self._lock:
+            counts = dict(self._counts)
+            latencies = list(self._latencies)
+            window = self._latencies.maxlen
+        return {
+            **counts,
+            "acceptance_rate": counts["accepted"] / counts["shown"] if counts["shown"] else None,
+            "latency_ms": {"p50": percentile(latencies, 50), "p90": percentile(latencies, 90),
+                           "p99": percentile(latencies, 99), "window": window, "count": len(latencies)},
+            "uptime_s": time.monotonic() - self._started,
+        }
+
+
+def replay(path: Path | str, window: int = DEFAULT_WINDOW) -> tuple[ServingStats, int]:
+    """A `ServingStats` rebuilt from an event log, and the number of lines skipped as unreadable (a torn
+    last line of a killed server, or a line that is not one of ours). Refused requests are not logged."""
+    stats, skipped = ServingStats(window), 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if rec["kind"] == COMPLETION:
+                    stats.record_completion(rec["latency_ms"], rec["shown"])
+                else:
+                    stats.record_event(rec["kind"], rec["accepted_chars"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                skipped += 1
+    return stats, skipped

@@ -1,0 +1,155 @@
+"""The suggestion event log and live stats: percentiles against numpy, the acceptance rate, many threads
+writing one log (every line whole, none lost), appending across restarts, and a log replayed into the same
+stats as were counted live."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seqlab.serving.events import LOG_NAME, EventLog, ServingStats, percentile, replay
+
+
+def _lines(log_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (log_dir / LOG_NAME).read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 1001])
+def test_percentiles_match_numpy(n: int) -> None:
+    values = np.random.default_rng(n).lognormal(3.0, 1.0, size=n).tolist()
+    for q in (0, 50, 90, 99, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-12)
+    assert percentile([], 50) is None
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+
+
+def test_latency_percentiles_cover_the_newest_window_only() -> None:
+    stats = ServingStats(window=100)
+    latencies = np.random.default_rng(0).exponential(20.0, size=350).tolist()
+    for i, ms in enumerate(latencies):
+        stats.record_completion(ms, shown=i % 3 == 0)
+    snap = stats.snapshot()
+    newest = latencies[-100:]
+    for name, q in (("p50", 50), ("p90", 90), ("p99", 99)):
+        assert snap["latency_ms"][name] == pytest.approx(float(np.percentile(newest, q)), rel=1e-12)
+    assert snap["latency_ms"]["count"] == snap["latency_ms"]["window"] == 100
+    assert snap["completions"] == 350 and snap["shown"] == 117
+
+
+def test_counters_and_acceptance_rate() -> None:
+    stats = ServingStats()
+    empty = stats.snapshot()
+    assert empty["acceptance_rate"] is None and empty["latency_ms"]["p50"] is None
+    for shown in (True, True, True, True, False):
+        stats.record_completion(10.0, shown)
+    stats.record_event("shown")
+    stats.record_event("accepted", accepted_chars=12)
+    stats.record_event("accepted", accepted_chars=5)
+    stats.record_event("dismissed")
+    stats.incr_rejected()
+    snap = stats.snapshot()
+    assert snap["acceptance_rate"] == pytest.approx(2 / 4)
+    assert (snap["completions"], snap["shown"], snap["displayed"], snap["accepted"], snap["dismissed"],
+            snap["accepted_chars"], snap["rejected"]) == (5, 4, 1, 2, 1, 17, 1)
+    json.dumps(snap, allow_nan=False)  # JSON-able as it is
+    with pytest.raises(ValueError):
+        stats.record_event("clicked")
+
+
+def test_event_log_lines(tmp_path: Path) -> None:
+    log_dir = tmp_path / "new" / "logs"  # created on open
+    with EventLog(log_dir) as log:
+        log.record_completion("c1", 18.5, True, 0.62, ["for", "the", "update"])
+        log.record_event("c1", "accepted", accepted_chars=14)
+    first, second = _lines(log_dir)
+    assert first["kind"] == "completion" and first["words"] == ["for", "the", "update"] and first["shown"] is True
+    assert {k: second[k] for k in ("id", "kind", "accepted_chars")} == {"id": "c1", "kind": "accepted",
+                                                                        "accepted_chars": 14}
+    assert isinstance(second["t"], float) and second["t"] >= first["t"]
+
+
+@pytest.mark.parametrize("call", [
+    lambda log: log.record_event("c1", "clicked"),
+    lambda log: log.record_event("c1", "completion"),  # the server's own kind, not an event
+    lambda log: log.record_event("c1", "accepted", accepted_chars=-1),
+    lambda log: log.record_event(None, "shown"),
+    lambda log: log.record_completion("c1", float("nan"), True, 0.5, []),
+    lambda log: log.record_completion("c1", 3.0, True, 1.5, []),
+    lambda log: log.record_completion("c1", 3.0, True, 0.5, "words"),
+])
+def test_event_log_refuses_bad_records(tmp_path: Path, call) -> None:
+    with EventLog(tmp_path) as log, pytest.raises(ValueError):
+        call(log)
+    assert (tmp_path / LOG_NAME).read_text() == ""  # nothing half-written
+
+
+def test_many_threads_share_one_log(tmp_path: Path) -> None:
+    threads, per_thread = 16, 200
+    stats = ServingStats()
+    with EventLog(tmp_path) as log:
+        def work(t: int) -> None:
+            for i in range(per_thread):
+                cid = f"t{t}-{i}"
+                log.record_completion(cid, float(i), i % 2 == 0, 0.5, ["word"] * (i % 4 + 3000 * (i % 25 == 0)))
+                stats.record_completion(float(i), i % 2 == 0)
+                kind, chars = ("accepted", 3) if i % 4 == 0 else ("dismissed", 0)
+                log.record_event(cid, kind, accepted_chars=chars)
+                stats.record_event(kind, accepted_chars=chars)
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    lines = _lines(tmp_path)  # every line parses: no two writes interleaved
+    assert len(lines) == 2 * threads * per_thread
+    assert len({(r["id"], r["kind"]) for r in lines}) == len(lines)
+    snap = stats.snapshot()
+    assert snap["completions"] == threads * per_thread and snap["shown"] == threads * per_thread // 2
+    assert snap["accepted"] == threads * per_thread // 4 and snap["accepted_chars"] == 3 * snap["accepted"]
+    assert snap["dismissed"] == threads * per_thread - snap["accepted"]
+
+
+def test_reopening_appends(tmp_path: Path) -> None:
+    with EventLog(tmp_path) as log:
+        log.record_event("a", "shown")
+    with EventLog(tmp_path) as log:
+        log.record_event("b", "dismissed")
+    assert [r["id"] for r in _lines(tmp_path)] == ["a", "b"]
+
+
+def test_a_torn_last_line_stays_alone(tmp_path: Path) -> None:
+    with EventLog(tmp_path) as log:
+        log.record_completion("a", 5.0, True, 0.9, ["hi"])
+    with open(tmp_path / LOG_NAME, "a", encoding="utf-8") as f:
+        f.write('{"t": 1.0, "id": "b", "ki')  # a server killed mid-line
+    with EventLog(tmp_path) as log:
+        log.record_event("a", "accepted", accepted_chars=2)
+    stats, skipped = replay(tmp_path / LOG_NAME)
+    assert skipped == 1
+    snap = stats.snapshot()
+    assert (snap["completions"], snap["accepted"], snap["accepted_chars"]) == (1, 1, 2)
+
+
+def test_replay_gives_the_live_stats(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    live = ServingStats(window=50)
+    with EventLog(tmp_path) as log:
+        for i in range(120):
+            ms, shown = float(rng.exponential(15.0)), bool(rng.random() < 0.6)
+            log.record_completion(i, ms, shown, float(rng.random()), ["x"] if shown else [])
+            live.record_completion(ms, shown)
+            if shown:
+                kind = ("accepted", "dismissed", "shown")[int(rng.integers(3))]
+                chars = int(rng.integers(1, 20)) if kind == "accepted" else 0
+                log.record_event(i, kind, accepted_chars=chars)
+                live.record_event(kind, chars)
+    replayed, skipped = replay(tmp_path / LOG_NAME, window=50)
+    a, b = live.snapshot(), replayed.snapshot()
+    assert skipped == 0
+    assert {k: v for k, v in a.items() if k != "uptime_s"} == {k: v for k, v in b.items() if k != "uptime_s"}
