@@ -47,3 +47,17 @@ def gru_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -
                                                "train.threads=1"])
     train(tiny_data_dir, run, cfg, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def word_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny attention model trained for 300 steps (a few seconds): enough to propose words at most
+    word boundaries. The 20-step `tiny_run_dir` still proposes only whitespace, so completion checks on it
+    would hold trivially."""
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.training.trainer import train
+
+    run = tmp_path_factory.mktemp("runs") / "attn300"
+    cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=300", "train.threads=1"])
+    train(tiny_data_dir, run, cfg, progress=False)
+    return run

@@ -23,22 +23,6 @@ EMAILS = 12
 
 
 @pytest.fixture(scope="module")
-def word_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny attention model trained for 300 steps: enough to propose words at most boundaries.
-
-    The shared 20-step `tiny_run_dir` still proposes only whitespace, so every coverage would be 0 and
-    the checks below would hold trivially.
-    """
-    from seqlab.config import apply_overrides, get_preset
-    from seqlab.training.trainer import train
-
-    run = tmp_path_factory.mktemp("runs") / "attn300"
-    cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=300", "train.threads=1"])
-    train(tiny_data_dir, run, cfg, progress=False)
-    return run
-
-
-@pytest.fixture(scope="module")
 def calibrated(word_run_dir: Path, tiny_data_dir: Path) -> dict:
     return calibrate_run(word_run_dir, tiny_data_dir, "val", coverage=0.5, emails=EMAILS, max_words=3)
 

@@ -64,10 +64,10 @@ def test_counters_and_acceptance_rate() -> None:
 def test_event_log_lines(tmp_path: Path) -> None:
     log_dir = tmp_path / "new" / "logs"  # created on open
     with EventLog(log_dir) as log:
-        log.record_completion("c1", 18.5, True, 0.62, ["for", "the", "update"])
+        log.record_completion("c1", 18.5, True, 0.62, 3)
         log.record_event("c1", "accepted", accepted_chars=14)
     first, second = _lines(log_dir)
-    assert first["kind"] == "completion" and first["words"] == ["for", "the", "update"] and first["shown"] is True
+    assert first["kind"] == "completion" and first["words"] == 3 and first["shown"] is True
     assert {k: second[k] for k in ("id", "kind", "accepted_chars")} == {"id": "c1", "kind": "accepted",
                                                                         "accepted_chars": 14}
     assert isinstance(second["t"], float) and second["t"] >= first["t"]
@@ -78,9 +78,9 @@ def test_event_log_lines(tmp_path: Path) -> None:
     lambda log: log.record_event("c1", "completion"),  # the server's own kind, not an event
     lambda log: log.record_event("c1", "accepted", accepted_chars=-1),
     lambda log: log.record_event(None, "shown"),
-    lambda log: log.record_completion("c1", float("nan"), True, 0.5, []),
-    lambda log: log.record_completion("c1", 3.0, True, 1.5, []),
-    lambda log: log.record_completion("c1", 3.0, True, 0.5, "words"),
+    lambda log: log.record_completion("c1", float("nan"), True, 0.5, 0),
+    lambda log: log.record_completion("c1", 3.0, True, 1.5, 0),
+    lambda log: log.record_completion("c1", 3.0, True, 0.5, -1),
 ])
 def test_event_log_refuses_bad_records(tmp_path: Path, call) -> None:
     with EventLog(tmp_path) as log, pytest.raises(ValueError):
@@ -95,7 +95,7 @@ def test_many_threads_share_one_log(tmp_path: Path) -> None:
         def work(t: int) -> None:
             for i in range(per_thread):
                 cid = f"t{t}-{i}"
-                log.record_completion(cid, float(i), i % 2 == 0, 0.5, ["word"] * (i % 4 + 3000 * (i % 25 == 0)))
+                log.record_completion(cid, float(i), i % 2 == 0, 0.5, i % 4 + 3000 * (i % 25 == 0))
                 stats.record_completion(float(i), i % 2 == 0)
                 kind, chars = ("accepted", 3) if i % 4 == 0 else ("dismissed", 0)
                 log.record_event(cid, kind, accepted_chars=chars)
@@ -125,7 +125,7 @@ def test_reopening_appends(tmp_path: Path) -> None:
 
 def test_a_torn_last_line_stays_alone(tmp_path: Path) -> None:
     with EventLog(tmp_path) as log:
-        log.record_completion("a", 5.0, True, 0.9, ["hi"])
+        log.record_completion("a", 5.0, True, 0.9, 1)
     with open(tmp_path / LOG_NAME, "a", encoding="utf-8") as f:
         f.write('{"t": 1.0, "id": "b", "ki')  # a server killed mid-line
     with EventLog(tmp_path) as log:
@@ -142,7 +142,7 @@ def test_replay_gives_the_live_stats(tmp_path: Path) -> None:
     with EventLog(tmp_path) as log:
         for i in range(120):
             ms, shown = float(rng.exponential(15.0)), bool(rng.random() < 0.6)
-            log.record_completion(i, ms, shown, float(rng.random()), ["x"] if shown else [])
+            log.record_completion(i, ms, shown, float(rng.random()), 1 if shown else 0)
             live.record_completion(ms, shown)
             if shown:
                 kind = ("accepted", "dismissed", "shown")[int(rng.integers(3))]

@@ -4,7 +4,7 @@ The log is `LOG_DIR/events.jsonl`, one JSON object per line, appended and flushe
 killed server loses at most the line it was writing, and a restarted one adds to the same history:
 
     {"t": 1718000000.12, "id": "c41", "kind": "completion", "latency_ms": 18.4, "shown": true,
-     "confidence": 0.62, "words": ["for", "the", "update"]}
+     "confidence": 0.62, "words": 3}
     {"t": 1718000000.31, "id": "c41", "kind": "shown", "accepted_chars": 0}
     {"t": 1718000001.02, "id": "c41", "kind": "accepted", "accepted_chars": 14}
 
@@ -94,16 +94,16 @@ class EventLog:
                             "accepted_chars": _count("accepted_chars", accepted_chars)})
 
     def record_completion(self, completion_id: str | int, latency_ms: float, shown: bool, confidence: float,
-                          words: Sequence[str]) -> dict[str, Any]:
-        """Log the server's answer to one completion request; returns the record written."""
+                          words: int) -> dict[str, Any]:
+        """Log the server's answer to one completion request (how many words it suggested, never their text:
+        what a person writes stays out of the log); returns the record written."""
         if not isinstance(shown, bool):
             raise ValueError(f"shown must be true or false, not {shown!r}")
-        if isinstance(words, str) or not all(isinstance(w, str) for w in words):
-            raise ValueError(f"words must be a sequence of strings, not {words!r}")
+        words = _count("words", words)
         return self._write({"t": time.time(), "id": _check_id(completion_id), "kind": COMPLETION,
                             "latency_ms": _finite("latency_ms", latency_ms, 0.0),
                             "shown": shown, "confidence": _finite("confidence", confidence, 0.0, 1.0),
-                            "words": list(words)})
+                            "words": words})
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,85 @@
+"""`seqlab serve`: the local autocomplete server and its compose page. A pair `add_serve` / `run_serve`."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
+from seqlab.errors import UserError
+
+
+def add_serve(sub: argparse._SubParsersAction) -> None:
+    p = add_run_reader(sub, "serve", help="serve suggestions over HTTP and a compose page with ghost text",
+                       description="Serve RUN_DIR's model on this machine: a compose page at / that shows "
+                       "suggestions as ghost text while you type (Tab accepts), and a JSON API "
+                       "(POST /v1/complete, POST /v1/events, GET /v1/stats, GET /health). Nothing leaves the "
+                       "machine; binds 127.0.0.1 unless --host says otherwise.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch threads for the model (default 1)")
+    p.add_argument("--max-queue", type=positive_int, default=8,
+                   help="requests that may wait for the model before new ones get 503 (default 8)")
+    p.add_argument("--min-confidence", type=unit_float, default=None,
+                   help="show a suggestion only above this confidence (default: the run's calibration.json, "
+                   "written by `seqlab calibrate`, else 0)")
+    p.add_argument("--max-sessions", type=positive_int, default=256,
+                   help="writers whose model state is kept (least recently used dropped first; default 256)")
+    p.add_argument("--log", type=Path, default=None, help="folder of events.jsonl (default RUN_DIR/serve)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from seqlab.serving.app import ServerConfig, create_app
+
+    if not (args.run_dir / "config.json").exists():
+        raise UserError(f"{args.run_dir} is not a run folder (no config.json); train one with `seqlab train`")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, not {args.port}")
+    if not _is_loopback(args.host):
+        print(f"seqlab: warning: serving on {args.host}: other machines on the network can read what is typed "
+              "into the page and the suggestions", file=sys.stderr)
+
+    def ready(info: dict[str, Any]) -> None:
+        print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above confidence "
+              f"{info['threshold']:.3f} ({info['threshold_source']})", flush=True)
+
+    sock = _bind(args.host, args.port)  # bound here so a taken port is a plain error, and port 0 is known
+    port = sock.getsockname()[1]
+    config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
+                          min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
+                          on_ready=ready)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"seqlab serve: loading {args.run_dir}; the compose page is http://{host}:{port}/", flush=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    server.run(sockets=[sock])
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; UserError when the address is taken or not this machine's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,141 @@
+"""The server's HTTP API through FastAPI's TestClient: answers, sessions, limits, events and stats."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from seqlab.serving import app as app_module
+from seqlab.serving.app import ServerConfig, create_app
+
+BODY = "Hi Dana,\n\nCould you send me the report before Friday? I would like to read it"
+
+
+def _ready(client: TestClient) -> None:
+    for _ in range(600):
+        if client.get("/health").status_code == 200:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError(f"the server did not load: {client.get('/health').json()}")
+
+
+@pytest.fixture()
+def client(word_run_dir: Path, tmp_path: Path) -> Iterator[TestClient]:
+    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log", max_sessions=4)
+    with TestClient(create_app(config)) as c:
+        _ready(c)
+        yield c
+
+
+def test_health_is_503_while_loading_then_describes_the_model(tiny_run_dir: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    release = threading.Event()
+    real = app_module.load_engine
+
+    def slow(config: ServerConfig):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        return real(config)
+
+    monkeypatch.setattr(app_module, "load_engine", slow)
+    with TestClient(create_app(ServerConfig(tiny_run_dir, log_dir=tmp_path))) as c:
+        loading = c.get("/health")
+        assert loading.status_code == 503 and loading.json()["status"] == "loading"
+        assert "Retry-After" in loading.headers
+        early = c.post("/v1/complete", json={"prefix": "Hi"})
+        assert early.status_code == 503 and "loading" in early.json()["error"]
+        release.set()
+        _ready(c)
+        model = c.get("/health").json()["model"]
+        assert model["mixer"] == "attention" and model["context_limit"] == 32 and model["params"] > 0
+        assert model["threshold_source"].startswith("none")
+
+
+def test_complete_answers_and_a_session_reuses_its_state(client: TestClient) -> None:
+    fresh = client.post("/v1/complete", json={"prefix": BODY, "subject": "Report"}).json()
+    assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "reused_tokens", "cut_chars",
+                          "threshold"}
+    assert fresh["reused_tokens"] == 0 and fresh["threshold"] == 0.0 and 0.0 <= fresh["confidence"] <= 1.0
+    assert fresh["words"] == len(fresh["text"].split()) and 1 <= fresh["words"] <= 3
+    for n in range(len(BODY) - 6, len(BODY) + 1):  # the last keystrokes of one writer
+        kept = client.post("/v1/complete", json={"prefix": BODY[:n], "subject": "Report", "session": "w1"}).json()
+    assert kept["reused_tokens"] > 0
+    assert (kept["text"], kept["words"], kept["cut_chars"]) == (fresh["text"], fresh["words"], fresh["cut_chars"])
+    assert kept["confidence"] == pytest.approx(fresh["confidence"], rel=1e-4)
+
+
+def test_a_prefix_longer_than_the_window_is_cut_and_the_answer_says_so(client: TestClient) -> None:
+    short = client.post("/v1/complete", json={"prefix": "Hi", "subject": ""}).json()
+    long = client.post("/v1/complete", json={"prefix": BODY * 3, "subject": "Report"}).json()
+    assert short["cut_chars"] == 0
+    # the tiny attention model sees at most 32 tokens (bytes): all but the last 16 to 32 are cut
+    assert len("Report\n\n" + BODY * 3) - 32 <= long["cut_chars"] <= len("Report\n\n" + BODY * 3) - 16
+
+
+def test_threshold_withholds_unsure_suggestions(client: TestClient) -> None:
+    r = client.post("/v1/complete", json={"prefix": BODY, "min_confidence": 1.0}).json()
+    assert r["text"] == "" and r["words"] == 0 and r["threshold"] == 1.0
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"prefix": "x", "max_words": 9}, "max_words"),
+    ({"prefix": "x", "max_words": 0}, "max_words"),
+    ({"prefix": "x", "min_confidence": 1.5}, "min_confidence"),
+    ({"prefix": "x", "beam": 0}, "beam"),
+    ({"prefix": 3}, "prefix"),
+    ({"subject": "no prefix"}, "prefix"),
+    ({"prefix": "x", "session": ""}, "session"),
+    ({"prefix": "x", "surprise": 1}, "surprise"),
+])
+def test_bad_fields_are_422_naming_the_field(client: TestClient, body: dict, field: str) -> None:
+    r = client.post("/v1/complete", json=body)
+    assert r.status_code == 422 and r.json()["field"] == field and field in r.json()["error"]
+
+
+def test_malformed_json_and_oversized_bodies(client: TestClient) -> None:
+    r = client.post("/v1/complete", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "error" in r.json()
+    big = json.dumps({"prefix": "a" * 70_000}).encode()
+    r = client.post("/v1/complete", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "65536" in r.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"prefix": "'
+        for _ in range(70):
+            yield b"a" * 1024
+        yield b'"}'
+
+    r = client.post("/v1/complete", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_events_are_logged_and_counted(client: TestClient, tmp_path: Path) -> None:
+    shown = client.post("/v1/complete", json={"prefix": BODY}).json()
+    assert client.post("/v1/events", json={"id": shown["id"], "kind": "shown"}).json() == {"ok": True}
+    client.post("/v1/events", json={"id": shown["id"], "kind": "accepted", "accepted_chars": 7})
+    assert client.post("/v1/events", json={"id": shown["id"], "kind": "clicked"}).status_code == 422
+    lines = [json.loads(line) for line in (tmp_path / "log" / "events.jsonl").read_text().splitlines()]
+    kinds = [line["kind"] for line in lines]
+    assert kinds.count("shown") == 1 and kinds.count("accepted") == 1 and "clicked" not in kinds
+    assert all(line["id"] == shown["id"] for line in lines if line["kind"] in ("shown", "accepted"))
+    stats = client.get("/v1/stats").json()
+    assert stats["completions"] == 1 and stats["accepted"] == 1 and stats["accepted_chars"] == 7
+    assert stats["latency_ms"]["count"] == 1 and stats["latency_ms"]["p50"] > 0
+
+
+def test_sessions_are_bounded(client: TestClient) -> None:
+    for i in range(10):
+        client.post("/v1/complete", json={"prefix": f"Hello {i}", "session": f"s{i}"})
+    assert client.get("/v1/stats").json()["sessions"] == 4
+
+
+def test_the_compose_page_and_unknown_routes(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "access-control-allow-origin" not in page.headers
+    missing = client.get("/nope")
+    assert missing.status_code == 404 and "error" in missing.json()
