@@ -1,0 +1,278 @@
+/* The compose page's autocomplete: ask the local model for the next few words as the writer pauses, and
+ * draw them in grey after the caret ("ghost text").
+ *
+ * How the ghost is drawn. A textarea cannot colour part of its text, and a contenteditable body makes
+ * the caret, undo and pasting the page's problem. So the body stays a plain textarea with a transparent
+ * background, and behind it sits #mirror, a div with exactly the same box, font and wrapping rules
+ * (compose.css). The mirror holds the typed text, invisible, followed by the suggestion in grey: the
+ * suggestion therefore starts exactly where the textarea's last character ends, wraps where the textarea
+ * would wrap it, and the textarea keeps its real caret, selection and undo history.
+ *
+ * The one rule for when to suggest: only when the caret is at the very end of the body. Completing in the
+ * middle of a text would need the text after the caret as well, which the model does not read; rather than
+ * pretend, the page stays quiet there.
+ *
+ * API: POST /v1/complete {prefix, subject, session, max_words} -> {id, text, confidence, latency_ms, ...};
+ * POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health.
+ */
+(() => {
+  "use strict";
+
+  const DEBOUNCE_MS = 150;  // long enough to skip the keystrokes of a fast typist, short enough to feel live
+  const MAX_WORDS = 3;
+  const HEALTH_RETRY_MS = 1000;
+
+  const $ = (id) => document.getElementById(id);
+  const body = $("body");
+  const subject = $("subject");
+  const mirror = $("mirror");
+  const typedEl = $("typed");
+  const ghostEl = $("ghost");
+  const statusEl = $("status");
+  const modelEl = $("model");
+
+  // One id per page load: the server keeps this writer's model state under it and, when the next prefix
+  // extends the last one, feeds only the new characters instead of the whole body again.
+  const session = (crypto.randomUUID && crypto.randomUUID()) ||
+    Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+
+  // The suggestion on screen, or null. `base` is the body it was asked for; `taken` counts its characters
+  // that the writer has since accepted or typed, so the ghost is text.slice(taken).
+  let current = null;
+  let timer = 0;         // the debounce timer
+  let inflight = null;   // the AbortController of the one request allowed in flight
+  let requests = 0;
+
+  const caretAtEnd = () =>
+    body.selectionStart === body.value.length && body.selectionEnd === body.value.length;
+
+  const remaining = () => (current ? current.text.slice(current.taken) : "");
+
+  function render() {
+    typedEl.textContent = body.value;
+    ghostEl.textContent = remaining();
+    ghostEl.dataset.id = current ? current.id : "";
+    mirror.scrollTop = body.scrollTop;
+  }
+
+  // Fire and forget: a lost event costs a statistic, never the writer's time. keepalive lets the last
+  // one out even while the page is being closed.
+  function sendEvent(suggestion, kind) {
+    fetch("/v1/events", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ id: suggestion.id, kind, accepted_chars: suggestion.taken }),
+      keepalive: true,
+    }).catch(() => {});
+  }
+
+  // Ends the shown suggestion. Each suggestion gets one closing event: "accepted" once all of it is in
+  // the body (by Tab, Ctrl+Right or typing it out), else "dismissed", with accepted_chars telling how much
+  // of it was taken before the writer went another way.
+  function finish(kind) {
+    const done = current;
+    current = null;
+    render();
+    if (done) sendEvent(done, kind);
+  }
+
+  function cancelPending() {
+    clearTimeout(timer);
+    timer = 0;
+    if (inflight) inflight.abort();
+    inflight = null;
+  }
+
+  function dismiss() {
+    cancelPending();
+    finish("dismissed");
+  }
+
+  function schedule() {
+    cancelPending();
+    timer = setTimeout(requestSuggestion, DEBOUNCE_MS);
+  }
+
+  // --------------------------------------------------------------------------- status line
+
+  function setStatus(...parts) {
+    statusEl.replaceChildren(...parts);
+  }
+
+  function el(tag, text, attrs = {}) {
+    const node = document.createElement(tag);
+    node.textContent = text;
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    return node;
+  }
+
+  function showMetrics(data) {
+    const pct = el("span", `${Math.round(100 * (data.confidence || 0))}%`,
+      { title: "the model's probability of the first word", class: "confidence" });
+    const ms = el("span", ` · ${Math.round(data.latency_ms || 0)} ms`, { class: "latency" });
+    const hint = data.text ? [" · ", el("kbd", "Tab"), " to accept"] : [" · no suggestion"];
+    setStatus(pct, ms, ...hint);
+  }
+
+  function showError(message) {
+    setStatus(el("span", message, { class: "error" }));
+  }
+
+  // --------------------------------------------------------------------------- asking the model
+
+  async function requestSuggestion() {
+    timer = 0;
+    if (document.activeElement !== body || !caretAtEnd() || !body.value.trim()) return;
+    const prefix = body.value;
+    if (inflight) inflight.abort();
+    const ctrl = new AbortController();
+    inflight = ctrl;
+    body.dataset.requests = String(++requests);  // visible to the browser test, and to the curious
+    let data;
+    try {
+      const res = await fetch("/v1/complete", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ prefix, subject: subject.value, session, max_words: MAX_WORDS }),
+        signal: ctrl.signal,
+      });
+      data = await res.json().catch(() => ({}));
+      if (!res.ok) {
+        showError(`no suggestion: ${data.error || `server answered ${res.status}`}`);
+        return;
+      }
+    } catch (err) {
+      if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
+      return;
+    } finally {
+      if (inflight === ctrl) inflight = null;
+    }
+    // The writer kept going while the model thought: this answer is for a text that no longer exists.
+    if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body) return;
+    showMetrics(data);
+    if (current) finish("dismissed");
+    if (!data.text) return;  // the model was unsure, and said so with an empty text
+    current = { id: data.id, base: prefix, text: data.text, taken: 0 };
+    render();
+    sendEvent(current, "shown");
+  }
+
+  // --------------------------------------------------------------------------- typing and keys
+
+  // Every change of the body comes through here, the writer's keystrokes and our own insertions alike.
+  // If what was typed since the suggestion was asked is still a prefix of it, the writer is typing
+  // through it: the ghost shrinks and no new request is made. Otherwise the suggestion is gone.
+  function onInput() {
+    if (current) {
+      const typed = body.value.startsWith(current.base) ? body.value.slice(current.base.length) : null;
+      if (typed !== null && caretAtEnd() && current.text.startsWith(typed)) {
+        current.taken = typed.length;
+        if (typed.length < current.text.length) {
+          cancelPending();
+          render();
+          return;
+        }
+        finish("accepted");
+      } else {
+        finish("dismissed");
+      }
+    }
+    render();
+    schedule();
+  }
+
+  // execCommand keeps the insertion in the browser's undo history (Ctrl+Z takes a suggestion back), and
+  // fires "input" like typing would; setRangeText is the fallback where execCommand is gone.
+  function insertAtCaret(text) {
+    if (!document.execCommand("insertText", false, text)) {
+      body.setRangeText(text, body.selectionStart, body.selectionEnd, "end");
+      body.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+  }
+
+  // One word of the ghost: its leading spaces and the run of non-spaces after them, the same notion of a
+  // word the model's completion counts in.
+  const nextWord = (text) => (text.match(/^\s*\S+/) || [text])[0];
+
+  function onKeyDown(e) {
+    if (e.isComposing) return;
+    const ghost = remaining();
+    const plain = !e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey;
+    if (e.key === "Escape") {
+      if (ghost) e.preventDefault();
+      dismiss();  // also cancels a request on its way: the writer said no
+    } else if (!ghost) {
+      // Nothing shown: every key keeps its usual meaning; Tab moves the focus on.
+    } else if (e.key === "Tab" && plain) {
+      e.preventDefault();
+      insertAtCaret(ghost);
+    } else if (e.key === "ArrowRight" && e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey) {
+      e.preventDefault();
+      insertAtCaret(nextWord(ghost));
+    }
+  }
+
+  body.addEventListener("input", onInput);
+  body.addEventListener("keydown", onKeyDown);
+  body.addEventListener("scroll", () => { mirror.scrollTop = body.scrollTop; });
+  // Leaving the body, by a click elsewhere or the keyboard, takes the suggestion away.
+  body.addEventListener("blur", dismiss);
+  // A caret moved off the end (click, arrows, selection) breaks the end-of-body rule.
+  document.addEventListener("selectionchange", () => {
+    if (current && document.activeElement === body && !caretAtEnd()) dismiss();
+  });
+
+  // --------------------------------------------------------------------------- buttons and health
+
+  $("copy").addEventListener("click", async () => {
+    const text = `To: ${$("to").value}\nSubject: ${subject.value}\n\n${body.value}`;
+    try {
+      await navigator.clipboard.writeText(text);
+      setStatus("copied to the clipboard");
+    } catch {
+      showError("the browser did not allow copying");
+    }
+  });
+
+  $("discard").addEventListener("click", () => {
+    dismiss();
+    for (const field of [$("to"), subject, body]) field.value = "";
+    render();
+    setStatus("");
+    $("to").focus();
+  });
+
+  function setModel(state, text) {
+    modelEl.className = `model ${state}`;
+    modelEl.textContent = text;
+  }
+
+  // "gru · 61k parameters · byte tokens": what is suggesting, in a few words.
+  function describeModel(model) {
+    const parts = [];
+    if (model.mixer) parts.push(model.mixer);
+    if (model.params) parts.push(`${model.params >= 1e6 ? `${(model.params / 1e6).toFixed(1)}M`
+      : `${Math.round(model.params / 1e3)}k`} parameters`);
+    if (model.tokenizer) parts.push(`${model.tokenizer} tokens`);
+    return parts.length ? `model: ${parts.join(" · ")}` : "model ready";
+  }
+
+  // The server answers 503 while it loads the model; the page says so and keeps asking.
+  async function watchHealth() {
+    try {
+      const res = await fetch("/health", { cache: "no-store" });
+      const data = await res.json().catch(() => ({}));
+      if (res.ok) {
+        setModel("ready", describeModel(data.model || {}));
+        return;
+      }
+      setModel("waiting", "loading the model…");
+    } catch {
+      setModel("down", "server unreachable");
+    }
+    setTimeout(watchHealth, HEALTH_RETRY_MS);
+  }
+
+  render();
+  watchHealth();
+})();
