@@ -1,0 +1,242 @@
+"""The compose page in a real browser: `seqlab serve` on a tiny trained GRU, driven by headless Chromium.
+
+Debian's chromium and chromedriver are used as installed (`.ci/run` installs them); nothing downloads a
+browser or a driver. Without them the module is skipped, unless SEQLAB_REQUIRE_BROWSER=1 (set by CI),
+when it fails instead. The tests check what the writer sees and what the keys do: the ghost text, Tab,
+Ctrl+Right, Esc, typing through a suggestion, and Tab moving the focus on when nothing is suggested.
+The last test saves out/screenshots/compose.png for the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+REPO = Path(__file__).resolve().parents[1]
+SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
+# Generous: the first completion loads the model on 2 shared CPU cores. Waits end as soon as they succeed.
+WAIT_S = 60
+SUBJECT = "Quarterly report"
+BODY = "Hi Dana,\n\nCould you send me the rep"
+
+
+def _require_browser() -> None:
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
+    if missing:
+        reason = f"{' and '.join(missing)} not found (Debian's chromium and chromium-driver; .ci/run installs them)"
+        if os.environ.get("SEQLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"SEQLAB_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny GRU trained for 200 steps (about 2 s): fewer steps leave it suggesting nothing at all.
+
+    SEQLAB_BROWSER_RUN=RUN_DIR serves that run instead: a real model makes a better README screenshot.
+    """
+    _require_browser()
+    if os.environ.get("SEQLAB_BROWSER_RUN"):
+        return Path(os.environ["SEQLAB_BROWSER_RUN"])
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.training.trainer import train
+
+    run = tmp_path_factory.mktemp("runs") / "browser-gru"
+    cfg = apply_overrides(get_preset("tiny"), [
+        "model.mixer=gru", "model.pos=none", "train.max_steps=200", "train.eval_every=100",
+        "train.ckpt_every=100", "train.threads=1",
+    ])
+    train(tiny_data_dir, run, cfg, progress=False)
+    return run
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _health(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as res:
+            return res.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of `seqlab serve` on a free local port; --min-confidence 0 so it always suggests."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    cmd = [sys.executable, "-m", "seqlab", "serve", str(browser_run_dir), "--port", str(port),
+           "--min-confidence", "0"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    url = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while _health(url) != 200:
+            if proc.poll() is not None:
+                pytest.fail(f"seqlab serve exited with {proc.returncode}:\n{log_path.read_text()}", pytrace=False)
+            if time.monotonic() > deadline:
+                pytest.fail(f"seqlab serve not healthy after {WAIT_S} s:\n{log_path.read_text()}", pytrace=False)
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
+    # SE_OFFLINE tells it to stay off the network should anything still call it.
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1000,700", "--force-device-scale-factor=1",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    browser = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _open(driver: webdriver.Chrome, url: str, to: str = ""):
+    """Load a fresh page, fill the header fields, type BODY and return the body textarea."""
+    driver.get(url)
+    driver.find_element(By.ID, "to").send_keys(to)
+    driver.find_element(By.ID, "subject").send_keys(SUBJECT)
+    area = driver.find_element(By.ID, "body")
+    area.click()
+    area.send_keys(BODY)
+    return area
+
+
+def _ghost(driver: webdriver.Chrome) -> str:
+    # textContent, not .text: WebDriver's visible text trims the leading space a suggestion often has.
+    return driver.execute_script("return document.getElementById('ghost').textContent")
+
+
+def _wait_for_ghost(driver: webdriver.Chrome) -> str:
+    return WebDriverWait(driver, WAIT_S).until(lambda d: _ghost(d))
+
+
+def _value(driver: webdriver.Chrome) -> str:
+    return driver.execute_script("return document.getElementById('body').value")
+
+
+def _stats(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/v1/stats", timeout=5) as res:
+        return json.load(res)
+
+
+def _wait_for_event(url: str, kind: str, before: dict) -> None:
+    """The page's events are fire and forget: wait until the server has counted one more of `kind`."""
+    WebDriverWait(None, WAIT_S).until(lambda _: _stats(url)[kind] > before[kind])
+
+
+def _requests(driver: webdriver.Chrome) -> str:
+    return driver.find_element(By.ID, "body").get_attribute("data-requests")
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_tab_accepts_the_whole_suggestion(driver, server):
+    before = _stats(server)
+    area = _open(driver, server)
+    ghost = _wait_for_ghost(driver)
+    assert "%" in driver.find_element(By.ID, "status").text  # the confidence is shown
+    area.send_keys(Keys.TAB)
+    assert _value(driver) == BODY + ghost
+    assert driver.switch_to.active_element == area  # Tab took the suggestion, not the focus
+    _wait_for_event(server, "displayed", before)
+    _wait_for_event(server, "accepted", before)
+
+
+def test_ctrl_right_accepts_one_word(driver, server):
+    area = _open(driver, server)
+    ghost = _wait_for_ghost(driver)
+    stripped = ghost.lstrip()
+    word = ghost[: len(ghost) - len(stripped)] + stripped.split()[0]
+    area.send_keys(Keys.CONTROL, Keys.ARROW_RIGHT)
+    assert _value(driver) == BODY + word
+    assert _ghost(driver) == ghost[len(word):]
+
+
+def test_escape_dismisses(driver, server):
+    area = _open(driver, server)
+    _wait_for_ghost(driver)
+    before = _stats(server)
+    area.send_keys(Keys.ESCAPE)
+    assert _ghost(driver) == ""
+    assert _value(driver) == BODY
+    _wait_for_event(server, "dismissed", before)
+
+
+def test_typing_through_shrinks_the_ghost_without_asking_again(driver, server):
+    area = _open(driver, server)
+    ghost = _wait_for_ghost(driver)
+    assert len(ghost) >= 2, f"a suggestion of one character cannot show typing through: {ghost!r}"
+    shown_id = driver.find_element(By.ID, "ghost").get_attribute("data-id")
+    asked = _requests(driver)
+    area.send_keys(ghost[0])
+    assert _ghost(driver) == ghost[1:]
+    # Longer than the debounce plus a completion: a new request would have replaced the suggestion by now.
+    time.sleep(1.0)
+    assert _ghost(driver) == ghost[1:]
+    assert driver.find_element(By.ID, "ghost").get_attribute("data-id") == shown_id
+    assert _requests(driver) == asked
+    assert _value(driver) == BODY + ghost[0]
+
+
+def test_tab_without_a_suggestion_moves_the_focus(driver, server):
+    area = _open(driver, server)
+    _wait_for_ghost(driver)
+    area.send_keys(Keys.ESCAPE)
+    area.send_keys(Keys.TAB)
+    assert driver.switch_to.active_element.get_attribute("id") == "copy"
+    assert _value(driver) == BODY  # no tab character, no suggestion
+
+
+def test_screenshot_of_a_suggestion(driver, server):
+    _open(driver, server, to="Dana Whitfield <dana.whitfield@harbourline.example>")
+    _wait_for_ghost(driver)
+    # The status line (confidence, latency) is filled in with the suggestion; the model badge by /health.
+    WebDriverWait(driver, WAIT_S).until(lambda d: "ready" in d.find_element(By.ID, "model").get_attribute("class"))
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SCREENSHOT))
+    assert SCREENSHOT.stat().st_size > 10_000
