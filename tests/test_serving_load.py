@@ -18,7 +18,14 @@ from seqlab.serving.engine import CompletionEngine
 CLIENTS = 32
 
 
-def test_many_clients_with_a_small_queue(word_run_dir: Path, tmp_path: Path) -> None:
+def test_many_clients_with_a_small_queue(word_run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = CompletionEngine.complete
+
+    def at_least_50ms(self: CompletionEngine, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        time.sleep(0.05)  # a model of realistic speed: the tiny one answers before the next client connects
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CompletionEngine, "complete", at_least_50ms)
     config = ServerConfig(word_run_dir, min_confidence=0.0, max_queue=2, log_dir=tmp_path)
     with running_server(config) as url:
         start = threading.Barrier(CLIENTS)
@@ -51,7 +58,7 @@ def test_a_client_that_leaves_before_its_turn_is_not_served(word_run_dir: Path, 
 
     def slow(self: CompletionEngine, prefix: str, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
         if prefix == "slow":
-            time.sleep(1.0)  # holds the model thread while the others queue behind it
+            time.sleep(3.0)  # holds the model thread while the others queue behind it
         return real(self, prefix, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(CompletionEngine, "complete", slow)
