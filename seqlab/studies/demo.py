@@ -1,8 +1,9 @@
 """`seqlab demo` (and `make demo`): the whole path on real mail in about ten minutes on 2 CPU cores.
 
 Prepare the SpamAssassin ham corpus, train a small GRU and a small multi-head RoPE attention model for a
-few minutes each, evaluate both on the test split beside xz, and print one table and a few completions.
-Everything goes under one output folder:
+few minutes each, evaluate both on the test split beside xz, calibrate each run's suggestion threshold for
+50% coverage on the validation split (`seqlab calibrate`, so `seqlab serve` uses it), and print one table,
+a few completions and the command that serves the better model. Everything goes under one output folder:
 
     OUT/data/              DATA_DIR (reused when it already holds the same corpus)
     OUT/runs/gru/          RUN_DIR of the GRU
@@ -21,6 +22,7 @@ from typing import Any
 from seqlab.config import get_preset
 from seqlab.data.prepare import format_report, prepare
 from seqlab.data.store import load_meta
+from seqlab.evaluation.calibration import calibrate_run
 from seqlab.evaluation.run import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.runs.load import load_run
@@ -107,6 +109,7 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
         test = evaluate_run(run, data, "test", target_coverage=COVERAGE)
         rows.append(_row(name, summary, val, test))
         completions[name] = _completions(run)
+        calibrate_run(run, data, "val", coverage=COVERAGE, emails=100)
     report = [format_table(rows), "",
               f"bits per byte on the test split (lower is better); ExactMatch@N at {COVERAGE:.0%} coverage."]
     for name, items in completions.items():
@@ -117,5 +120,8 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
     (out / "demo.md").write_text("```\n" + text + "\n```\n")
     result = {"rows": rows, "completions": completions}
     (out / "demo.json").write_text(json.dumps(result, indent=2) + "\n")
+    best = min(rows, key=lambda r: r["test_bpb"])["model"]
     print(f"\neverything is under {out.resolve()}")
+    print(f"write an email with the better model (suggestions as you type, Tab accepts):\n"
+          f"  seqlab serve {out / 'runs' / best}    # then open http://127.0.0.1:8000/")
     return result
