@@ -28,6 +28,7 @@ test: venv
 bench: venv
 	$(PY) benchmarks/bench_layers.py
 	$(PY) benchmarks/bench_prepare.py
+	$(PY) benchmarks/bench_latency.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
