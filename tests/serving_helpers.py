@@ -18,7 +18,7 @@ from seqlab.serving.app import ServerConfig, create_app
 def running_server(config: ServerConfig, timeout: float = 60.0) -> Iterator[str]:
     """Serve `config` with uvicorn on 127.0.0.1 (a free port) until the block ends; yields the base URL
     once /health answers 200."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)

@@ -94,6 +94,13 @@ def test_encoder_feeds_only_new_tokens_and_keeps_recurrent_snapshots() -> None:
     assert reused == 16
     full, _ = enc.encode(ids[:20])
     assert torch.allclose(back.logits, full.logits, atol=1e-5)
+    # a long prompt runs in few calls: copies only over the newest DENSE_TAIL tokens, plus where it stopped
+    long_ids = [TOK.bos_id, *TOK.encode("y" * 199)]
+    long, _ = enc.encode(long_ids)
+    assert sorted(long.snapshots) == [128, 144, 160, 176, 192]
+    edited, reused = enc.encode(long_ids[:100] + [66] * 20, long)  # an edit far back: from the copy at 16*k
+    assert reused == 0 or reused % SNAPSHOT_EVERY == 0
+    assert torch.allclose(edited.logits, enc.encode(long_ids[:100] + [66] * 20)[0].logits, atol=1e-5)
 
 
 def test_session_store_drops_the_least_recently_used() -> None:

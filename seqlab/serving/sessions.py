@@ -11,8 +11,8 @@ after them and the next-token logits) and how many tokens it reused:
   reused. Typing extends the text (p = all of the previous tokens): only the new tokens are fed.
 - An edit or a backspace (p shorter than the previous tokens) goes back to p. An attention state is its
   key/value cache, and a prefix's cache is a prefix of the cache (`LMState.truncated`); a recurrent
-  state cannot be rewound, so a copy is kept every `SNAPSHOT_EVERY` tokens and the encoder feeds again
-  from the latest copy at or before p.
+  state cannot be rewound, so a copy is kept every `SNAPSHOT_EVERY` tokens over the newest `DENSE_TAIL`
+  (and one where each earlier feed stopped), and the encoder feeds again from the latest copy at or before p.
 - A model with a bounded context (attention: its training window, `context_limit`) sees the last tokens
   of the prompt only. The window start moves in steps of half a window (`window_start`), a function of
   the prompt length alone, so the tokens the model sees, and thus the answer, are the same whether they
@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from seqlab.generation.decode import context_limit, model_device
 
 SNAPSHOT_EVERY = 16  # tokens between kept copies of a recurrent state: a backspace re-feeds at most this many
+DENSE_TAIL = 64  # copies are kept that densely only over the newest tokens; further back, one per feed
 
 
 def window_start(n: int, limit: int | None) -> int:
@@ -113,17 +114,26 @@ class PromptEncoder:
             return Encoded(window[:q], start, state, logits, kept), q
         return None, 0
 
+    def _chunk_ends(self, done: int, n: int) -> list[int]:
+        """Where to stop while feeding tokens done..n: once at the end for attention; for a recurrent model
+        also at every multiple of SNAPSHOT_EVERY within the last DENSE_TAIL tokens (where edits happen)
+        and at the last multiple before them, so a long prompt still runs through the model in few calls."""
+        if done >= n:
+            return []
+        if self.truncatable:
+            return [n]
+        marks = range((done // SNAPSHOT_EVERY + 1) * SNAPSHOT_EVERY, n, SNAPSHOT_EVERY)
+        tail = [m for m in marks if m >= n - DENSE_TAIL]
+        head = [m for m in marks if m < n - DENSE_TAIL][-1:]
+        return [*head, *tail, n]
+
     def _feed(self, window: list[int], start: int, base: Encoded | None) -> Encoded:
         """Feed window[len(base.ids):] after `base` (all of window when base is None)."""
         done = len(base.ids) if base is not None else 0
         state = base.state if base is not None else None
         logits = base.logits if base is not None else None
         snapshots = dict(base.snapshots) if base is not None else {}
-        while done < len(window):
-            # recurrent models stop at every multiple of SNAPSHOT_EVERY to keep a copy of the state there
-            end = len(window)
-            if not self.truncatable:
-                end = min(end, (done // SNAPSHOT_EVERY + 1) * SNAPSHOT_EVERY)
+        for end in self._chunk_ends(done, len(window)):
             idx = torch.tensor([window[done:end]], dtype=torch.long, device=self.device)  # (1, T)
             out, state = self.model(idx, state=state)  # (1, T, V)
             logits = out[:, -1].float()  # (1, V)
