@@ -139,3 +139,13 @@ def test_the_compose_page_and_unknown_routes(client: TestClient) -> None:
     assert "access-control-allow-origin" not in page.headers
     missing = client.get("/nope")
     assert missing.status_code == 404 and "error" in missing.json()
+    assert client.get("/docs").status_code == 404  # FastAPI's docs page loads its scripts from a CDN
+
+
+def test_the_page_loads_nothing_from_elsewhere() -> None:
+    static = Path(app_module.__file__).parent / "static"
+    files = sorted(static.iterdir())
+    assert {f.name for f in files} >= {"compose.html", "compose.css", "compose.js"}
+    for f in files:
+        text = f.read_text()
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, f.name

@@ -150,7 +150,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         finally:
             worker.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="seqlab autocomplete", version="1", lifespan=lifespan)
+    # no /docs or /redoc: those pages load their scripts from a CDN, and nothing here leaves the machine
+    app = FastAPI(title="seqlab autocomplete", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
