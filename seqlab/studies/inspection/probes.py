@@ -3,11 +3,11 @@
 - `token_labels`: readable labels for token ids (spaces and newlines made visible, BPE merges shown whole).
 - `attention_maps`: every chosen head's weight matrix A = softmax_row(Q K^T / sqrt(d_k) + M) over the
   email, recorded by `record_attention()` (lecture: "One row of A gives the input-dependent weights for
-  one output row of Y").
+  one output row of Y"); `attention_maps_of_ids` the same over token ids exactly as given.
 - `lookup_math` / `soft_lookup`: one query row taken apart, the lecture's "please / send / the" table
   (slide "One weighted combination uses values, not token IDs"): scores, softmax weights and what each
   value contributed to the head's output.
-- `gru_gates`: the GRU's reset and update gates over the email; `sinusoidal_table`,
+- `gru_gates` / `gru_gates_of_ids`: the GRU's reset and update gates over the email; `sinusoidal_table`,
   `learned_position_similarity`: the two kinds of position vectors as matrices.
 """
 
@@ -108,10 +108,10 @@ def _eval_mode(model: nn.Module) -> Iterator[None]:
         model.train(was)
 
 
-def _run(model: nn.Module, ids: list[int]) -> None:
+def _run(model: nn.Module, ids: list[int], state: object = None) -> None:
     device = next(model.parameters()).device
     with torch.no_grad():
-        model(torch.tensor([ids], dtype=torch.long, device=device))  # (1, L)
+        model(torch.tensor([ids], dtype=torch.long, device=device), state=state)  # (1, L)
 
 
 def _attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
@@ -136,10 +136,20 @@ def _choose(asked: Sequence[int] | int | None, count: int, what: str) -> list[in
 def attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, layers: Sequence[int] | int | None = None,
                    heads: Sequence[int] | int | None = None) -> AttentionMaps:
     """Run the model once on [bos] + encode(text) and return the chosen heads' (L, L) weight matrices."""
+    _attention_modules(model)  # a model without attention is told so before anything else
+    ids, cropped = encode_text(model, tokenizer, text)
+    return attention_maps_of_ids(model, tokenizer, ids, layers, heads, cropped)
+
+
+def attention_maps_of_ids(model: nn.Module, tokenizer: Tokenizer, ids: Sequence[int],
+                          layers: Sequence[int] | int | None = None, heads: Sequence[int] | int | None = None,
+                          cropped: int = 0) -> AttentionMaps:
+    """`attention_maps` over token ids exactly as given (no <bos> added, no crop): e.g. the window of a
+    prompt that the autocomplete server's model saw (`seqlab.serving.why`)."""
     mods = _attention_modules(model)
     layer_ids = _choose(layers, len(mods), "layer")
     head_ids = _choose(heads, model.cfg.n_head, "head")
-    ids, cropped = encode_text(model, tokenizer, text)
+    ids = [int(i) for i in ids]
     with _eval_mode(model), record_attention() as rec:
         _run(model, ids)
     weights = {}
@@ -287,20 +297,36 @@ def gru_gates(model: nn.Module, tokenizer: Tokenizer, text: str, layer: int = 0,
     Runs the gate-by-gate loop (`RecurrentMixer.record_gates`). limit: most tokens kept, the last ones
     (default `gate_limit(model)`).
     """
+    gru_layers(model)  # a model without a GRU is told so before anything else
+    ids, _ = encode_text(model, tokenizer, text, limit or gate_limit(model))
+    return gru_gates_of_ids(model, tokenizer, ids, layer)
+
+
+def gru_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's GRU mixers in block order; a UserError when it has none."""
     from seqlab.models.rnn import RecurrentMixer  # imported on use, like the LM does
 
     grus = [b.mixer for b in getattr(model, "blocks", [])
             if isinstance(b.mixer, RecurrentMixer) and b.mixer.kind == "gru"]
     if not grus:
         raise UserError("this run's model has no GRU layer; gate activations need model.mixer=gru.")
+    return grus
+
+
+def gru_gates_of_ids(model: nn.Module, tokenizer: Tokenizer, ids: Sequence[int], layer: int = 0,
+                     state: object = None) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """`gru_gates` over token ids exactly as given, continuing from the model `state` returned after the
+    tokens before them (None: from the start); e.g. the last tokens of a long prompt, whose earlier part
+    ran through the fast fused path (`seqlab.serving.why`)."""
+    grus = gru_layers(model)
     (layer,) = _choose(layer, len(grus), "GRU layer")
     mixer = grus[layer]
-    ids, _ = encode_text(model, tokenizer, text, limit or gate_limit(model))
+    ids = [int(i) for i in ids]
     before = mixer.record_gates
     mixer.record_gates = True
     try:
         with _eval_mode(model):
-            _run(model, ids)
+            _run(model, ids, state)
         gates = mixer.last_gates
     finally:
         mixer.record_gates = before
