@@ -4,6 +4,7 @@
     GET  /health        503 while the run loads, then 200 with the model's description
     POST /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam} -> a `Suggestion`
     POST /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
+    POST /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
     GET  /v1/stats      acceptance rate and latency percentiles since start
 
 Model work runs on one worker thread with a fixed torch thread count: requests queue in order, and more
@@ -35,6 +36,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog, ServingStats
 from seqlab.serving.limits import BodyLimit, error
+from seqlab.serving.why import explain
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 64 * 1024
@@ -63,6 +65,15 @@ class CompleteResponse(BaseModel):
     reused_tokens: int
     cut_chars: int
     threshold: float
+
+
+class WhyRequest(BaseModel):
+    """A suggestion to explain: the email it was asked for and the text that was shown."""
+
+    model_config = ConfigDict(extra="forbid")
+    prefix: str = Field(max_length=MAX_BODY_BYTES, description="the body the suggestion was asked for")
+    subject: str = Field("", max_length=2000)
+    text: str = Field(min_length=1, max_length=2000, description="the suggestion that was shown")
 
 
 class EventRequest(BaseModel):
@@ -204,6 +215,22 @@ def create_app(config: ServerConfig) -> FastAPI:
             s.events.record_completion(result.id, result.latency_ms, bool(result.text), result.confidence,
                                        result.words)
         return result.to_dict()
+
+    @app.post("/v1/why", responses={413: {"description": "body too large"}, 422: {"description": "bad field"},
+                                    503: {"description": "loading, or the queue half full"}})
+    async def why(req: WhyRequest, request: Request) -> Any:
+        s: ServerState = request.app.state.s
+        if s.engine is None:
+            return error(503, "the model is still loading" if not s.failed else "the model failed to load",
+                         retry_after=1)
+        if s.waiting >= max(1, s.config.max_queue // 2):  # not latency-critical: keystrokes keep half the queue
+            return error(503, "the model is busy with suggestions; ask why again in a moment", retry_after=1)
+        engine = s.engine
+        result = await _run_unless_gone(
+            s, request, lambda: explain(engine.model, engine.tokenizer, req.subject, req.prefix, req.text))
+        if result is None:  # the client left before its turn: nothing to answer
+            return JSONResponse({"error": "client disconnected"}, status_code=499)
+        return result
 
     @app.post("/v1/events")
     async def events(ev: EventRequest, request: Request) -> dict[str, bool]:
