@@ -3,7 +3,8 @@
 Debian's chromium and chromedriver are used as installed (`.ci/run` installs them); nothing downloads a
 browser or a driver. Without them the module is skipped, unless SEQLAB_REQUIRE_BROWSER=1 (set by CI),
 when it fails instead. The tests check what the writer sees and what the keys do: the ghost text, Tab,
-Ctrl+Right, Esc, typing through a suggestion, and Tab moving the focus on when nothing is suggested.
+Ctrl+Right, Esc, typing through a suggestion, Tab moving the focus on when nothing is suggested, and the
+"why?" panel.
 The last test saves out/screenshots/compose.png for the README.
 """
 
@@ -31,6 +32,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
+WHY_SCREENSHOT = REPO / "out" / "screenshots" / "why.png"
 # Generous: the first completion loads the model on 2 shared CPU cores. Waits end as soon as they succeed.
 WAIT_S = 60
 SUBJECT = "Quarterly report"
@@ -230,6 +232,27 @@ def test_tab_without_a_suggestion_moves_the_focus(driver, server):
     area.send_keys(Keys.TAB)
     assert driver.switch_to.active_element.get_attribute("id") == "copy"
     assert _value(driver) == BODY  # no tab character, no suggestion
+
+
+def test_why_panel_shows_the_alternatives_and_where_the_model_looked(driver, server):
+    area = _open(driver, server)
+    ghost = _wait_for_ghost(driver)
+    why = driver.find_element(By.ID, "why")
+    assert why.is_enabled()  # enabled with the suggestion
+    why.click()
+    panel = driver.find_element(By.ID, "why-panel")
+    WebDriverWait(driver, WAIT_S).until(
+        lambda d: panel.is_displayed() and d.find_elements(By.CSS_SELECTOR, "#why-panel .why-alts li"))
+    alternatives = driver.find_elements(By.CSS_SELECTOR, "#why-panel .why-alts li")
+    assert len(alternatives) == 5 and all("%" in li.text for li in alternatives)
+    assert driver.find_elements(By.CSS_SELECTOR, "#why-panel mark.why-hit")  # the GRU's rewritten positions
+    assert ghost.strip() in driver.find_element(By.ID, "why-title").text
+    # the button kept the focus in the body, so the suggestion is still there to accept
+    assert driver.switch_to.active_element == area and _ghost(driver) == ghost
+    WHY_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(WHY_SCREENSHOT))
+    driver.find_element(By.ID, "why-close").click()
+    assert not panel.is_displayed()
 
 
 def test_screenshot_of_a_suggestion(driver, server):

@@ -195,14 +195,18 @@ def context_pieces(texts: list[str], positions: list[dict[str, Any]], chars: int
 
 ABOUT = {
     "attention": "Attention of the last prompt token (where the first suggested token was chosen) over the "
-                 "tokens the model saw, averaged over {heads} heads in each of {layers} layers; the weight "
-                 "is the mean over layers, and each layer's weights sum to 1.",
+                 "tokens the model saw, averaged over {heads} in each of {layers}; the weight is the mean "
+                 "over layers, and each layer's weights sum to 1.",
     "gru": "How much of its state the GRU rewrote at each of the last {recent} tokens: 1 - z (the update "
-           "gate), averaged over channels and {layers} layers. High: the token replaced what the state held; "
+           "gate), averaged over channels and {layers}. High: the token replaced what the state held; "
            "low: the state was kept.",
     "other": "A {mixer} model has no attention or recorded gates to show where it looked; only the next-token "
              "alternatives are given.",
 }
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, suggestion: str, *,
@@ -215,12 +219,12 @@ def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, s
         weights, first = attention_weights(model, tokenizer, seen.ids), 0
         with torch.no_grad():
             logits = model(torch.tensor([seen.ids], device=model_device(model)))[0][0, -1].float()  # (V,)
-        about = ABOUT["attention"].format(heads=cfg.n_head, layers=weights.shape[0])
+        about = ABOUT["attention"].format(heads=_count(cfg.n_head, "head"), layers=_count(weights.shape[0], "layer"))
     else:
         first, state, logits = _split_feed(model, seen.ids, recent)
         if cfg.mixer == "gru":
             weights = gate_rewrites(model, tokenizer, seen.ids, first, state)
-            about = ABOUT["gru"].format(recent=len(seen.ids) - first, layers=weights.shape[0])
+            about = ABOUT["gru"].format(recent=len(seen.ids) - first, layers=_count(weights.shape[0], "layer"))
         else:
             weights, about = np.zeros((0, 0)), ABOUT["other"].format(mixer=cfg.mixer)
     positions = top_positions(texts, labels, weights, first, top) if weights.size else []

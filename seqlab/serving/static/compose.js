@@ -13,7 +13,8 @@
  * pretend, the page stays quiet there.
  *
  * API: POST /v1/complete {prefix, subject, session, max_words} -> {id, text, confidence, latency_ms, ...};
- * POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health.
+ * POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health. Each suggestion shown
+ * is announced as a "seqlab:shown" event on the document for the "why?" panel (why.js).
  */
 (() => {
   "use strict";
@@ -124,6 +125,7 @@
     timer = 0;
     if (document.activeElement !== body || !caretAtEnd() || !body.value.trim()) return;
     const prefix = body.value;
+    const asked = subject.value;
     if (inflight) inflight.abort();
     const ctrl = new AbortController();
     inflight = ctrl;
@@ -133,7 +135,7 @@
       const res = await fetch("/v1/complete", {
         method: "POST",
         headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ prefix, subject: subject.value, session, max_words: MAX_WORDS }),
+        body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS }),
         signal: ctrl.signal,
       });
       data = await res.json().catch(() => ({}));
@@ -155,6 +157,8 @@
     current = { id: data.id, base: prefix, text: data.text, taken: 0 };
     render();
     sendEvent(current, "shown");
+    // why.js offers "why?" for the suggestion shown last, with the email exactly as it was asked for
+    document.dispatchEvent(new CustomEvent("seqlab:shown", { detail: { prefix, subject: asked, text: data.text } }));
   }
 
   // --------------------------------------------------------------------------- typing and keys
