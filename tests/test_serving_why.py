@@ -101,6 +101,7 @@ def test_a_long_prompt_is_weighed_over_the_window_the_engine_sees(word_model) ->
     # the highlighted context ends with the prompt the model saw, its top positions as pieces of their own
     text = "".join(piece["text"] for piece in result["context"]["pieces"])
     assert (prompt_text(SUBJECT, LONG)).endswith(text) and len(text) >= min(why.CONTEXT_CHARS, len(ids) - start - 1)
+    assert result["context"]["cut"] is True  # the window starts after the prompt's start
     ranked = [piece["rank"] for piece in result["context"]["pieces"] if "rank" in piece]
     assert sorted(ranked) == list(range(1, len(result["positions"]) + 1))
 

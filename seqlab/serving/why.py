@@ -172,9 +172,11 @@ def top_positions(texts: list[str], labels: list[str], weights: np.ndarray, firs
     return out
 
 
-def context_pieces(texts: list[str], positions: list[dict[str, Any]], chars: int = CONTEXT_CHARS) -> dict[str, Any]:
+def context_pieces(texts: list[str], positions: list[dict[str, Any]], chars: int = CONTEXT_CHARS,
+                   cut_before: bool = False) -> dict[str, Any]:
     """The end of the seen prompt (at least `chars` characters, whole tokens) as pieces of text; the top
-    positions are pieces of their own with their rank and weight, the text between them is merged."""
+    positions are pieces of their own with their rank and weight, the text between them is merged.
+    cut: text comes before the pieces (earlier tokens, or, with `cut_before`, text before the window)."""
     first = len(texts)
     shown = 0
     while first > 0 and shown < chars:
@@ -190,7 +192,7 @@ def context_pieces(texts: list[str], positions: list[dict[str, Any]], chars: int
             pieces[-1]["text"] += texts[i]
         else:
             pieces.append({"text": texts[i]})
-    return {"cut": first > 0, "pieces": pieces}
+    return {"cut": first > 0 or cut_before, "pieces": pieces}
 
 
 ABOUT = {
@@ -235,5 +237,6 @@ def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, s
         "healed": seen.healed,
         "window": {"start": seen.start, "tokens": len(seen.ids), "chars_before": seen.chars_before,
                    "measured_from": first},
-        "layers": int(weights.shape[0]), "positions": positions, "context": context_pieces(texts, positions),
+        "layers": int(weights.shape[0]), "positions": positions,
+        "context": context_pieces(texts, positions, cut_before=seen.chars_before > 0),
     }
