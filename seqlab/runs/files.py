@@ -1,7 +1,8 @@
 """The file-level pieces of a checkpoint: atomic writes, weights, trainer state, RNG states.
 
-- `atomic_write_bytes` / `atomic_write_text`: temporary file in the same directory, write, flush, fsync,
-  `os.replace`, fsync the directory; a crash leaves the old file or the new one, never a mix.
+- `atomic_write_bytes` / `atomic_write_text` / `append_text` / `fsync_dir` come from `seqlab.data.durable`
+  (shared with `prepare`): a crash leaves the old file or the new one, never a mix; a full disk is a
+  `DiskFullError` (a `UserError` naming the file); the test-only kill points live there too.
 - Weights go through safetensors (no code in the format). safetensors refuses tensors that share storage,
   so tied weights (the output head sharing the token embedding) are saved once and the other names are
   recorded in the file's metadata under `seqlab.tied` as `{alias: saved_name}`; loading puts the alias
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,21 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
+from seqlab.data.durable import (
+    DiskFullError,
+    append_text,
+    atomic_write_bytes,
+    atomic_write_text,
+    fsync_dir,
+    kill_point,
+)
 from seqlab.errors import UserError
+
+__all__ = [
+    "DiskFullError", "append_text", "apply_weights", "atomic_write_bytes", "atomic_write_text",
+    "capture_rng_state", "fsync_dir", "kill_point", "load_trainer_state", "load_weights", "restore_rng_state",
+    "trainer_state_from_bytes", "trainer_state_to_bytes", "warn", "weights_from_bytes", "weights_to_bytes",
+]
 
 TIED_KEY = "seqlab.tied"
 _PRIMITIVES = (bool, int, float, str, bytes, type(None))
@@ -44,43 +57,6 @@ def warn(message: str) -> None:
     `warnings.warn`: its format adds the source file and line, noise to someone running `seqlab`.
     """
     print(f"seqlab: warning: {message}", file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------------------------------------ atomic files
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames and new entries in `directory` durable (POSIX; Windows cannot open a directory)."""
-    if os.name == "nt":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically; on any failure the old file is untouched and no temp is left."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    # os.open with 0o666 lets the umask decide the permissions, as a plain open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """`atomic_write_bytes` of `text` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 # ----------------------------------------------------------------------------------------------- weights

@@ -1,0 +1,221 @@
+"""Durable file writes, shared by DATA_DIR (`prepare`, `store.TokenWriter`) and RUN_DIR (`seqlab.runs`).
+
+- `atomic_write_bytes` / `atomic_write_text`: temporary file in the same directory, write, fsync,
+  `os.replace`, fsync the directory; a crash leaves the old file or the new one, never a mix.
+- `append_text`: one record (a log line) appended whole or not at all: a failed append is cut back.
+- `StreamFile`: a sequential writer with a bounded buffer, fsynced on close (token files, emails.jsonl).
+- A full disk (ENOSPC, or EDQUOT for a quota) is a `DiskFullError`, a `UserError` whose one sentence names
+  the file and says "no space left": the command exits with code 2, not a traceback.
+
+Every byte goes through `os.write` on a raw descriptor, never a buffered file object, for two reasons:
+a short write is handled here explicitly, and a test can simulate a full disk by patching `os.write`.
+
+Test-only fault injection: when the environment variable `SEQLAB_TEST_KILL_AT` is set, the process sends
+itself SIGKILL at the first write point whose name matches it (an `fnmatch` pattern; `PATTERN#N` waits for
+the Nth match). Write points are named `DIR/FILE:before`, `DIR/FILE:during` (half the bytes are in the
+temporary file) and `DIR/FILE:after` (renamed into place), with DIR the parent folder's name; the
+checkpoint code adds a few of its own (`kill_point`). Unset, the variable costs one `is None` test per write.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import secrets
+import signal
+from pathlib import Path
+
+from seqlab.errors import UserError
+
+__all__ = [
+    "DiskFullError",
+    "StreamFile",
+    "append_text",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "fsync_dir",
+    "is_disk_full",
+    "kill_point",
+]
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+TEST_KILL_ENV = "SEQLAB_TEST_KILL_AT"
+# Read once: the variable is set by a test for the whole life of a `python -m seqlab ...` subprocess.
+_KILL_AT: str | None = os.environ.get(TEST_KILL_ENV) or None
+_kill_matches = 0
+
+
+class DiskFullError(UserError):
+    """No space left on the device (or the quota is used up) while writing `path`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"cannot write {path}: no space left on the device; free some space and run the "
+                         "command again")
+        self.path = Path(path)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for the OSErrors that mean the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def kill_point(where: str) -> None:
+    """Test-only: SIGKILL this process if `where` is the write point `SEQLAB_TEST_KILL_AT` names."""
+    global _kill_matches
+    if _KILL_AT is None:
+        return
+    pattern, _, nth = _KILL_AT.partition("#")
+    if fnmatch.fnmatchcase(where, pattern):
+        _kill_matches += 1
+        if _kill_matches == int(nth or 1):
+            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+
+
+def _file_point(path: Path, phase: str) -> None:
+    if _KILL_AT is not None:  # build the name only when a test asked for kill points
+        kill_point(f"{path.parent.name}/{path.name}:{phase}")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames and new entries in `directory` durable (POSIX; Windows cannot open a directory)."""
+    if os.name == "nt":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """os.write until every byte is out: a write may be short (a signal, a nearly full disk)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically; on any failure the old file is untouched and no temp is left.
+
+    A full disk raises `DiskFullError` naming `path`; any other OSError propagates as it is.
+    """
+    path = Path(path)
+    _file_point(path, "before")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        # os.open with 0o666 lets the umask decide the permissions, as a plain open() would.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            half = len(data) // 2
+            _write_all(fd, memoryview(data)[:half])
+            _file_point(path, "during")
+            _write_all(fd, memoryview(data)[half:])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise DiskFullError(path) from None
+        raise
+    fsync_dir(path.parent)
+    _file_point(path, "after")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """`atomic_write_bytes` of `text` encoded as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_text(path: Path, text: str) -> None:
+    """Append `text` (one record, e.g. a JSON line) to `path`, whole or not at all.
+
+    A failed append (a full disk) is cut back to the old length, so a reader never meets half a record
+    that a later append would glue to the next one. Not fsynced: a log line may be lost in a power cut,
+    never torn by a failed write. A SIGKILL between the two halves can still tear the last line, which
+    readers of such logs skip.
+    """
+    path = Path(path)
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            half = len(data) // 2
+            _write_all(fd, data[:half])
+            _file_point(path, "during")
+            _write_all(fd, data[half:])
+        except BaseException as exc:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass  # the cut is a courtesy to readers; the error below is what matters
+            if is_disk_full(exc):
+                raise DiskFullError(path) from None
+            raise
+    finally:
+        os.close(fd)
+
+
+class StreamFile:
+    """Write a new file sequentially through a bounded buffer; `close()` flushes and fsyncs.
+
+    The caller decides what the file is for (usually a temporary name it renames on success); `abort()`
+    closes without flushing. A full disk raises `DiskFullError` naming `shown` (default: the path).
+    """
+
+    def __init__(self, path: Path, buffer_bytes: int = 1 << 20, shown: Path | None = None) -> None:
+        self.path = Path(path)
+        self.shown = Path(shown) if shown is not None else self.path
+        self._limit = buffer_bytes
+        self._buf = bytearray()
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0),
+                               0o666)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise DiskFullError(self.shown) from None
+            raise
+
+    def write(self, data: bytes) -> None:
+        """Buffer `data`; the buffer goes to disk whenever it holds `buffer_bytes` or more."""
+        self._buf += data
+        if len(self._buf) >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffer out (no fsync)."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is already closed")
+        try:
+            _write_all(self._fd, self._buf)
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise DiskFullError(self.shown) from None
+            raise
+        self._buf.clear()
+
+    def close(self) -> None:
+        """Flush, fsync and close (idempotent)."""
+        if self._fd is None:
+            return
+        self.flush()
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            if is_disk_full(exc):  # some file systems report a full disk only when the data is synced
+                raise DiskFullError(self.shown) from None
+            raise
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Close without writing what is still buffered (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            self._buf.clear()
+            os.close(fd)
