@@ -24,11 +24,12 @@ Saving (`save_run_checkpoint`) writes the step directory, then the mirror, then 
 only then deletes step directories beyond the newest `keep`. `best/` is replaced by a rename swap through
 `best.new/` and `best.old/`, so a crash leaves either the old or the new best complete.
 
-Loading (`load_latest`) considers every step directory, the mirror, `best/` (and `best.old/`), newest step
-first, and returns the first whose manifest verifies; each one skipped is reported on stderr in one
-line naming the bad file (`seqlab.runs.files.warn`). When none verifies it returns None (the caller
-decides whether that is an error). `trainer_state.pt` is read with `torch.load(weights_only=True)` and
-no fallback: a file that needs pickle is refused with a `UserError` and none of its code runs.
+Loading (`load_latest`, `load_best`, `load_checkpoint`) lives in `seqlab.runs.verify` and is re-exported
+here: the newest directory whose manifest verifies, each one skipped reported on stderr naming the bad file.
+
+A write killed at any point (SIGKILL, power cut) leaves the previous checkpoint complete and at worst a
+temporary `.NAME.XXXX.tmp` file, which the next write of that directory removes. A full disk is a
+`DiskFullError` (a `UserError` naming the file) and leaves the directory being written uncommitted.
 """
 
 from __future__ import annotations
@@ -38,28 +39,38 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
-from seqlab.errors import UserError
 from seqlab.runs.files import (
     apply_weights,
     atomic_write_bytes,
     atomic_write_text,
     capture_rng_state,
     fsync_dir,
+    kill_point,
     load_trainer_state,
     load_weights,
     restore_rng_state,
-    trainer_state_from_bytes,
     trainer_state_to_bytes,
     warn,
-    weights_from_bytes,
     weights_to_bytes,
+)
+from seqlab.runs.verify import (
+    CONFIG,
+    FORMAT,
+    MANIFEST,
+    TOKENIZER,
+    TRAINER_STATE,
+    VERSION,
+    WEIGHTS,
+    LoadedCheckpoint,
+    load_best,
+    load_checkpoint,
+    load_latest,
+    step_dirs,
 )
 
 __all__ = [
@@ -78,38 +89,16 @@ __all__ = [
     "save_run_checkpoint",
 ]
 
-WEIGHTS = "model.safetensors"
-TRAINER_STATE = "trainer_state.pt"
-CONFIG = "config.json"
-TOKENIZER = "tokenizer.json"
-MANIFEST = "manifest.json"
-REQUIRED = (WEIGHTS, TRAINER_STATE, CONFIG)
-FORMAT = "seqlab-checkpoint"
-VERSION = 1
-_STEP_DIR = re.compile(r"step_(\d+)")
-
-
-class _Damaged(Exception):
-    """Internal: a checkpoint directory that does not verify; the message names the bad file."""
-
-
-@dataclass
-class LoadedCheckpoint:
-    """One verified checkpoint, read into memory."""
-
-    path: Path  # the directory whose manifest verified
-    step: int
-    weights: dict[str, torch.Tensor]  # tied names restored, so `model.load_state_dict` accepts it
-    trainer_state: dict[str, Any]
-    config_json: str
-    tokenizer_json: str | None
-
-    def load_into(self, model: nn.Module) -> None:
-        """Copy the weights into `model` (strict; `UserError` naming the mismatch)."""
-        apply_weights(model, self.weights, str(self.path / WEIGHTS))
-
 
 # ---------------------------------------------------------------------------------------------- saving
+
+# The temporary names `atomic_write_bytes` gives the files of a checkpoint (and the trainer's run.json): a
+# write killed before its rename leaves one behind. Only the trainer writes these names, so the next write
+# of the directory may remove them; other temporaries (calibration.json, being written by a concurrent
+# `seqlab calibrate`) are not ours to touch.
+_STALE_TEMP = re.compile(
+    r"\.(model\.safetensors|trainer_state\.pt|config\.json|tokenizer\.json|manifest\.json|run\.json)"
+    r"\.[0-9a-f]{12}\.tmp")
 
 
 def _serialize(
@@ -139,6 +128,8 @@ def _write_dir(ckpt_dir: Path, files: dict[str, bytes], step: int) -> None:
     if manifest.exists():
         manifest.unlink()
         fsync_dir(ckpt_dir)
+        kill_point(f"{ckpt_dir.name}:uncommitted")
+    remove_stale_temps(ckpt_dir)
     for name, data in files.items():
         atomic_write_bytes(ckpt_dir / name, data)
     entries = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()}
@@ -162,27 +153,32 @@ def save_checkpoint(
     _write_dir(Path(ckpt_dir), files, step)
 
 
-def _step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every `checkpoints/step_N` directory, oldest first."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.fullmatch(p.name)) and p.is_dir()]
-    return sorted(found)
+def remove_stale_temps(directory: Path) -> None:
+    """Delete the temporaries that killed writes of checkpoint files left in `directory` (see `_STALE_TEMP`)."""
+    for path in directory.iterdir():
+        if _STALE_TEMP.fullmatch(path.name):
+            path.unlink(missing_ok=True)
+
+
+def _remove_dir(path: Path) -> None:
+    """Delete a checkpoint directory, manifest first: a deletion cut short leaves an uncommitted directory."""
+    (path / MANIFEST).unlink(missing_ok=True)
+    kill_point(f"{path.parent.name}/{path.name}:removing")
+    shutil.rmtree(path)
 
 
 def _prune(run_dir: Path, step: int, keep: int) -> None:
     """Delete step directories beyond the newest `keep` (the one just written counts)."""
-    dirs = _step_dirs(run_dir)
+    dirs = step_dirs(run_dir)
     for s, path in dirs:
         if s > step:
             # A later step than the one just saved can only exist when the run resumed from an earlier
             # checkpoint because that later one did not verify: it belongs to an abandoned timeline.
             warn(f"removing {path}: it is newer than the resumed run's step {step}")
-            shutil.rmtree(path)
+            _remove_dir(path)
     older = [path for s, path in dirs if s <= step]
     for path in older[: max(len(older) - keep, 0)]:
-        shutil.rmtree(path)
+        _remove_dir(path)
 
 
 def _replace_best(run_dir: Path, files: dict[str, bytes], step: int) -> None:
@@ -198,8 +194,10 @@ def _replace_best(run_dir: Path, files: dict[str, bytes], step: int) -> None:
     _write_dir(new, files, step)
     if best.exists():
         os.replace(best, old)
+        kill_point(f"{run_dir.name}/best:old-moved")
     os.replace(new, best)
     fsync_dir(run_dir)
+    kill_point(f"{run_dir.name}/best:new-moved")
     if old.exists():
         shutil.rmtree(old)
 
@@ -229,117 +227,3 @@ def save_run_checkpoint(
         _replace_best(run_dir, files, step)
     _prune(run_dir, step, keep)
     return ckpt_dir
-
-
-# --------------------------------------------------------------------------------------------- loading
-
-
-def _read_manifest(ckpt_dir: Path) -> dict[str, Any]:
-    path = ckpt_dir / MANIFEST
-    try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _Damaged(f"{path} is missing (the checkpoint was never completed)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _Damaged(f"{path} cannot be read ({exc})") from None
-    ok = (
-        isinstance(body, dict)
-        and body.get("format") == FORMAT
-        and isinstance(body.get("step"), int)
-        and isinstance(body.get("files"), dict)
-        and all(name in body["files"] for name in REQUIRED)
-    )
-    if not ok:
-        raise _Damaged(f"{path} is not a seqlab checkpoint manifest")
-    if body.get("version") != VERSION:
-        raise _Damaged(f"{path} has version {body.get('version')!r}; this seqlab reads version {VERSION}")
-    return body
-
-
-def _verify(ckpt_dir: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
-    """Read every listed file and check its size and sha256; returns the bytes that were checked."""
-    data: dict[str, bytes] = {}
-    for name, entry in manifest["files"].items():
-        path = ckpt_dir / name
-        if "/" in name or "\\" in name or name in ("", ".", ".."):
-            raise _Damaged(f"{ckpt_dir / MANIFEST} lists a file outside its directory: {name!r}")
-        try:
-            blob = path.read_bytes()
-        except FileNotFoundError:
-            raise _Damaged(f"{path} is missing") from None
-        except OSError as exc:
-            raise _Damaged(f"{path} cannot be read ({exc})") from None
-        if len(blob) != entry.get("size"):
-            raise _Damaged(f"{path} has {len(blob)} bytes, the manifest says {entry.get('size')}")
-        if hashlib.sha256(blob).hexdigest() != entry.get("sha256"):
-            raise _Damaged(f"{path} is corrupt (its sha256 does not match the manifest)")
-        data[name] = blob
-    return data
-
-
-def _load_dir(ckpt_dir: Path, map_location: Any) -> LoadedCheckpoint:
-    """Verify and read one checkpoint; `_Damaged` if it does not verify, `UserError` if it needs pickle."""
-    manifest = _read_manifest(ckpt_dir)
-    data = _verify(ckpt_dir, manifest)
-    try:
-        weights = weights_from_bytes(data[WEIGHTS], str(ckpt_dir / WEIGHTS))
-        config_json = data[CONFIG].decode("utf-8")
-        tokenizer_json = data[TOKENIZER].decode("utf-8") if TOKENIZER in data else None
-    except (UserError, UnicodeDecodeError) as exc:
-        raise _Damaged(str(exc)) from None
-    # No fallback here: a trainer state that needs pickle is refused, not skipped in favour of another.
-    state = trainer_state_from_bytes(data[TRAINER_STATE], str(ckpt_dir / TRAINER_STATE), map_location)
-    return LoadedCheckpoint(ckpt_dir, manifest["step"], weights, state, config_json, tokenizer_json)
-
-
-def load_checkpoint(ckpt_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint:
-    """Load one checkpoint directory; `UserError` naming the bad file if it does not verify."""
-    try:
-        return _load_dir(Path(ckpt_dir), map_location)
-    except _Damaged as exc:
-        raise UserError(f"cannot use checkpoint {ckpt_dir}: {exc}") from None
-
-
-def _candidates(run_dir: Path) -> list[Path]:
-    """Checkpoint directories of a run, newest step first; at equal steps the history comes first."""
-    ranked: list[tuple[int, int, Path]] = []
-    places = [(0, p) for _, p in _step_dirs(run_dir)]
-    places += [(1, run_dir), (2, run_dir / "best"), (3, run_dir / "best.old")]
-    for rank, path in places:
-        if rank > 0 and not ((path / MANIFEST).exists() or (path / WEIGHTS).exists()):
-            continue  # no mirror / no best yet: nothing to report
-        try:
-            step = _read_manifest(path)["step"]
-        except _Damaged as exc:
-            warn(f"skipping checkpoint {path}: {exc}; trying the others")
-            continue
-        ranked.append((-step, rank, path))
-    return [path for _, _, path in sorted(ranked)]
-
-
-def load_latest(run_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint | None:
-    """The newest checkpoint of RUN_DIR that verifies, or None if there is none.
-
-    Each checkpoint skipped on the way (missing or corrupt file) is reported on stderr, naming the file.
-    A verified `trainer_state.pt` that needs pickle raises `UserError`.
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return None
-    for path in _candidates(run_dir):
-        try:
-            return _load_dir(path, map_location)
-        except _Damaged as exc:
-            warn(f"skipping checkpoint {path}: {exc}; trying an older one")
-    return None
-
-
-def load_best(run_dir: Path, map_location: Any = "cpu") -> LoadedCheckpoint | None:
-    """The best-by-validation checkpoint of RUN_DIR, or None if there is none that verifies."""
-    for path in (Path(run_dir) / "best", Path(run_dir) / "best.old"):
-        if path.is_dir():
-            try:
-                return _load_dir(path, map_location)
-            except _Damaged as exc:
-                warn(f"skipping checkpoint {path}: {exc}")
-    return None

@@ -1,4 +1,5 @@
-"""Reading a trained RUN_DIR back for evaluation and completion: `load_run`, `run_data_dir`, `resolve_device`.
+"""Reading a trained RUN_DIR back for evaluation and completion: `load_run`, `run_data_dir`, `resolve_device`,
+`checkpoint_config`.
 
 A RUN_DIR (ARCHITECTURE.md, "RUN_DIR"; layout in `seqlab.runs.checkpoint`) holds verified checkpoint directories.
 `load_run` takes the best-by-validation checkpoint (`best/`) when there is one, else the newest that
@@ -37,11 +38,26 @@ def resolve_device(name: str = "auto") -> torch.device:
 def _checkpoint(run_dir: Path, which: str) -> LoadedCheckpoint:
     if which not in ("best", "latest"):
         raise ValueError(f"which must be 'best' or 'latest', not {which!r}")
-    ckpt = load_best(run_dir) if which == "best" else None
-    ckpt = ckpt or load_latest(run_dir)
+    skipped: list[str] = []
+    ckpt = load_best(run_dir, skipped=skipped) if which == "best" else None
+    ckpt = ckpt or load_latest(run_dir, skipped=skipped)
+    if ckpt is None and skipped:
+        # every copy is damaged: say which file, not only that nothing was found (the warnings list them all)
+        raise UserError(f"{run_dir} holds no usable checkpoint: {skipped[0]}.")
     if ckpt is None:
         raise UserError(f"{run_dir} holds no usable checkpoint; train a model there first with `seqlab train`.")
     return ckpt
+
+
+def checkpoint_config(ckpt: LoadedCheckpoint) -> RunConfig:
+    """The RunConfig in a checkpoint's config.json; `UserError` naming the file if it is not one."""
+    try:
+        body = json.loads(ckpt.config_json)
+        if not isinstance(body, dict):
+            raise TypeError(f"it holds a JSON {type(body).__name__}, not an object")
+        return RunConfig.from_dict(body)
+    except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{ckpt.path / 'config.json'} is not a valid seqlab config ({exc}).") from None
 
 
 def load_run(run_dir: Path | str, device: str | torch.device = "auto",
@@ -51,19 +67,17 @@ def load_run(run_dir: Path | str, device: str | torch.device = "auto",
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a run folder.")
     ckpt = _checkpoint(run_dir, which)
-    try:
-        cfg = RunConfig.from_dict(json.loads(ckpt.config_json))
-    except (json.JSONDecodeError, TypeError, ValueError) as exc:
-        raise UserError(f"{ckpt.path / 'config.json'} is not a valid seqlab config ({exc}).") from None
+    cfg = checkpoint_config(ckpt)
+    tok_path = ckpt.path / "tokenizer.json" if ckpt.tokenizer_json is not None else run_dir / "tokenizer.json"
     if ckpt.tokenizer_json is not None:
-        tok = tokenizer_from_json(ckpt.tokenizer_json, str(ckpt.path / "tokenizer.json"))
-    elif (run_dir / "tokenizer.json").is_file():
-        tok = load_tokenizer(run_dir / "tokenizer.json")
+        tok = tokenizer_from_json(ckpt.tokenizer_json, str(tok_path))
+    elif tok_path.is_file():
+        tok = load_tokenizer(tok_path)
     else:
         raise UserError(f"{run_dir} has no tokenizer.json; the run folder is incomplete.")
     if tok.vocab_size != cfg.model.vocab_size:
-        raise UserError(f"{run_dir}: the tokenizer has {tok.vocab_size} ids but the model expects "
-                        f"{cfg.model.vocab_size}.")
+        raise UserError(f"{tok_path} has {tok.vocab_size} ids but the model in {ckpt.path / 'config.json'} "
+                        f"expects {cfg.model.vocab_size}; the run folder mixes files of two runs.")
     model = build_model(cfg.model)
     ckpt.load_into(model)
     dev = device if isinstance(device, torch.device) else resolve_device(device)
