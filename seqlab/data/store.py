@@ -10,6 +10,13 @@ On-disk format (ARCHITECTURE.md, "DATA_DIR"):
 - `meta.json`: written by `prepare`; its `token_dtype` field (`"uint16"` / `"uint32"`) says how to read
   `.bin`. Older folders without it fall back on the vocabulary size.
 
+Opening a store checks the files against each other and against what `meta.json` records (when it records
+it): `.idx` a whole number of offsets that partition `.bin`, the email and token counts of the split,
+every email opening with bos and closing with eos, every id inside the vocabulary. A truncated, damaged
+or mismatched file is a `UserError` naming it, never a crash in the middle of training or silent nonsense
+(a cut `.idx` would otherwise glue the rest of the split into one email). `check_tokenizer` does the same
+for tokenizer.json against meta.json.
+
 Batches are formed from a `TokenStore` in `seqlab.data.batches` (windows, for attention models) and
 `seqlab.data.streams` (streams, for recurrent models). This module needs only numpy, so `prepare`, which
 only writes tokens, does not pay torch's import time and memory.
@@ -26,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from seqlab.data.durable import StreamFile
 from seqlab.errors import UserError
 
-__all__ = ["IDX_DTYPE", "TokenWriter", "TokenStore", "token_dtype", "load_meta"]
+__all__ = ["IDX_DTYPE", "TokenWriter", "TokenStore", "check_tokenizer", "token_dtype", "load_meta"]
 
 IDX_DTYPE = np.dtype("<i8")  # email start offsets in `{split}.idx`
 _BUFFER_BYTES = 1 << 20  # write buffer of a TokenWriter: memory stays bounded whatever the corpus size
@@ -53,6 +61,44 @@ def load_meta(data_dir: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise UserError(f"{path} does not hold a JSON object; run `seqlab prepare` again.")
     return meta
+
+
+def _meta_field(meta: dict[str, Any], data_dir: Path, *keys: str) -> dict[str, Any] | None:
+    """meta[keys[0]][keys[1]]... when recorded (None if absent); a UserError if it is not a JSON object."""
+    node: Any = meta
+    for i, key in enumerate(keys):
+        if key not in node:
+            return None
+        node = node[key]
+        if not isinstance(node, dict):
+            raise UserError(f"{data_dir / 'meta.json'} records {'.'.join(keys[:i + 1])} as a "
+                            f"{type(node).__name__}, not an object; run `seqlab prepare` again.")
+    return node
+
+
+def _meta_int(node: dict[str, Any], data_dir: Path, name: str) -> int | None:
+    """The integer at the last part of the dotted `name` in `node`, None if absent; UserError if not an int."""
+    value = node.get(name.rsplit(".", 1)[-1])
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UserError(f"{data_dir / 'meta.json'} records {name} as {value!r}, not a count; "
+                        "run `seqlab prepare` again.")
+    return value
+
+
+def check_tokenizer(data_dir: Path, meta: dict[str, Any], vocab_size: int, sha256: str) -> None:
+    """tokenizer.json must be the one prepare recorded in meta.json (vocabulary size and sha256), else
+    its ids would not mean the ids in the token files: a UserError naming the file."""
+    tok = _meta_field(meta, Path(data_dir), "tokenizer")
+    if tok is None:
+        return  # a hand-made folder that records no tokenizer: nothing to compare with
+    path = Path(data_dir) / "tokenizer.json"
+    recorded = _meta_int(tok, Path(data_dir), "tokenizer.vocab_size")
+    if recorded is not None and recorded != vocab_size:
+        raise UserError(f"{path} has {vocab_size} ids but meta.json records {recorded}; it is not the "
+                        "tokenizer this data was prepared with.")
+    if "sha256" in tok and tok["sha256"] != sha256:
+        raise UserError(f"{path} is not the tokenizer this data was prepared with (its sha256 differs from "
+                        "the one in meta.json).")
 
 
 def _dtype_from_meta(meta: dict[str, Any], data_dir: Path) -> np.dtype:
@@ -88,8 +134,14 @@ class TokenWriter:
         self.idx_path = self.data_dir / f"{split}.idx"
         self._bin_tmp = self.data_dir / f".{split}.bin.tmp"
         self._idx_tmp = self.data_dir / f".{split}.idx.tmp"
-        self._bin = open(self._bin_tmp, "wb", buffering=_BUFFER_BYTES)  # noqa: SIM115 - closed in close()
-        self._idx = open(self._idx_tmp, "wb", buffering=_BUFFER_BYTES)  # noqa: SIM115
+        # through os.write (seqlab.data.durable): a full disk is a DiskFullError naming the file
+        self._bin = StreamFile(self._bin_tmp, _BUFFER_BYTES, shown=self.bin_path)
+        try:
+            self._idx = StreamFile(self._idx_tmp, _BUFFER_BYTES, shown=self.idx_path)
+        except BaseException:
+            self._bin.abort()
+            self._bin_tmp.unlink(missing_ok=True)
+            raise
         self.num_tokens = 0
         self.num_emails = 0
         self.closed = False
@@ -117,11 +169,13 @@ class TokenWriter:
         """Flush, fsync and move both files into place (idempotent)."""
         if self.closed:
             return
+        try:
+            for f in (self._bin, self._idx):
+                f.close()
+        except BaseException:
+            self.abort()  # a full disk at the last flush: nothing half-written may take the real names
+            raise
         self.closed = True
-        for f in (self._bin, self._idx):
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
         os.replace(self._bin_tmp, self.bin_path)
         os.replace(self._idx_tmp, self.idx_path)
 
@@ -131,7 +185,7 @@ class TokenWriter:
             return
         self.closed = True
         for f in (self._bin, self._idx):
-            f.close()
+            f.abort()
         for p in (self._bin_tmp, self._idx_tmp):
             p.unlink(missing_ok=True)
 
@@ -156,16 +210,20 @@ class TokenStore:
         for p in (bin_path, idx_path):
             if not p.is_file():
                 raise UserError(f"{p} is missing; run `seqlab prepare` to build {self.data_dir}.")
-        self.dtype = _dtype_from_meta(load_meta(self.data_dir), self.data_dir)
-        size = bin_path.stat().st_size
+        meta = load_meta(self.data_dir)
+        self.dtype = _dtype_from_meta(meta, self.data_dir)
+        size, idx_size = bin_path.stat().st_size, idx_path.stat().st_size
         if size % self.dtype.itemsize:
             raise UserError(f"{bin_path} is truncated ({size} bytes is not a whole number of {self.dtype} ids).")
+        if idx_size % IDX_DTYPE.itemsize:  # np.fromfile would drop the tail without a word
+            raise UserError(f"{idx_path} is truncated ({idx_size} bytes is not a whole number of 8-byte offsets).")
         # np.memmap refuses an empty file, and an empty split is legal (a tiny corpus may leave val empty).
         self.tokens: np.ndarray = (np.memmap(bin_path, dtype=self.dtype, mode="r") if size
                                    else np.zeros(0, dtype=self.dtype))
         self.starts: np.ndarray = np.fromfile(idx_path, dtype=IDX_DTYPE).astype(np.int64)
         self.ends: np.ndarray = np.append(self.starts[1:], len(self.tokens)).astype(np.int64)
         self._check(idx_path)
+        self._check_against_meta(meta, bin_path, idx_path)
 
     def _check(self, idx_path: Path) -> None:
         """The offsets must partition the token file into non-empty emails."""
@@ -174,6 +232,30 @@ class TokenStore:
             len(s) > 0 and s[0] == 0 and s[-1] < n and bool(np.all(np.diff(s) > 0)))
         if not ok:
             raise UserError(f"{idx_path} does not match {self.split}.bin; run `seqlab prepare` again.")
+
+    def _check_against_meta(self, meta: dict[str, Any], bin_path: Path, idx_path: Path) -> None:
+        """Counts, email boundaries and ids against what meta.json records (each check only if recorded)."""
+        again = "run `seqlab prepare` again"
+        counts = _meta_field(meta, self.data_dir, "splits", self.split)
+        if counts is not None:
+            emails, tokens = (_meta_int(counts, self.data_dir, f"splits.{self.split}.{key}")
+                              for key in ("emails", "tokens"))
+            if emails is not None and emails != self.num_emails:
+                raise UserError(f"{idx_path} lists {self.num_emails} emails but meta.json records {emails}; {again}.")
+            if tokens is not None and tokens != self.num_tokens:
+                raise UserError(f"{bin_path} holds {self.num_tokens} tokens but meta.json records {tokens}; {again}.")
+        if not self.num_tokens:
+            return
+        tok = _meta_field(meta, self.data_dir, "tokenizer")
+        vocab = _meta_int(tok, self.data_dir, "tokenizer.vocab_size") if tok is not None else None
+        vocab = vocab if vocab is not None else _meta_int(meta, self.data_dir, "vocab_size")
+        if vocab is not None and int(self.tokens.max()) >= vocab:
+            raise UserError(f"{bin_path} holds token ids outside the vocabulary of {vocab}; it is damaged, {again}.")
+        for key, at in (("bos_id", self.starts), ("eos_id", self.ends - 1)):
+            special = _meta_int(tok, self.data_dir, f"tokenizer.{key}") if tok is not None else None
+            if special is not None and not bool(np.all(self.tokens[at] == special)):
+                raise UserError(f"{bin_path} does not match {idx_path.name}: an email does not "
+                                f"{'open with bos' if key == 'bos_id' else 'close with eos'}; {again}.")
 
     @property
     def num_emails(self) -> int:
