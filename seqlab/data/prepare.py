@@ -5,6 +5,12 @@
     -> split by thread hash -> fit tokenizer on train only -> encode every email
     -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
 
+The DATA_DIR is complete or absent: everything is written into a hidden sibling folder
+(`.NAME.prepare-XXXX`), which replaces `--out` only at the end, so a crash, Ctrl-C or a full disk leaves
+`--out` as it was (absent, or an earlier prepare's complete folder). A full disk is a `UserError` naming
+`--out` and "no space left". `--out` may be new, empty, or an earlier prepare's folder; a folder holding
+anything else is refused rather than replaced.
+
 Memory stays bounded on large corpora: bodies go to a spool file as they are read, and only small
 per-email metadata (about 1 KB: ids, references, date, two dedupe digests) stays in memory for threading;
 benchmarks/bench_prepare.py measures it. Everything written is a function of the input and the seed (not
@@ -16,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from itertools import islice
@@ -26,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seqlab import __version__
+from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full
 from seqlab.data.mail.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
 from seqlab.data.mail.reader import CleanOptions
 from seqlab.data.mail.records import SkipReport
@@ -38,6 +47,10 @@ from seqlab.errors import UserError
 
 SPLITS = ("train", "val", "test")
 SPOOL = "emails.spool"
+# What an earlier prepare may have left in --out (older versions wrote in place, temporaries included):
+# a folder holding only these may be replaced.
+_OURS = ({f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")} | {"tokenizer.json", "emails.jsonl", "meta.json",
+         SPOOL, "meta.json.tmp", "tokenizer.json.tmp"} | {f".{s}.{ext}.tmp" for s in SPLITS for ext in ("bin", "idx")})
 ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
@@ -101,12 +114,31 @@ def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], 
     Returns the counts per split and the name of the on-disk token dtype.
     """
     counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
-    writers = {s: TokenWriter(out, s, tok.vocab_size) for s in SPLITS}
+    writers: dict[str, TokenWriter] = {}
+    index = StreamFile(out / "emails.jsonl")
+    try:
+        for s in SPLITS:
+            writers[s] = TokenWriter(out, s, tok.vocab_size)
+        _encode_into(spool, writers, index, tok, threads, splits, counts, progress)
+        index.close()
+        for w in writers.values():
+            w.close()
+    except BaseException:
+        index.abort()
+        for w in writers.values():
+            w.abort()
+        raise
+    return counts, str(token_dtype(tok.vocab_size))
+
+
+def _encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile, tok: Tokenizer,
+                 threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
+                 progress: bool) -> None:
+    """The encoding loop of `_encode_all`: token stores, emails.jsonl lines and the counts per split."""
     seen_threads: dict[str, set[str]] = {s: set() for s in SPLITS}
     records = iter_spool(spool)
     i = 0
-    with (out / "emails.jsonl").open("w", encoding="utf-8") as index, \
-            tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
+    with tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
         while True:
             chunk: list[SpoolRecord] = list(islice(records, ENCODE_CHUNK))
             if not chunk:
@@ -123,13 +155,10 @@ def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], 
                 lines.append(json.dumps({"id": rec.id, "thread": thread, "split": split, "source": rec.source,
                                          "tokens": len(ids)}, ensure_ascii=False) + "\n")
                 i += 1
-            index.write("".join(lines))
+            index.write("".join(lines).encode("utf-8"))
             bar.update(len(chunk))
-    for w in writers.values():
-        w.close()
     for s in SPLITS:
         counts[s]["threads"] = len(seen_threads[s])
-    return counts, str(token_dtype(tok.vocab_size))
 
 
 def _split_threads(metas: list[ThreadMeta], seed: int, split: tuple[float, float, float]
@@ -163,14 +192,74 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
         raise UserError(f"--workers must be a positive integer, not {workers!r}")
     stats = stats if stats is not None else {}
     out = Path(out)
+    staging = _staging_folder(out)
+    try:
+        meta = _build(staging, source, tokenizer=tokenizer, vocab_size=vocab_size, split=split, seed=seed,
+                      opts=CleanOptions(keep_quotes=keep_quotes, keep_signatures=keep_signatures,
+                                        mask_pii=mask_pii),
+                      limit=limit, count=count, groups=groups, cache_dir=cache_dir, progress=progress,
+                      workers=workers, stats=stats)
+        _publish(staging, out)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, DiskFullError) or is_disk_full(exc):
+            where = exc.path.name if isinstance(exc, DiskFullError) else "the spool"
+            state = "an earlier prepare's folder was kept as it was" if out.exists() else "nothing was written"
+            raise UserError(f"cannot write {out}: no space left on the device (while writing {where}); "
+                            f"{state}") from None
+        raise
+    return meta
+
+
+def _staging_folder(out: Path) -> Path:
+    """A new hidden sibling of `out` to build the DATA_DIR in (same file system, so a rename publishes it).
+
+    `out` itself must be absent, an empty folder or an earlier prepare's folder: anything else is refused
+    rather than replaced, since the user's files there would be lost.
+    """
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
+    if out.is_dir():
+        foreign = sorted(p.name for p in out.iterdir() if p.name not in _OURS)
+        if foreign:
+            raise UserError(f"--out {out} holds files that `seqlab prepare` did not write ({', '.join(foreign[:3])}"
+                            f"{' ...' if len(foreign) > 3 else ''}); choose a new or empty folder")
+    parent = Path(os.path.abspath(out)).parent
+    staging = parent / f".{Path(os.path.abspath(out)).name}.prepare-{secrets.token_hex(4)}"
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
     except OSError as exc:
         raise UserError(f"--out {out} cannot be created ({exc.strerror})") from None
+    return staging
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Move the finished folder to `out`, replacing an earlier prepare's folder there.
+
+    Two renames: the old folder aside, the new one in. Interrupted between them (Ctrl-C), the old one is
+    put back; killed between them, `out` is absent and the old folder waits as `.NAME.old-XXXX`.
+    """
+    fsync_dir(staging)
+    if not out.exists():
+        os.replace(staging, out)
+    else:
+        old = staging.with_name(staging.name.replace(".prepare-", ".old-"))
+        os.replace(out, old)
+        try:
+            os.replace(staging, out)
+        except BaseException:
+            os.replace(old, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(out.parent)
+
+
+def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tuple[float, float, float],
+           seed: int, opts: CleanOptions, limit: int | None, count: int, groups: Sequence[str] | None,
+           cache_dir: Path | None, progress: bool, workers: int, stats: dict[str, Any]) -> dict[str, Any]:
+    """The one pass of `prepare`, writing into the folder `out` (the staging folder); returns meta."""
     messages = resolve_source(source, cache_dir=cache_dir, groups=groups, count=count, seed=seed)
-    opts = CleanOptions(keep_quotes=keep_quotes, keep_signatures=keep_signatures, mask_pii=mask_pii)
     report = SkipReport()
     spool = out / SPOOL
     clock = time.perf_counter()
@@ -192,7 +281,7 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
         if "train" not in splits:
             raise UserError("the train split is empty; use more mail or a larger train fraction in --split")
         tok = fit_tokenizer(tokenizer, _train_texts(spool, splits), vocab_size=vocab_size)
-        tok.save(out / "tokenizer.json")
+        atomic_write_text(out / "tokenizer.json", tok.to_json())  # the bytes whose sha256 meta.json records
         lap("fit_s")
         counts, dtype = _encode_all(spool, out, tok, threads, splits, progress)
         lap("encode_s")
@@ -200,9 +289,7 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
         spool.unlink(missing_ok=True)
     stats.update(messages=report.seen, kept=report.kept)
     meta = _meta(source, seed, split, opts, report, duplicates, counts, tok, dtype)
-    tmp = out / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "meta.json")
+    atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
