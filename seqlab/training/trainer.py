@@ -24,7 +24,7 @@ from tqdm import tqdm
 from seqlab import __version__
 from seqlab.config import RunConfig, apply_overrides
 from seqlab.data.batches import WindowSampler, fixed_eval_batches
-from seqlab.data.store import TokenStore, load_meta
+from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
@@ -38,7 +38,8 @@ from seqlab.runs.checkpoint import (
     restore_rng_state,
     save_run_checkpoint,
 )
-from seqlab.runs.load import resolve_device
+from seqlab.runs.files import append_text, atomic_write_text
+from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
 
@@ -55,9 +56,13 @@ class Trainer:
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
         meta = load_meta(self.data_dir)
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
+        check_tokenizer(self.data_dir, meta, self.tok.vocab_size, self.tok.sha256())
         ckpt = load_latest(self.run_dir) if resume else None
         if resume and ckpt is None:
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
+        if ckpt is not None and ckpt.tokenizer_json not in (None, self.tok.to_json()):
+            raise UserError(f"{self.data_dir / 'tokenizer.json'} is not the tokenizer {ckpt.path} was trained "
+                            "with; resume on the data folder the run started on")
         cfg = self._config(cfg, ckpt, overrides)
         self.cfg, t = cfg, cfg.train
         if t.threads:
@@ -74,7 +79,7 @@ class Trainer:
         self._setup(ckpt)
 
     def _config(self, cfg: RunConfig | None, ckpt: LoadedCheckpoint | None, overrides: Sequence[str]) -> RunConfig:
-        base = RunConfig.from_dict(json.loads(ckpt.config_json)) if ckpt is not None else cfg
+        base = checkpoint_config(ckpt) if ckpt is not None else cfg
         if base is None:
             raise ValueError("Trainer needs a RunConfig unless it resumes")
         try:
@@ -130,8 +135,8 @@ class Trainer:
         """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
         path = self.run_dir / "metrics.jsonl"
         if path.exists():
-            lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
-            path.write_text("".join(ln + "\n" for ln in lines))
+            lines = [ln for ln in path.read_text(errors="replace").splitlines() if _step_of(ln) <= step]
+            atomic_write_text(path, "".join(ln + "\n" for ln in lines))  # a kill here must not lose the log
 
     def _save(self, best: bool = False) -> None:
         trainer_state = {
@@ -153,8 +158,7 @@ class Trainer:
         return map_tensors({"layers": st.layers, "cross": st.cross, "pos": st.pos}, lambda x: x.detach().cpu())
 
     def _log(self, record: dict[str, Any]) -> None:
-        with (self.run_dir / "metrics.jsonl").open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_text(self.run_dir / "metrics.jsonl", json.dumps(record) + "\n")  # whole line or nothing
 
     # ------------------------------------------------------------ steps
 
@@ -282,7 +286,17 @@ class Trainer:
                 "mode": self.mode, "params": self.model.num_params()}
         if summary:
             info["summary"] = summary
-        (self.run_dir / "run.json").write_text(json.dumps(info, indent=2) + "\n")
+        atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
+
+
+def _step_of(line: str) -> float:
+    """The step of a metrics.jsonl line; a line torn by a kill mid-append counts as past any step (dropped)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return float("inf")
+    step = record.get("step", 0) if isinstance(record, dict) else float("inf")
+    return step if isinstance(step, int) else float("inf")
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
