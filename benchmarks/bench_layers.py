@@ -4,6 +4,8 @@ Rows (each a training step: forward, a scalar loss, backward):
   attention  our MultiHeadAttention vs torch.nn.MultiheadAttention, causal     goal: ours/torch <= 1.0
   gru_fused  our RecurrentMixer('gru'), fused path, vs torch.nn.GRU             goal: throughput ratio >= 0.95
   mingru     minGRU parallel scan vs the explicit GRU time loop, L = 512        goal: >= 10x faster
+  mingru_L*  the minGRU mixer vs the fused GRU mixer at L = 512, 2048, 8192     goal: >= 5x faster at 2048
+  mingru_scan  the chunked linear-space scan vs the log-space scan at L = 2048  goal: not slower
 
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
 repeats is kept, so both see the same machine load. Prints a table with PASS/MISS per goal and writes
@@ -28,7 +30,7 @@ from torch import nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
-from seqlab.models.mingru import MinGRUMixer
+from seqlab.models.mingru import MinGRUMixer, mingru_scan_log
 from seqlab.models.rnn import RecurrentMixer
 
 Step = Callable[[], None]
@@ -124,6 +126,37 @@ def bench_mingru(args: argparse.Namespace, device: torch.device) -> dict[str, An
                 "speedup loop / scan", ">= 10x", speedup >= 10.0, speedup, {"B": B, "L": L, "n_embd": C})
 
 
+def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    """(d) the minGRU mixer (linear scan) vs the fused GRU mixer at long lengths, and vs its own log-space
+    scan (the reference form), fwd+bwd, batch --scan-batch, width --n-embd."""
+    B, C = args.scan_batch, args.n_embd
+    fused = RecurrentMixer(ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none"), "gru").to(device)
+    mingru = MinGRUMixer(ModelConfig(mixer="mingru", n_embd=C, n_head=1, pos="none")).to(device)
+    mingru.mode = "scan"
+    rnn = mingru.rnn
+
+    def log_space(t: torch.Tensor) -> torch.Tensor:
+        return mingru.proj(mingru_scan_log(rnn.linear_z(t), rnn.linear_h(t))[0])
+
+    rows = []
+    for L in args.long_lens:
+        x = torch.randn(B, L, C, device=device, requires_grad=True)
+        t_min, t_gru = time_pair(train_step(mingru, lambda t: mingru(t)[0], x),
+                                 train_step(fused, lambda t: fused(t)[0], x), args.long_repeats, 1, device)
+        speedup = t_gru / t_min
+        goal = L == 2048
+        rows.append(_row(f"mingru_L{L}", "MinGRUMixer linear scan", "RecurrentMixer('gru') fused (torch.nn.GRU)",
+                         t_min, t_gru, "speedup fused GRU / minGRU", ">= 5x" if goal else "-",
+                         speedup >= 5.0 if goal else True, speedup, {"B": B, "L": L, "n_embd": C}))
+    L = args.long_lens[min(1, len(args.long_lens) - 1)]
+    x = torch.randn(B, L, C, device=device, requires_grad=True)
+    t_lin, t_log = time_pair(train_step(mingru, lambda t: mingru(t)[0], x), train_step(mingru, log_space, x),
+                             args.long_repeats, 1, device)
+    rows.append(_row("mingru_scan", "linear scan (chunked)", "log-space scan (Heinsen 2023)", t_lin, t_log,
+                     "speedup log / linear", ">= 1x", t_log >= t_lin, t_log / t_lin, {"B": B, "L": L, "n_embd": C}))
+    return rows
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", type=Path, default=Path("out/bench_layers.json"), help="where to write the results")
@@ -140,10 +173,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gru-len", type=int, default=256)
     p.add_argument("--scan-batch", type=int, default=8)
     p.add_argument("--scan-len", type=int, default=512)
+    p.add_argument("--long-lens", type=lambda s: [int(v) for v in s.split(",")], default=[512, 2048, 8192],
+                   help="lengths of the minGRU vs fused GRU rows")
+    p.add_argument("--long-repeats", type=int, default=3)
     args = p.parse_args(argv)
     if args.quick:
         args.repeats, args.warmup = 3, 1
         args.n_embd, args.attn_len, args.gru_len, args.scan_len = 64, 64, 64, 128
+        args.long_lens, args.long_repeats = [128, 256], 1
     return args
 
 
@@ -154,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    rows = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
+    rows = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device),
+            *bench_mingru_long(args, device)]
     print(f"{'row':<10} {'ours ms':>9} {'ref ms':>9}  {'metric':<24} {'value':>7}  {'goal':<8} result")
     for r in rows:
         print(f"{r['name']:<10} {r['ours_ms']:9.2f} {r['reference_ms']:9.2f}  {r['metric']:<24} {r['value']:7.3f}"

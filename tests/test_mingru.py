@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from seqlab.models.mingru import MinGRU, g, log_g, mingru_scan, mingru_sequential
+from seqlab.models.mingru import MinGRU, g, log_g, mingru_scan, mingru_scan_log, mingru_sequential
 
 
 def _inputs(B: int, T: int, H: int, seed: int, dtype: torch.dtype = torch.float64, scale: float = 2.0):
@@ -62,12 +62,32 @@ def test_scan_equals_sequential_values_and_gradients(with_h0: bool, with_reset: 
 
 
 def test_scan_float32_long_sequence_matches_float64_sequential() -> None:
-    # Heinsen's scan sums logs over the whole piece; in float32 at L=512 it stays within 1e-3 relative.
-    pre_z, pre_h, h0, _ = _inputs(2, 512, 16, seed=2, dtype=torch.float32, scale=1.0)
-    h32, _ = mingru_scan(pre_z, pre_h, h0)
+    # The linear scan never rounds through log/exp: at L=4000 in float32 it stays within 1e-5 relative of
+    # float64, while Heinsen's log-space scan, which sums logs over the whole piece, needs 1e-3.
+    pre_z, pre_h, h0, _ = _inputs(2, 4000, 8, seed=2, dtype=torch.float32, scale=1.0)
     h64, _ = mingru_sequential(pre_z.double(), pre_h.double(), h0.double())
+    h32, _ = mingru_scan(pre_z, pre_h, h0)
     assert h32.dtype == torch.float32
-    torch.testing.assert_close(h32.double(), h64, rtol=1e-3, atol=1e-5)
+    torch.testing.assert_close(h32.double(), h64, rtol=1e-5, atol=1e-7)
+    log32, _ = mingru_scan_log(pre_z, pre_h, h0)
+    torch.testing.assert_close(log32.double(), h64, rtol=1e-3, atol=1e-5)
+    assert (h32.double() - h64).abs().max() < (log32.double() - h64).abs().max()
+
+
+@pytest.mark.parametrize("T", [1, 15, 16, 17, 100])
+def test_linear_scan_equals_log_space_reference(T: int) -> None:
+    """Values and gradients, with and without h0 and resets, at lengths around the chunk size."""
+    pre_z, pre_h, h0, reset = _inputs(3, T, 5, seed=T)
+    for state, cut in ((None, None), (h0, reset)):
+        lin = mingru_scan(pre_z, pre_h, state, cut)
+        ref = mingru_scan_log(pre_z, pre_h, state, cut)
+        for a, b in zip(lin, ref, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-9)
+        inputs = [pre_z, pre_h] + ([h0] if state is not None else [])
+        g_lin = torch.autograd.grad(lin[0].sum() + lin[1].square().sum(), inputs)
+        g_ref = torch.autograd.grad(ref[0].sum() + ref[1].square().sum(), inputs)
+        for a, b in zip(g_lin, g_ref, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-8)
 
 
 def test_gradcheck_scan_float64() -> None:
@@ -80,11 +100,14 @@ def test_no_nan_or_inf_in_gradients_at_extremes() -> None:
     pre_z, pre_h, _, reset = _inputs(2, 64, 4, seed=4, dtype=torch.float32, scale=40.0)
     reset[:, 0] = True
     h0 = torch.zeros(2, 4, requires_grad=True)  # a zero state has no logarithm: it must still work
-    h, h_last = mingru_scan(pre_z, pre_h, h0, reset)
-    grads = torch.autograd.grad(h.sum() + h_last.sum(), [pre_z, pre_h, h0])
-    assert torch.isfinite(h).all()
-    for grad in grads:
-        assert torch.isfinite(grad).all()
+    for scan in (mingru_scan, mingru_scan_log):
+        h, h_last = scan(pre_z, pre_h, h0, reset)
+        grads = torch.autograd.grad(h.sum() + h_last.sum(), [pre_z, pre_h, h0])
+        assert torch.isfinite(h).all()
+        for grad in grads:
+            assert torch.isfinite(grad).all()
+    torch.testing.assert_close(mingru_scan(pre_z, pre_h, h0, reset)[0], mingru_scan_log(pre_z, pre_h, h0, reset)[0],
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_layer_modes_agree_and_bad_mode_is_value_error() -> None:
