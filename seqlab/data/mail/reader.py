@@ -231,7 +231,7 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
     def first(name: str) -> str:
         return headers.get(name, [""])[0] if headers.get(name) else ""
 
-    subject = decode_header_text(first("subject")[: MAX_SUBJECT_CHARS * 8])[:MAX_SUBJECT_CHARS]
+    subject = decode_header_text(first("subject")[: MAX_SUBJECT_CHARS * 8])[:MAX_SUBJECT_CHARS].rstrip()
     body = clean_body(_cap(body), opts)
     if opts.mask_pii:
         subject = mask_pii(subject)
