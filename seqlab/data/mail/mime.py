@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import codecs
 import functools
 import re
@@ -48,6 +49,8 @@ _UNFOLDED_HEADER = re.compile(rb"\n(?![ \t])")
 # Matched on "\n" + raw.lower(), so that case-sensitive literal prefixes make the scans fast.
 _MIME_HEADER = re.compile(rb"\ncontent-[a-z-]{1,40}[ \t]*:[^\n]*(?:\n[ \t][^\n]*)*")
 _BOUNDARY = re.compile(rb'boundary[ \t]*=[ \t]*"?([^"\s;]{1,200})')
+# A line that could be a delimiter ("--b") or close ("--b--") of a boundary as _BOUNDARY reads them.
+_DASH_LINE = re.compile(rb'\n--([^"\s;]{1,202})[ \t]*(?=\n|\Z)')
 
 
 def _header_block_too_long(raw: bytes) -> bool:
@@ -73,15 +76,31 @@ def _mime_headers_too_costly(low: bytes) -> bool:
     return False
 
 
-def _nesting_depth(raw: bytes, boundaries: list[tuple[int, bytes]]) -> int:
+def _boundary_lines(raw: bytes, names: set[bytes]) -> tuple[int, dict[bytes, list[int]]]:
+    """One pass over the lines that start with "--": how many are delimiter or close lines of a declared
+    boundary (as the stdlib matches them: "--" boundary, an optional "--", optional blanks), and the offsets
+    of each boundary's close lines, in order."""
+    delimiters = 0
+    closes: dict[bytes, list[int]] = {}
+    for m in _DASH_LINE.finditer(raw):
+        token = m.group(1)
+        closed = token[:-2] if token.endswith(b"--") else None
+        if closed in names:
+            closes.setdefault(closed, []).append(m.start())
+        delimiters += token in names or closed in names
+    return delimiters, closes
+
+
+def _nesting_depth(raw: bytes, boundaries: list[tuple[int, bytes]], closes: dict[bytes, list[int]]) -> int:
     """Upper bound on multipart nesting: how many boundaries are open where each one is declared.
 
-    A boundary is open from its declaration to its closing `--boundary--` (or the end when never closed).
+    A boundary is open from its declaration to its first close line after it (or the end when never closed).
     """
     spans = []
     for start, b in boundaries:
-        close = raw.find(b"\n--" + b + b"--", start)
-        spans.append((start, len(raw) if close < 0 else close))
+        ends = closes.get(b, [])
+        i = bisect.bisect_left(ends, start)
+        spans.append((start, ends[i] if i < len(ends) else len(raw)))
     return max((sum(1 for s, e in spans if s <= start < e) for start, _ in spans), default=0)
 
 
@@ -110,14 +129,20 @@ def prescan(raw: bytes) -> str | None:
     boundaries = _declared_boundaries(raw, low) if b"boundary" in low else []
     if boundaries is None:
         return "too_many_parts"
-    if raw.count(b"\n--") > 2 * MAX_PARTS:  # cheap bound first; then count real delimiter lines
-        delimiters = sum(raw.count(b"\n--" + b) for b in {b for _, b in boundaries})
-        if delimiters > MAX_PARTS + 2 * len(boundaries):
+    lines = raw.count(b"\n")
+    if lines * 3 > MAX_PARSE_WORK:  # too many at any depth; decided first because the scan below is per line
+        return "too_many_lines"
+    many_dash_lines = raw.count(b"\n--") > 2 * MAX_PARTS  # cheap bounds first; then look at the lines
+    if not many_dash_lines and len(boundaries) <= MAX_DEPTH:
+        depth = len(boundaries)
+    else:
+        delimiters, closes = _boundary_lines(raw, {b for _, b in boundaries})
+        if many_dash_lines and delimiters > MAX_PARTS + 2 * len(boundaries):
             return "too_many_parts"
-    depth = len(boundaries) if len(boundaries) <= MAX_DEPTH else _nesting_depth(raw, boundaries)
+        depth = len(boundaries) if len(boundaries) <= MAX_DEPTH else _nesting_depth(raw, boundaries, closes)
     if depth > MAX_DEPTH:
         return "too_deep"
-    if raw.count(b"\n") * (3 + depth) > MAX_PARSE_WORK:
+    if lines * (3 + depth) > MAX_PARSE_WORK:
         return "too_many_lines"
     return None
 
