@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -21,6 +22,7 @@ RECURRENT_MIXERS = ("rnn", "gru", "mingru")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 # Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
 ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
+MAX_THREADS = 1024  # torch takes a C int; far more threads than cores only thrashes
 
 
 def _check(cond: bool, message: str) -> None:
@@ -125,11 +127,16 @@ class TrainConfig:
             _check(getattr(self, name) >= 1, f"train.{name} must be at least 1, not {getattr(self, name)}")
         for name in ("warmup_steps", "early_stop", "threads", "seed"):
             _check(getattr(self, name) >= 0, f"train.{name} must be 0 or more, not {getattr(self, name)}")
-        _check(self.lr > 0, f"train.lr must be positive, not {self.lr}")
+        _check(0 < self.lr < math.inf, f"train.lr must be positive and finite, not {self.lr}")
         _check(0.0 <= self.min_lr_ratio <= 1.0, f"train.min_lr_ratio must be in [0, 1], not {self.min_lr_ratio}")
         _check(self.max_minutes >= 0, f"train.max_minutes must be 0 or more, not {self.max_minutes}")
-        _check(self.weight_decay >= 0, f"train.weight_decay must be 0 or more, not {self.weight_decay}")
+        _check(0 <= self.weight_decay < math.inf,
+               f"train.weight_decay must be 0 or more and finite, not {self.weight_decay}")
         _check(self.grad_clip >= 0, f"train.grad_clip must be 0 or more, not {self.grad_clip}")
+        for name in ("beta1", "beta2"):  # AdamW's own check, made here so a bad value is a user error
+            _check(0.0 <= getattr(self, name) < 1.0, f"train.{name} must be in [0, 1), not {getattr(self, name)}")
+        _check(self.seed < 2**64, f"train.seed must be below 2**64 (torch.manual_seed takes 64 bits), not {self.seed}")
+        _check(self.threads <= MAX_THREADS, f"train.threads must be at most {MAX_THREADS}, not {self.threads}")
         _check(self.device in ("auto", "cpu", "cuda", "mps"),
                f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
 
