@@ -117,13 +117,15 @@ class TrainConfig:
     ckpt_every: int = 200
     log_every: int = 10
     early_stop: int = 0  # stop after this many evaluations without improvement; 0 disables
+    max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | mps
     compile: bool = False
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every"):
+        for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every",
+                     "max_bad_steps"):
             _check(getattr(self, name) >= 1, f"train.{name} must be at least 1, not {getattr(self, name)}")
         for name in ("warmup_steps", "early_stop", "threads", "seed"):
             _check(getattr(self, name) >= 0, f"train.{name} must be 0 or more, not {getattr(self, name)}")

@@ -34,6 +34,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     summary = train(args.data_dir, args.out, base, resume=args.resume, overrides=args.overrides,
                     progress=not args.quiet)
+    if summary["failed"]:  # halted on non-finite steps or weights: the reason says which checkpoint is good
+        raise UserError(summary["stopped"])
     print(f"{summary['stopped']}: {summary['steps']} steps, best val loss {summary['best_val_loss']:.4f} "
           f"at step {summary['best_step']}, {summary['tokens_per_s']:.0f} tokens/s; wrote {args.out}")
     return 0

@@ -17,6 +17,8 @@ class Progress:
     evals_since_best: int = 0
     elapsed: float = 0.0  # seconds of training, summed over resumes
     tokens: int = 0  # input tokens (not padding) seen
+    bad_in_a_row: int = 0  # consecutive steps not applied (non-finite loss or gradient; training/guards.py)
+    skipped_steps: int = 0  # all such steps of the run
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

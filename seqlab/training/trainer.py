@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from seqlab.runs.checkpoint import (
 )
 from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.runs.load import checkpoint_config, resolve_device
+from seqlab.training import guards
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
 
@@ -108,6 +110,7 @@ class Trainer:
         self.progress = Progress()
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
+        self.guard = guards.StepGuard(t.max_bad_steps)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is not None:
             self._resume(ckpt)
@@ -128,6 +131,7 @@ class Trainer:
         if saved_state is not None:
             self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
         restore_rng_state(ts["rng"])
+        self.guard.saved_step = self.progress.step
         self._truncate_metrics(self.progress.step)
         print(f"resumed {self.run_dir} at step {self.progress.step}")
 
@@ -139,6 +143,8 @@ class Trainer:
             atomic_write_text(path, "".join(ln + "\n" for ln in lines))  # a kill here must not lose the log
 
     def _save(self, best: bool = False) -> None:
+        if not self.guard.weights_ok(self.model, self.progress.step):
+            return
         trainer_state = {
             "step": self.progress.step,
             "optimizer": self.opt.state_dict(),
@@ -149,6 +155,7 @@ class Trainer:
         }
         save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
                             is_best=best)
+        self.last_save_step = self.guard.saved_step = self.progress.step
 
     def _stream_state_dict(self) -> dict[str, Any] | None:
         """The carried hidden state as plain containers of tensors (loadable with weights_only=True)."""
@@ -158,7 +165,8 @@ class Trainer:
         return map_tensors({"layers": st.layers, "cross": st.cross, "pos": st.pos}, lambda x: x.detach().cpu())
 
     def _log(self, record: dict[str, Any]) -> None:
-        append_text(self.run_dir / "metrics.jsonl", json.dumps(record) + "\n")  # whole line or nothing
+        line = json.dumps(guards.finite_or_none(record))  # NaN and Infinity are not JSON: null
+        append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
 
     # ------------------------------------------------------------ steps
 
@@ -178,27 +186,35 @@ class Trainer:
         t = self.cfg.train
         return self.progress.elapsed / (t.max_minutes * 60) if t.max_minutes else 0.0
 
-    def train_step(self, step: int) -> float:
-        """One optimizer step; returns the mean training loss over its micro-batches."""
+    def train_step(self, step: int) -> tuple[float, str | None]:
+        """One optimizer step; returns the mean training loss over its micro-batches, and why the step was
+        not applied when its loss or gradient norm is NaN or infinite (then the weights, the optimizer
+        and the carried stream state stay as they were; `guards`)."""
         t = self.cfg.train
         for group in self.opt.param_groups:
             group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac())
         self.model.train()
-        total = 0.0
+        total, state_before, skipped = 0.0, self.stream_state, None
         for x, y, reset in self._batches(step):
             with self.autocast():
                 logits, state = self.step_model(x, state=self.stream_state, reset=reset)
                 loss = lm_loss(logits, y)
-            (loss / t.grad_accum).backward()
-            total += loss.item()
             self.progress.tokens += int((x != self.tok.pad_id).sum())
+            if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
+                skipped = guards.NONFINITE_LOSS
+                break
+            (loss / t.grad_accum).backward()
+            total += value
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
                 self.stream_state = state.detach()
-        if t.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
-        self.opt.step()
+        if skipped is None and not math.isfinite(guards.grad_norm(self.model, t.grad_clip)):
+            skipped = guards.NONFINITE_GRAD
+        if skipped is None:
+            self.opt.step()
+        else:
+            self.stream_state = state_before
         self.opt.zero_grad(set_to_none=True)
-        return total / t.grad_accum
+        return total / t.grad_accum, skipped
 
     def evaluate(self) -> dict[str, float]:
         """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
@@ -211,6 +227,8 @@ class Trainer:
 
     def _should_stop(self, flag: StopFlag) -> str | None:
         t, s = self.cfg.train, self.progress
+        if self.guard.halt:
+            return self.guard.halt
         if flag.raised:
             return f"stopped by {flag.raised}"
         if s.step >= t.max_steps:
@@ -221,29 +239,35 @@ class Trainer:
             return f"early stop: no validation improvement in {t.early_stop} evaluations"
         return None
 
-    def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False) -> None:
+    def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False,
+                    skipped: str | None = None) -> None:
         t, s = self.cfg.train, self.progress
         record: dict[str, Any] = {}
-        if not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
+        if skipped:
+            record = self.guard.bad_step(s, skipped)
+        elif not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
             record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
                       "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2)}
-        improved = False
-        if force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps:
+        improved, due = False, force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps
+        if self.guard.halt or ((due or s.step % t.ckpt_every == 0) and not self.guard.weights_ok(self.model, s.step)):
+            due = False  # halted: nothing is measured or saved after the last good checkpoint
+        if due:
             ev = self.evaluate()
             self.last_eval_step = s.step
             record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
-            improved = ev["val_loss"] < s.best_val
+            improved = math.isfinite(ev["val_loss"]) and ev["val_loss"] < s.best_val  # a NaN or -inf is no best
             if improved:
                 s.best_val, s.best_step, s.evals_since_best = ev["val_loss"], s.step, 0
             else:
                 s.evals_since_best += 1
         if record:
             self._log(record)
-        if improved or s.step % t.ckpt_every == 0 or force_eval:
+        if not self.guard.halt and (improved or s.step % t.ckpt_every == 0 or force_eval):
             self._save(best=improved)
-            self.last_save_step = s.step
 
     def run(self) -> dict[str, Any]:
+        """Train until a stop (`_should_stop`); the summary's "failed" is True when the run halted on
+        non-finite steps or weights."""
         t, s = self.cfg.train, self.progress
         self._write_run_info()
         # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
@@ -258,24 +282,28 @@ class Trainer:
         with StopFlag() as flag:
             while (reason := self._should_stop(flag)) is None:
                 start, tokens_before = time.perf_counter(), s.tokens
-                loss = self.train_step(s.step)
+                step_loss, skipped = self.train_step(s.step)
                 dt = time.perf_counter() - start
                 s.step += 1
                 s.elapsed += dt
-                self._after_step(loss, dt, s.tokens - tokens_before)
+                if skipped is None:
+                    loss, s.bad_in_a_row = step_loss, 0
+                self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
                 session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
                 bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
                 bar.set_postfix(step=s.step, loss=f"{loss:.3f}",
                                 tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
             bar.close()
-            if s.step > start_step and self.last_eval_step != s.step:
+            ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
+            if ran and self.last_eval_step != s.step:
                 # stopped between evaluations (budget, signal): measure and keep the final weights too
                 self._after_step(loss, dt, 0, force_eval=True)
-            elif s.step > start_step and self.last_save_step != s.step:
+            elif ran and self.last_save_step != s.step:
                 self._save()
         summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
                    "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
-                   "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params()}
+                   "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
+                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None}
         self._write_run_info(summary)
         return summary
 
