@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,7 @@ from safetensors.torch import load_file
 
 from seqlab.cli.main import main
 from seqlab.config import apply_overrides, get_preset
+from seqlab.errors import UserError
 from seqlab.training.trainer import Trainer
 
 NAN = float("nan")
@@ -225,3 +231,87 @@ def test_seqlab_train_that_halts_exits_2_and_says_why(tiny_data_dir: Path, tmp_p
 def test_max_bad_steps_is_validated() -> None:
     with pytest.raises(ValueError, match="train.max_bad_steps must be at least 1"):
         apply_overrides(get_preset("tiny"), ["train.max_bad_steps=0"])
+
+
+# ---------------------------------------------------------------------------------- one trainer per RUN_DIR
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "seqlab", *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+def _long_train(data: Path, run: Path) -> subprocess.Popen[str]:
+    """A training process that runs until it is stopped (100000 steps), checkpointing every 3."""
+    return subprocess.Popen(_cli("train", str(data), "--out", str(run), "--preset", "tiny", "--quiet", *BASE,
+                                 "train.max_steps=100000", "train.ckpt_every=3", "train.eval_every=7"),
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _newest_step(run: Path) -> int:
+    return max(json.loads(m.read_text())["step"] for m in run.glob("checkpoints/step_*/manifest.json"))
+
+
+def test_a_second_trainer_on_a_busy_run_dir_is_refused(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """Old: a second fresh run was refused only with advice to pass --resume (or, before the first
+    checkpoint, trained into the same folder), and a second `--resume` truncated metrics.jsonl and
+    trained alongside the first, both writing checkpoints into one RUN_DIR."""
+    run = tmp_path / "run"
+    first = _long_train(tiny_data_dir, run)
+    try:
+        _wait_for(run / "manifest.json", first)
+        for extra in ([], ["--resume"]):
+            r = subprocess.run(_cli("train", str(tiny_data_dir), "--out", str(run), "--preset", "tiny", "--quiet",
+                                    *BASE, *extra), env=_env(), capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2, (extra, r.stderr)
+            assert str(run) in r.stderr and "another training process" in r.stderr, r.stderr
+            assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert first.poll() is None, "the first trainer should still be running"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and "stopped by SIGTERM" in out, err
+    # once the first has ended, --resume takes the folder over
+    step = _newest_step(run)
+    r = subprocess.run(_cli("train", str(tiny_data_dir), "--out", str(run), "--resume", "--quiet",
+                            f"train.max_steps={step + 2}"), env=_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"resumed {run} at step {step}" in r.stdout
+
+
+def test_the_lock_of_a_killed_trainer_does_not_block_the_next(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL leaves RUN_DIR/.lock behind; the OS has dropped the flock on it, so `--resume` goes on.
+    (A lock kept as a file's existence, or a pid in it, would block here; the old code had no lock.)"""
+    run = tmp_path / "run"
+    first = _long_train(tiny_data_dir, run)
+    _wait_for(run / "manifest.json", first)
+    first.send_signal(signal.SIGKILL)
+    first.communicate(timeout=60)
+    assert (run / ".lock").exists()
+    step = _newest_step(run)
+    r = subprocess.run(_cli("train", str(tiny_data_dir), "--out", str(run), "--resume", "--quiet",
+                            f"train.max_steps={step + 2}"), env=_env(), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"resumed {run} at step {step}" in r.stdout
+
+
+def test_two_trainers_in_one_process_and_release_after_run(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """The lock is per open file, so it also holds between two Trainers of one process, and `run()`
+    releases it when it ends (old: no lock; both trainers would write into one folder)."""
+    run = tmp_path / "run"
+    first = _trainer(tiny_data_dir, run, "train.max_steps=2")
+    with pytest.raises(UserError, match="another training process"):
+        _trainer(tiny_data_dir, run, "train.max_steps=2")
+    first.run()
+    assert _trainer(tiny_data_dir, run, "train.max_steps=3", resume=True).run()["steps"] == 3

@@ -1,5 +1,10 @@
-"""What keeps a training run from spoiling its work: the non-finite checks.
+"""What keeps a training run from losing or spoiling work: the RUN_DIR lock and the non-finite checks.
 
+- `RunLock`: an exclusive `flock` on RUN_DIR/.lock, held for the life of a training process, so a second
+  `seqlab train` on the same RUN_DIR (fresh or `--resume`) is refused instead of interleaving checkpoints
+  and truncating metrics.jsonl under the first. The kernel drops a flock when its file is closed, which
+  also happens when the process dies (SIGKILL included): a killed run never leaves a stale lock. The file
+  itself stays (deleting it would let two processes lock two different inodes of the same name).
 - `StepGuard` and `grad_norm`: a step whose loss or gradient norm is NaN or infinite is not
   applied, and weights holding NaN or inf are never saved.
 - `finite_or_none`: metrics.jsonl stays JSON (`NaN` and `Infinity` are not JSON), a non-finite value is null.
@@ -8,14 +13,23 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 from tqdm import tqdm
 
+from seqlab.errors import UserError
 from seqlab.training.progress import Progress
 
+try:  # POSIX; on Windows there is no flock and training runs unlocked
+    import fcntl
+except ImportError:  # pragma: no cover - not on the platforms CI runs
+    fcntl = None  # type: ignore[assignment]
+
+LOCK_NAME = ".lock"
 NONFINITE_LOSS = "non-finite loss"
 NONFINITE_GRAD = "non-finite gradient norm"
 
@@ -23,6 +37,46 @@ NONFINITE_GRAD = "non-finite gradient norm"
 def say(message: str) -> None:
     """One plain line on stderr that does not tear the progress bar (tqdm.write moves the bar below it)."""
     tqdm.write(f"seqlab: warning: {message}", file=sys.stderr)
+
+
+class RunLock:
+    """An exclusive lock on RUN_DIR for one training process (see the module doc). Creates RUN_DIR."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._file: IO[str] | None = None
+        self.acquire()
+
+    def acquire(self) -> None:
+        """Take the lock, or raise `UserError` naming RUN_DIR when another process holds it."""
+        if self._file is not None or fcntl is None:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        f = (self.run_dir / LOCK_NAME).open("a+", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()  # the holder's pid, unless it has only just taken the lock
+            f.close()
+            pid = f" (pid {holder})" if holder.isdigit() else ""
+            raise UserError(f"{self.run_dir} is in use by another training process{pid}; wait for it to "
+                            f"finish or stop it, or train into another --out") from None
+        except OSError as exc:  # a file system without locks (some network mounts): go on, but say so
+            f.close()
+            say(f"could not lock {self.run_dir} ({exc}); make sure no other process trains into it")
+            return
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        """Drop the lock (closing the file drops the flock); harmless when not held."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class StepGuard:

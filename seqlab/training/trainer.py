@@ -56,6 +56,16 @@ class Trainer:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
         a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
+        if resume and not self.run_dir.is_dir():  # said before the lock would create the folder
+            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
+        self.lock = guards.RunLock(self.run_dir)  # one trainer per RUN_DIR, before anything in it is read
+        try:
+            self._open(cfg, resume, overrides)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, cfg: RunConfig | None, resume: bool, overrides: Sequence[str]) -> None:
         meta = load_meta(self.data_dir)
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
         check_tokenizer(self.data_dir, meta, self.tok.vocab_size, self.tok.sha256())
@@ -267,7 +277,14 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until a stop (`_should_stop`); the summary's "failed" is True when the run halted on
-        non-finite steps or weights."""
+        non-finite steps or weights. RUN_DIR stays locked until the run ends."""
+        self.lock.acquire()  # again, if a previous run() of this trainer released it
+        try:
+            return self._run()
+        finally:
+            self.lock.release()
+
+    def _run(self) -> dict[str, Any]:
         t, s = self.cfg.train, self.progress
         self._write_run_info()
         # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
