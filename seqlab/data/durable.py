@@ -12,9 +12,11 @@ a short write is handled here explicitly, and a test can simulate a full disk by
 
 Test-only fault injection: when the environment variable `SEQLAB_TEST_KILL_AT` is set, the process sends
 itself SIGKILL at the first write point whose name matches it (an `fnmatch` pattern; `PATTERN#N` waits for
-the Nth match). Write points are named `DIR/FILE:before`, `DIR/FILE:during` (half the bytes are in the
-temporary file) and `DIR/FILE:after` (renamed into place), with DIR the parent folder's name; the
-checkpoint code adds a few of its own (`kill_point`). Unset, the variable costs one `is None` test per write.
+the Nth match; `PATTERN@INT` sends SIGINT instead, a Ctrl-C at an exact moment). Write points are named
+`DIR/FILE:before`, `DIR/FILE:during` (half the bytes are in the temporary file; for a `StreamFile`, all of
+them, not yet fsynced) and `DIR/FILE:after` (renamed into place), with DIR the parent folder's name; the
+checkpoint code and `prepare` add a few of their own (`kill_point`). Unset, the variable costs one
+`is None` test per write.
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ def kill_point(where: str) -> None:
     global _kill_matches
     if _KILL_AT is None:
         return
-    pattern, _, nth = _KILL_AT.partition("#")
+    spec, _, sig = _KILL_AT.partition("@")
+    pattern, _, nth = spec.partition("#")
     if fnmatch.fnmatchcase(where, pattern):
         _kill_matches += 1
         if _kill_matches == int(nth or 1):
-            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+            os.kill(os.getpid(), getattr(signal, f"SIG{sig}") if sig else getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 def _file_point(path: Path, phase: str) -> None:
@@ -90,10 +93,13 @@ def fsync_dir(directory: Path) -> None:
 
 def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """os.write until every byte is out: a write may be short (a signal, a nearly full disk)."""
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    # Every view is released even when a write fails: a live view of a StreamFile's bytearray would make
+    # the buffer impossible to clear (BufferError) while the error is being handled.
+    with memoryview(data) as view:
+        done = 0
+        while done < len(view):
+            with view[done:] as rest:
+                done += os.write(fd, rest)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -109,9 +115,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
             half = len(data) // 2
-            _write_all(fd, memoryview(data)[:half])
-            _file_point(path, "during")
-            _write_all(fd, memoryview(data)[half:])
+            with memoryview(data) as view:  # two halves (no copies): the "during" kill point lies between
+                _write_all(fd, view[:half])
+                _file_point(path, "during")
+                _write_all(fd, view[half:])
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -204,6 +211,7 @@ class StreamFile:
         if self._fd is None:
             return
         self.flush()
+        _file_point(self.shown, "during")
         try:
             os.fsync(self._fd)
         except OSError as exc:

@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seqlab import __version__
-from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full
+from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full, kill_point
 from seqlab.data.mail.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
 from seqlab.data.mail.reader import CleanOptions
 from seqlab.data.mail.records import SkipReport
@@ -247,6 +247,7 @@ def _publish(staging: Path, out: Path) -> None:
         old = staging.with_name(staging.name.replace(".prepare-", ".old-"))
         os.replace(out, old)
         try:
+            kill_point(f"{out.name}:old-moved")
             os.replace(staging, out)
         except BaseException:
             os.replace(old, out)
