@@ -9,16 +9,15 @@ complete checkpoint (step 2) always exists. After the kill the previous checkpoi
 manifest may vouch for a partial file, and `seqlab train --resume` must end with weights, best/ and
 metrics bitwise equal to a run that was never killed.
 
-A full disk is simulated in-process by patching `os.write`, which every durable write of seqlab goes
-through: the chosen write of the chosen file comes out short, and from then on every write to the run
-folder fails with ENOSPC, as on a disk that filled up. The command must exit 2 with one sentence naming the
-file and "no space left", leave the previous checkpoint intact, and resume exactly once space is back.
+A full disk is simulated in-process by patching `os.write` (tests/disk_faults.py), which every durable
+write of seqlab goes through: the chosen write of the chosen file comes out short, and from then on every
+write to the run folder fails with ENOSPC, as on a disk that filled up. The command must exit 2 with one
+sentence naming the file and "no space left", leave the previous checkpoint intact, and resume exactly
+once space is back.
 """
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from disk_faults import HAS_PROC_FD, FullDisk
 from safetensors.torch import load_file
 
 from seqlab.cli.main import main as cli_main
@@ -144,32 +144,6 @@ def test_kill_points_cost_nothing_when_unset() -> None:
 # ------------------------------------------------------------------------------------------- a full disk
 
 
-class FullDisk:
-    """`os.write` for files whose path matches `pattern`: the `nth` such call writes half its bytes and
-    returns short; from then on every write under `root` fails with ENOSPC (the disk is full)."""
-
-    def __init__(self, root: Path, pattern: str, nth: int = 1) -> None:
-        self.root, self.pattern, self.nth = str(root), pattern, nth
-        self.calls, self.full = 0, False
-        self.real = os.write
-
-    def __call__(self, fd: int, data: bytes) -> int:
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return self.real(fd, data)
-        if not path.startswith(self.root):
-            return self.real(fd, data)
-        if self.full:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        if fnmatch.fnmatchcase(path, self.pattern):
-            self.calls += 1
-            if self.calls == self.nth:
-                self.full = True
-                return self.real(fd, bytes(memoryview(data)[: len(data) // 2]))
-        return self.real(fd, data)
-
-
 # (what fills the disk: a path pattern, which matching os.write call, the file the error must name,
 #  the step of the newest checkpoint that must still verify)
 DISK_FULL = [
@@ -182,7 +156,7 @@ DISK_FULL = [
 ]
 
 
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="finds the file of a descriptor through /proc")
+@pytest.mark.skipif(not HAS_PROC_FD, reason="finds the file of a descriptor through /proc")
 @pytest.mark.parametrize(("pattern", "nth", "named", "kept"), DISK_FULL, ids=[d[2] for d in DISK_FULL])
 def test_disk_full_while_training_is_one_sentence_and_keeps_the_last_checkpoint(
         pattern: str, nth: int, named: str, kept: int | None, tiny_data_dir: Path, reference: Path, tmp_path: Path,
