@@ -69,12 +69,14 @@ class Trainer:
         meta = load_meta(self.data_dir)
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
         check_tokenizer(self.data_dir, meta, self.tok.vocab_size, self.tok.sha256())
-        ckpt = load_latest(self.run_dir) if resume else None
+        skipped: list[str] = []  # why each damaged checkpoint was passed over, to name the file below
+        ckpt = load_latest(self.run_dir, skipped=skipped) if resume else None
         if resume and ckpt is None:
-            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
+            raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint"
+                            + (f": {skipped[0]}" if skipped else ""))
         if ckpt is not None and ckpt.tokenizer_json not in (None, self.tok.to_json()):
-            raise UserError(f"{self.data_dir / 'tokenizer.json'} is not the tokenizer {ckpt.path} was trained "
-                            "with; resume on the data folder the run started on")
+            raise UserError(f"{ckpt.path / 'tokenizer.json'} is not {self.data_dir / 'tokenizer.json'}: the run "
+                            "was trained with another tokenizer; resume on the data folder the run started on")
         cfg = self._config(cfg, ckpt, overrides)
         self.cfg, t = cfg, cfg.train
         if t.threads:
