@@ -231,7 +231,8 @@ class TokenStore:
         ok = (len(s) == 0 and n == 0) or (
             len(s) > 0 and s[0] == 0 and s[-1] < n and bool(np.all(np.diff(s) > 0)))
         if not ok:
-            raise UserError(f"{idx_path} does not match {self.split}.bin; run `seqlab prepare` again.")
+            raise UserError(f"{idx_path} does not match {self.data_dir / (self.split + '.bin')} (its offsets "
+                            "do not cut that file into emails); run `seqlab prepare` again.")
 
     def _check_against_meta(self, meta: dict[str, Any], bin_path: Path, idx_path: Path) -> None:
         """Counts, email boundaries and ids against what meta.json records (each check only if recorded)."""

@@ -109,16 +109,24 @@ def _verify(ckpt_dir: Path, manifest: dict[str, Any]) -> dict[str, bytes]:
     return data
 
 
+def _text(data: dict[str, bytes], name: str, ckpt_dir: Path) -> str:
+    """A JSON file of the checkpoint as text; `Damaged` naming it if it is not UTF-8."""
+    try:
+        return data[name].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Damaged(f"{ckpt_dir / name} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _load_dir(ckpt_dir: Path, map_location: Any) -> LoadedCheckpoint:
     """Verify and read one checkpoint; `Damaged` if it does not verify, `UserError` if it needs pickle."""
     manifest = read_manifest(ckpt_dir)
     data = _verify(ckpt_dir, manifest)
     try:
         weights = weights_from_bytes(data[WEIGHTS], str(ckpt_dir / WEIGHTS))
-        config_json = data[CONFIG].decode("utf-8")
-        tokenizer_json = data[TOKENIZER].decode("utf-8") if TOKENIZER in data else None
-    except (UserError, UnicodeDecodeError) as exc:
+    except UserError as exc:
         raise Damaged(str(exc)) from None
+    config_json = _text(data, CONFIG, ckpt_dir)
+    tokenizer_json = _text(data, TOKENIZER, ckpt_dir) if TOKENIZER in data else None
     # No fallback here: a trainer state that needs pickle is refused, not skipped in favour of another.
     state = trainer_state_from_bytes(data[TRAINER_STATE], str(ckpt_dir / TRAINER_STATE), map_location)
     return LoadedCheckpoint(ckpt_dir, manifest["step"], weights, state, config_json, tokenizer_json)
