@@ -25,7 +25,7 @@ def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
     """The run must have been trained on ids from this DATA_DIR's tokenizer, or the numbers are noise."""
     data_tok = load_tokenizer(data_dir / "tokenizer.json")
     if data_tok.sha256() != tok.sha256():
-        raise UserError(f"{run_dir} was trained with a different tokenizer than {data_dir}; "
+        raise UserError(f"{run_dir} was trained with a different tokenizer than {data_dir / 'tokenizer.json'}; "
                         f"evaluate it on the data folder it was trained on.")
 
 
