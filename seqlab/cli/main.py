@@ -8,6 +8,7 @@ so that `seqlab --help` is instant and nothing runs at import.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -62,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("seqlab: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if argv is None:  # the program itself (console script, python -m seqlab), which returns only to exit
+            # Its output is complete (or it said "interrupted"), but the interpreter's shutdown takes about
+            # half a second with torch loaded, and Python puts SIGINT back to its default action early in
+            # it: a Ctrl-C there killed a finished command (exit -2, no message). Nothing is left to stop.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":
