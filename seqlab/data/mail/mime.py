@@ -205,16 +205,25 @@ def utf8_or_cp1252(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape").translate(_cp1252_table())
 
 
+def _utf16_by_nuls(data: bytes) -> str | None:
+    """"utf-16-le" or "utf-16-be" when the first 4 KiB have NULs at most odd (even) offsets and hardly any at
+    the others, as UTF-16 text of mostly Latin letters has; else None. NULs at both is binary, not text."""
+    sample = data[:4096]
+    if len(sample) < 8:
+        return None
+    half = len(sample) // 2
+    odd, even = sample[1::2].count(0), sample[0::2].count(0)
+    if odd > 0.4 * half and even < 0.1 * half:
+        return "utf-16-le"
+    if even > 0.4 * half and odd < 0.1 * half:
+        return "utf-16-be"
+    return None
+
+
 def _guess(data: bytes) -> str:
     """Decode bytes of unknown charset: UTF-16 by its NULs, else UTF-8 mixed with Windows-1252."""
-    sample = data[:4096]
-    if len(sample) >= 8:
-        half = len(sample) // 2
-        if sample[1::2].count(0) > 0.4 * half and sample[0::2].count(0) < 0.1 * half:
-            return data.decode("utf-16-le", "replace")
-        if sample[0::2].count(0) > 0.4 * half and sample[1::2].count(0) < 0.1 * half:
-            return data.decode("utf-16-be", "replace")
-    return utf8_or_cp1252(data)
+    wide = _utf16_by_nuls(data)
+    return data.decode(wide, "replace") if wide else utf8_or_cp1252(data)
 
 
 def decode_bytes(data: bytes, charset: str | None = None) -> str:
@@ -250,9 +259,8 @@ def looks_binary(data: bytes, charset: str | None = None) -> bool:
     name = (normalize_charset(charset) or "").replace("-", "_")
     if name in _WIDE or sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return False
-    half = len(sample) // 2
-    if half >= 4 and (sample[1::2].count(0) > 0.4 * half or sample[0::2].count(0) > 0.4 * half):
-        return False  # undeclared UTF-16: `_guess` decodes it
+    if _utf16_by_nuls(sample):
+        return False  # undeclared UTF-16: `_guess` decodes it by the same test
     controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
     return controls > BINARY_FRACTION * len(sample)
 
