@@ -6,7 +6,7 @@ OUT    ?= out/demo
 # pytest workers: CI machines have 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test venv clean bench fuzz
 
 venv: $(VENV)/.installed
 
@@ -29,6 +29,17 @@ bench: venv
 	$(PY) benchmarks/bench_layers.py
 	$(PY) benchmarks/bench_prepare.py
 	$(PY) benchmarks/bench_latency.py
+
+# Coverage-guided fuzzing of the mail reader (atheris, tests/fuzz_mail.py) for FUZZ_SECONDS, on a corpus kept
+# under out/fuzz/mail/ between runs. A failing input lands in out/fuzz/mail/artifacts/: copy it into
+# tests/fuzz_corpus/mail/ (the replay test runs every file there) and fix the reader.
+FUZZ_SECONDS ?= 600
+FUZZ_DIR     ?= out/fuzz/mail
+fuzz: venv
+	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
+	$(PY) tests/fuzz_mail.py --write-seeds $(FUZZ_DIR)/seeds
+	$(PY) tests/fuzz_mail.py -max_total_time=$(FUZZ_SECONDS) -timeout=30 -max_len=16384 -print_final_stats=1 \
+		-artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds tests/fuzz_corpus/mail
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
