@@ -250,4 +250,15 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
         if section not in hints or name not in hints[section]:
             raise ValueError(f"unknown config field {key!r}")
         d[section][name] = _parse_value(value.strip(), hints[section][name], key)
+    _fit_positions_to_mixer(d["model"], cfg.model, overrides)
     return RunConfig.from_dict(d)
+
+
+def _fit_positions_to_mixer(model: dict[str, Any], before: ModelConfig, overrides: list[str]) -> None:
+    """A preset's rotary or ALiBi positions act inside attention; choosing a recurrent mixer over such a
+    preset (`--preset small model.mixer=gru`) gives it no position input instead, as every recurrent
+    recipe has, unless model.pos is set explicitly (then an impossible pair is still an error)."""
+    set_pos = any(item.partition("=")[0].strip() == "model.pos" for item in overrides)
+    if (not set_pos and model["mixer"] in RECURRENT_MIXERS and model["pos"] not in ADDITIVE_POSITIONS
+            and model["mixer"] != before.mixer):
+        model["pos"] = "none"

@@ -57,3 +57,22 @@ def test_main_without_command_prints_help(capsys: pytest.CaptureFixture) -> None
     # the help lists each subcommand on its own line under COMMAND, indented by four spaces
     listed = {m.group(1) for m in re.finditer(r"^    (\w+)", out, re.MULTILINE)}
     assert listed == SUBCOMMANDS
+
+
+def test_every_preset_gives_every_mixer_a_valid_config() -> None:
+    """`--preset small model.mixer=gru` was a ValueError: the preset's rotary positions act inside
+    attention. A recurrent mixer chosen over such a preset now gets no position input."""
+    from seqlab.config import MIXERS, PRESETS, RECURRENT_MIXERS
+
+    for preset in PRESETS:
+        for mixer in MIXERS:
+            cfg = apply_overrides(get_preset(preset), [f"model.mixer={mixer}"])
+            assert cfg.model.mixer == mixer
+            if mixer in RECURRENT_MIXERS:
+                assert cfg.model.pos == "none"
+            else:
+                assert cfg.model.pos == get_preset(preset).model.pos
+    # an explicit choice is kept, and an impossible explicit pair is still an error
+    assert apply_overrides(get_preset("small"), ["model.mixer=gru", "model.pos=sinusoidal"]).model.pos == "sinusoidal"
+    with pytest.raises(ValueError):
+        apply_overrides(get_preset("small"), ["model.mixer=gru", "model.pos=rope"])
