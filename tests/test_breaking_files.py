@@ -48,6 +48,10 @@ def _json(value: object) -> Callable[[Path], None]:
     return damage
 
 
+def _nested(path: Path) -> None:
+    path.write_text("[" * 100_000)  # json.loads gives up with a RecursionError, not a JSONDecodeError
+
+
 def _edit_meta(edit: Callable[[dict], None]) -> Callable[[Path], None]:
     def damage(path: Path) -> None:
         meta = json.loads(path.read_text())
@@ -91,10 +95,12 @@ TOKENIZER = [
     ("truncated", _truncate), ("half", _half), ("random", _random),
     ("wrong-types", _json({"seqlab": {"format": 1, "kind": "byte", "vocab_size": "259", "specials": []}})),
     ("a-list", _json([1, 2])),
+    ("nested-too-deep", _nested),
     ("other-tokenizer", _other_tokenizer),
 ]
 META = [
     ("truncated", _truncate), ("half", _half), ("random", _random), ("a-list", _json([])),
+    ("nested-too-deep", _nested),
     ("dtype-a-number", _edit_meta(lambda m: m.update(token_dtype=16))),
     ("splits-a-list", _edit_meta(lambda m: m.update(splits=[]))),
     ("counts-text", _edit_meta(lambda m: m["splits"]["val"].update(emails="many"))),
@@ -144,8 +150,9 @@ def test_train_on_a_damaged_data_dir(name: str, kind: str, damage: Callable[[Pat
     of a length that is no whole number of offsets (the tail dropped), for a .bin holding an id outside
     the vocabulary (not drawn in 2 steps: a later step would crash), for the BPE tokenizer of 259 ids
     (ids that mean other bytes), and for meta.json of the wrong types (splits a list, counts or the
-    tokenizer as text); a .bin of random bytes crashed in the embedding (IndexError traceback); a .bin
-    cut to 0 bytes was refused naming only the .idx. The other damages were already refused naming the
+    tokenizer as text); a .bin of random bytes crashed in the embedding (IndexError traceback), and a
+    tokenizer.json or meta.json nested too deep in json.loads (RecursionError traceback); a .bin cut to
+    0 bytes was refused naming only the .idx. The other damages were already refused naming the
     file; they guard the new checks."""
     path = _damaged_copy(tiny_data_dir, tmp_path / "data", name, damage)
     code = cli_main(["train", str(tmp_path / "data"), "--out", str(tmp_path / "run"), "--preset", "tiny",
@@ -161,7 +168,8 @@ def test_eval_on_a_damaged_data_dir(name: str, kind: str, damage: Callable[[Path
                                     tiny_run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Old behaviour, by damage (checked on the old code): as for `train`, scores computed on nonsense
     (exit 0) for the cut .idx files and meta.json of the wrong types, an IndexError traceback for a .bin
-    of random bytes or with an id outside the vocabulary, the .bin cut to 0 bytes named only through
+    of random bytes or with an id outside the vocabulary, a RecursionError traceback for JSON nested too
+    deep, the .bin cut to 0 bytes named only through
     its .idx, and the tokenizer of another order refused naming folders but not the file."""
     path = _damaged_copy(tiny_data_dir, tmp_path / "data", name, damage)
     code = cli_main(["eval", str(tiny_run_dir), "--data", str(tmp_path / "data"), "--completion-emails", "2",
@@ -215,7 +223,8 @@ def test_commands_on_a_run_dir_with_a_damaged_tokenizer(command: str, kind: str,
     (a warning naming each file), but the error itself said only that RUN_DIR "holds no usable
     checkpoint; train a model there first" (`train --resume`: "no complete checkpoint"), naming no file.
     Damage a manifest vouched for: `complete` and `eval` already named the file, except for random bytes
-    (a UnicodeDecodeError message naming no file); `train --resume` never read the checkpoint's tokenizer
+    (a UnicodeDecodeError message naming no file) and JSON nested too deep (a RecursionError traceback);
+    `train --resume` never read the checkpoint's tokenizer
     and went on (exit 0). Now every error names a damaged tokenizer.json."""
     run = tmp_path / "run"
     damaged = _damaged_run(tiny_run_dir, run, damage, vouched)
@@ -231,8 +240,9 @@ def test_serve_reports_a_damaged_tokenizer_on_health(kind: str, damage: Callable
                                                       tiny_run_dir: Path, tmp_path: Path) -> None:
     """`seqlab serve` loads the run on its model thread; a run that cannot load keeps the server up to say
     why on /health (503, status "failed") and refuses completions. Old behaviour (checked on the old
-    code): the same, but with every copy damaged, or random bytes vouched for, the reason named no file
-    ("holds no usable checkpoint; train a model there first"). Now /health names a damaged tokenizer.json."""
+    code): the same, but with every copy damaged, or random bytes or JSON nested too deep vouched for, the
+    reason named no file ("holds no usable checkpoint; train a model there first", "RecursionError: ...").
+    Now /health names a damaged tokenizer.json."""
     run = tmp_path / "run"
     damaged = _damaged_run(tiny_run_dir, run, damage, vouched)
     with TestClient(create_app(ServerConfig(run, log_dir=tmp_path / "log"))) as client:

@@ -56,7 +56,7 @@ def load_meta(data_dir: Path) -> dict[str, Any]:
         raise UserError(f"{data_dir} is not a prepared data folder (no meta.json); run `seqlab prepare` first.")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nested too deep
         raise UserError(f"{path} cannot be read as JSON ({exc}); run `seqlab prepare` again.") from None
     if not isinstance(meta, dict):
         raise UserError(f"{path} does not hold a JSON object; run `seqlab prepare` again.")

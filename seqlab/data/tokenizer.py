@@ -266,7 +266,7 @@ def tokenizer_from_json(text: str, source: str = "the tokenizer JSON") -> Tokeni
         doc = json.loads(text)
         meta = doc["seqlab"]
         kind, fmt = meta["kind"], meta["format"]
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: "[[[[..." nested too deep
         raise UserError(f"{source} is not a seqlab tokenizer file ({type(e).__name__}: {e}).") from None
     if fmt != FORMAT or kind not in KINDS:
         raise UserError(f"{source} has an unsupported tokenizer format {fmt!r} or kind {kind!r}.")

@@ -56,7 +56,7 @@ def checkpoint_config(ckpt: LoadedCheckpoint) -> RunConfig:
         if not isinstance(body, dict):
             raise TypeError(f"it holds a JSON {type(body).__name__}, not an object")
         return RunConfig.from_dict(body)
-    except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+    except (json.JSONDecodeError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise UserError(f"{ckpt.path / 'config.json'} is not a valid seqlab config ({exc}).") from None
 
 
@@ -94,7 +94,7 @@ def run_data_dir(run_dir: Path | str, data_dir: Path | str | None = None) -> Pat
         try:
             info = json.loads(info_path.read_text(encoding="utf-8"))
             recorded = info.get("data_dir") if isinstance(info, dict) else None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             recorded = None
     if not isinstance(recorded, str) or not Path(recorded).is_dir():
         raise UserError(f"{run_dir} does not record a data folder that exists here; pass it with --data DATA_DIR.")

@@ -71,7 +71,7 @@ def read_manifest(ckpt_dir: Path) -> dict[str, Any]:
         body = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise Damaged(f"{path} is missing (the checkpoint was never completed)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nested too deep
         raise Damaged(f"{path} cannot be read ({exc})") from None
     ok = (
         isinstance(body, dict)
