@@ -1,0 +1,79 @@
+"""What the server's routes share: its configuration, its state, and the one model worker they queue on.
+
+Model work runs on one worker thread with a fixed torch thread count (`run_unless_gone`): requests queue
+in order, and a request whose client has gone before its turn is dropped without running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+
+from seqlab.serving.engine import CompletionEngine
+from seqlab.serving.events import EventLog, ServingStats
+
+
+@dataclass
+class ServerConfig:
+    """Everything `seqlab serve` passes to the app."""
+
+    run_dir: Path
+    threads: int = 1
+    max_queue: int = 8
+    min_confidence: float | None = None
+    log_dir: Path | None = None
+    max_sessions: int = 256
+    on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
+
+
+@dataclass
+class ServerState:
+    """What the routes share; `engine` is None while the run loads, `failed` says why loading failed."""
+
+    config: ServerConfig
+    worker: ThreadPoolExecutor
+    stats: ServingStats = field(default_factory=ServingStats)
+    engine: CompletionEngine | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    failed: str | None = None
+    waiting: int = 0
+    events: EventLog | None = None
+
+
+async def run_unless_gone(s: ServerState, request: Request, work: Callable[[], Any]) -> Any:
+    """Run `work` on the model thread in turn; None if the client disconnected before it started."""
+    gone = threading.Event()
+    started = threading.Event()
+
+    def guarded() -> Any:
+        if gone.is_set():
+            return None
+        started.set()
+        return work()
+
+    s.waiting += 1
+    future: Awaitable[Any] = asyncio.wrap_future(s.worker.submit(guarded))
+    try:
+        watcher = asyncio.ensure_future(_disconnected(request))
+        done, _ = await asyncio.wait({asyncio.ensure_future(future), watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher in done and not started.is_set():
+            gone.set()  # not started yet: the worker will skip it
+        watcher.cancel()
+        return await future
+    finally:
+        s.waiting -= 1
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (the body has already been read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
