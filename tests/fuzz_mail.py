@@ -12,11 +12,12 @@ found, fix the reader, and the replay test keeps it fixed. The seqlab mail modul
 
 Instrumented code does not always cost the same per byte as the real code (atheris traces comparisons), so
 a "slow" or "superlinear" verdict is confirmed by replaying the input in a fresh, uninstrumented interpreter;
-unconfirmed verdicts are counted and printed, not reported.
+unconfirmed verdicts are counted, printed and kept as `unconfirmed-<sha1>` beside the artifacts, not reported.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ with atheris.instrument_imports(include=["seqlab.data.mail", "email"]):
 _REPLAY = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import mail_fuzzing; " \
           "mail_fuzzing.run_input(sys.stdin.buffer.read())"
 unconfirmed = 0
+UNCONFIRMED_PREFIX = ""  # libFuzzer's -artifact_prefix
 
 
 def fails_uninstrumented(data: bytes) -> bool:
@@ -48,14 +50,18 @@ def target(data: bytes) -> None:
         if failure.kind in ("slow", "superlinear") and not fails_uninstrumented(data):
             unconfirmed += 1
             print(f"#unconfirmed {unconfirmed}: not {failure.kind} without instrumentation ({failure})", flush=True)
+            if UNCONFIRMED_PREFIX:  # kept for a look, never reported
+                Path(f"{UNCONFIRMED_PREFIX}unconfirmed-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
             return
         raise
 
 
 def main(argv: list[str]) -> None:
+    global UNCONFIRMED_PREFIX
     if len(argv) == 3 and argv[1] == "--write-seeds":
         print(f"wrote {mail_fuzzing.write_seeds(Path(argv[2]))} seed inputs to {argv[2]}")
         return
+    UNCONFIRMED_PREFIX = next((a.split("=", 1)[1] for a in argv if a.startswith("-artifact_prefix=")), "")
     atheris.Setup(argv, target)
     atheris.Fuzz()
 
