@@ -183,8 +183,8 @@ def _best_time(raw: bytes, opts: CleanOptions, tries: int = 3) -> float:
 
 
 def check_pumped(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, scale: int = 0) -> None:
-    """prefix + pump * k + suffix and the same with 2k: both checked, and the second at most
-    SUPERLINEAR_RATIO times slower when it is large enough to time."""
+    """prefix + pump * k + suffix and the same with 2k (2k and 4k when their outcomes differ): all checked, and
+    the larger at most SUPERLINEAR_RATIO times slower when it is large enough to time."""
     if not pump:
         check_message(prefix + suffix, opts)
         return
@@ -199,7 +199,7 @@ def check_pumped(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, 
             return
     if t_big < MIN_TIMED_SECONDS or t_big <= SUPERLINEAR_RATIO * t_small:
         return
-    # One slow timing can be a hiccup (a garbage collection, a cold cache): decide on the best of three each.
+    # One slow timing can be a hiccup (a cold cache, an interrupt): decide on the best of three each.
     t_small, t_big = min(t_small, _best_time(small, opts)), min(t_big, _best_time(big, opts))
     if t_big >= MIN_TIMED_SECONDS and t_big > SUPERLINEAR_RATIO * t_small:
         raise FuzzFailure("superlinear", f"{len(small)} bytes took {t_small * 1e3:.1f} ms, {len(big)} bytes took "
