@@ -1,4 +1,4 @@
-"""A real seqlab server on a loopback port, in a background thread of the test process."""
+"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import httpx
 import uvicorn
+from fastapi.testclient import TestClient
 
 from seqlab.serving.app import ServerConfig, create_app
 
@@ -42,3 +43,20 @@ def running_server(config: ServerConfig, timeout: float = 60.0) -> Iterator[str]
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def ready_client(config: ServerConfig) -> Iterator[TestClient]:
+    """A TestClient of the app (lifespan running) once /health answers 200."""
+    with TestClient(create_app(config)) as client:
+        wait_ready(client)
+        yield client
+
+
+def wait_ready(client: TestClient, seconds: float = 60.0) -> None:
+    """Poll /health until the run has loaded (AssertionError with its last answer after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while client.get("/health").status_code != 200:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the server did not load: {client.get('/health').json()}")
+        time.sleep(0.01)

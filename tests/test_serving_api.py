@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from serving_helpers import ready_client, wait_ready
 
 from seqlab.serving import app as app_module
 from seqlab.serving.app import ServerConfig, create_app
@@ -16,19 +17,9 @@ from seqlab.serving.app import ServerConfig, create_app
 BODY = "Hi Dana,\n\nCould you send me the report before Friday? I would like to read it"
 
 
-def _ready(client: TestClient) -> None:
-    for _ in range(600):
-        if client.get("/health").status_code == 200:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"the server did not load: {client.get('/health').json()}")
-
-
 @pytest.fixture()
 def client(word_run_dir: Path, tmp_path: Path) -> Iterator[TestClient]:
-    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log", max_sessions=4)
-    with TestClient(create_app(config)) as c:
-        _ready(c)
+    with ready_client(ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log", max_sessions=4)) as c:
         yield c
 
 
@@ -49,7 +40,7 @@ def test_health_is_503_while_loading_then_describes_the_model(tiny_run_dir: Path
         early = c.post("/v1/complete", json={"prefix": "Hi"})
         assert early.status_code == 503 and "loading" in early.json()["error"]
         release.set()
-        _ready(c)
+        wait_ready(c)
         model = c.get("/health").json()["model"]
         assert model["mixer"] == "attention" and model["context_limit"] == 32 and model["params"] > 0
         assert model["threshold_source"].startswith("none")

@@ -5,7 +5,6 @@ window against the engine's own cut."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from serving_helpers import ready_client
 
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
@@ -21,7 +21,7 @@ from seqlab.models import build_model
 from seqlab.models.recorder import record_attention
 from seqlab.runs.load import load_run
 from seqlab.serving import why
-from seqlab.serving.app import ServerConfig, create_app
+from seqlab.serving.app import ServerConfig
 from seqlab.serving.engine import CompletionEngine, prompt_text
 from seqlab.serving.sessions import window_start
 from seqlab.studies.inspection import probes
@@ -184,19 +184,9 @@ def test_gru_rewrites_of_a_long_prompt_continue_from_the_fused_state() -> None:
 # ----------------------------------------------------------------------------- the route
 
 
-def _ready(client: TestClient) -> None:
-    for _ in range(600):
-        if client.get("/health").status_code == 200:
-            return
-        threading.Event().wait(0.01)
-    raise AssertionError(f"the server did not load: {client.get('/health').json()}")
-
-
 @pytest.fixture()
 def client(word_run_dir: Path, tmp_path: Path) -> Iterator[TestClient]:
-    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log", max_queue=4)
-    with TestClient(create_app(config)) as c:
-        _ready(c)
+    with ready_client(ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log", max_queue=4)) as c:
         yield c
 
 

@@ -77,6 +77,7 @@ class EventRequest(BaseModel):
 async def page() -> FileResponse:
     return FileResponse(STATIC / "compose.html", media_type="text/html")
 
+
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
     s: ServerState = request.app.state.s
@@ -86,14 +87,14 @@ async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "1"})
     return JSONResponse({"status": "ok", "model": s.info})
 
+
 @router.post("/v1/complete", response_model=CompleteResponse,
-          responses={413: {"description": "body too large"}, 422: {"description": "bad field"},
-                     503: {"description": "loading or queue full"}})
+             responses={413: {"description": "body too large"}, 422: {"description": "bad field"},
+                        503: {"description": "loading or queue full"}})
 async def complete(req: CompleteRequest, request: Request) -> Any:
     s: ServerState = request.app.state.s
     if s.engine is None:
-        return error(503, "the model is still loading" if not s.failed else "the model failed to load",
-                     retry_after=1)
+        return _not_ready(s)
     if s.waiting >= s.config.max_queue:
         s.stats.incr_rejected()
         return error(503, f"more than {s.config.max_queue} requests are waiting; try again", retry_after=1)
@@ -112,13 +113,13 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
                                    result.words)
     return result.to_dict()
 
+
 @router.post("/v1/why", responses={413: {"description": "body too large"}, 422: {"description": "bad field"},
-                                503: {"description": "loading, or the queue half full"}})
+                                   503: {"description": "loading, or the queue half full"}})
 async def why(req: WhyRequest, request: Request) -> Any:
     s: ServerState = request.app.state.s
     if s.engine is None:
-        return error(503, "the model is still loading" if not s.failed else "the model failed to load",
-                     retry_after=1)
+        return _not_ready(s)
     if s.waiting >= max(1, s.config.max_queue // 2):  # not latency-critical: keystrokes keep half the queue
         return error(503, "the model is busy with suggestions; ask why again in a moment", retry_after=1)
     engine = s.engine
@@ -128,6 +129,7 @@ async def why(req: WhyRequest, request: Request) -> Any:
         return JSONResponse({"error": "client disconnected"}, status_code=499)
     return result
 
+
 @router.post("/v1/events")
 async def events(ev: EventRequest, request: Request) -> dict[str, bool]:
     s: ServerState = request.app.state.s
@@ -136,9 +138,15 @@ async def events(ev: EventRequest, request: Request) -> dict[str, bool]:
     s.stats.record_event(ev.kind, ev.accepted_chars)
     return {"ok": True}
 
+
 @router.get("/v1/stats")
 async def stats(request: Request) -> dict[str, Any]:
     s: ServerState = request.app.state.s
     sessions = len(s.engine.sessions) if s.engine is not None else 0
     return {**s.stats.snapshot(), "waiting": s.waiting, "sessions": sessions,
             "threshold": s.engine.threshold if s.engine is not None else None}
+
+
+def _not_ready(s: ServerState) -> JSONResponse:
+    """503 while the run loads (or after it failed to load: /health says why)."""
+    return error(503, "the model failed to load" if s.failed else "the model is still loading", retry_after=1)

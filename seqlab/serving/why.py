@@ -21,7 +21,6 @@ decoder does) and the likeliest token consistent with the suggestion's text, wit
 
 from __future__ import annotations
 
-import codecs
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,21 +75,6 @@ def seen_prompt(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: st
             start = len(ids) - max(1, limit // 2)
     cut = b"".join(tokenizer.token_bytes(i) for i in ids[1:start])  # ids[0] is bos: no text
     return Seen(ids[start:], start, allowed, skip, len(cut.decode("utf-8", errors="ignore")), healed)
-
-
-def token_texts(tokenizer: Tokenizer, ids: list[int]) -> list[str]:
-    """The text each token completes (a character split over byte tokens goes to its last byte's token);
-    special tokens by name, e.g. <bos>."""
-    names = {i: n.replace("|", "") for n, i in tokenizer.specials().items()}
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    texts = []
-    for i in ids:
-        if i in names:
-            decoder.reset()
-            texts.append(names[i])
-        else:
-            texts.append(decoder.decode(tokenizer.token_bytes(i)))
-    return texts
 
 
 def attention_weights(model: nn.Module, tokenizer: Tokenizer, ids: list[int]) -> np.ndarray:
@@ -216,7 +200,7 @@ def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, s
     """What the model looked at before the first token of `suggestion` after `prefix` (the body so far)."""
     cfg = model.cfg
     seen = seen_prompt(model, tokenizer, subject, prefix)
-    texts, labels = token_texts(tokenizer, seen.ids), probes.token_labels(tokenizer, seen.ids)
+    texts, labels = probes.token_texts(tokenizer, seen.ids), probes.token_labels(tokenizer, seen.ids)
     if cfg.mixer == "attention":
         weights, first = attention_weights(model, tokenizer, seen.ids), 0
         with torch.no_grad():

@@ -37,26 +37,32 @@ def _visible(s: str) -> str:
     return "".join(_VISIBLE.get(c, c if c.isprintable() else f"\\x{ord(c):02x}") for c in s)
 
 
+def _decoded(tokenizer: Tokenizer, ids: Sequence[int]) -> Iterator[tuple[str, bytes, bool]]:
+    """(text the token completes, bytes still pending, is special) per id, through one incremental UTF-8
+    decoder, so a character split over several byte tokens is completed by its last token."""
+    names = {i: n.replace("|", "") for n, i in tokenizer.specials().items()}
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for i in ids:
+        if int(i) in names:
+            decoder.reset()
+            yield names[int(i)], b"", True
+        else:
+            yield decoder.decode(tokenizer.token_bytes(int(i))), decoder.getstate()[0], False
+
+
+def token_texts(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """The text each token completes ('' for a byte that only starts a character); specials by name."""
+    return [text for text, _, _ in _decoded(tokenizer, ids)]
+
+
 def token_labels(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
     """One readable label per id: the text the token completes, whitespace shown as ␣ ⏎ ⇥.
 
-    Bytes are fed to an incremental UTF-8 decoder, so a character split over several byte tokens is shown
-    on the token that completes it; the tokens before it show their pending bytes in hex (e.g. <c3>).
-    Special tokens are shown by name (<bos>, <eos>, <pad>).
+    A character split over several byte tokens is shown on the token that completes it; the tokens
+    before it show their pending bytes in hex (e.g. <c3>). Special tokens are shown by name (<bos>).
     """
-    names = {i: n.replace("|", "") for n, i in tokenizer.specials().items()}
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    labels = []
-    for i in ids:
-        if i in names:
-            decoder.reset()
-            labels.append(names[i])
-            continue
-        raw = tokenizer.token_bytes(int(i))
-        text = decoder.decode(raw)
-        pending = decoder.getstate()[0]
-        labels.append(_visible(text) if text else "<" + pending.hex() + ">")
-    return labels
+    return [text if special else _visible(text) if text else "<" + pending.hex() + ">"
+            for text, pending, special in _decoded(tokenizer, ids)]
 
 
 @dataclass
