@@ -6,7 +6,7 @@
     -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
 
 The DATA_DIR is complete or absent: everything is written into a hidden sibling folder
-(`.NAME.prepare-XXXX`), which replaces `--out` only at the end, so a crash, Ctrl-C or a full disk leaves
+(`.NAME.prepare-<random>`), which replaces `--out` only at the end, so a crash, Ctrl-C or a full disk leaves
 `--out` as it was (absent, or an earlier prepare's complete folder). A full disk is a `UserError` naming
 `--out` and "no space left". `--out` may be new, empty, or an earlier prepare's folder; a folder holding
 anything else is refused rather than replaced.
@@ -238,7 +238,7 @@ def _publish(staging: Path, out: Path) -> None:
     """Move the finished folder to `out`, replacing an earlier prepare's folder there.
 
     Two renames: the old folder aside, the new one in. Interrupted between them (Ctrl-C), the old one is
-    put back; killed between them, `out` is absent and the old folder waits as `.NAME.old-XXXX`.
+    put back; killed between them, `out` is absent and the old folder waits as `.NAME.old-<random>`.
     """
     fsync_dir(staging)
     if not out.exists():

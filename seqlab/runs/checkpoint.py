@@ -28,7 +28,7 @@ Loading (`load_latest`, `load_best`, `load_checkpoint`) lives in `seqlab.runs.ve
 here: the newest directory whose manifest verifies, each one skipped reported on stderr naming the bad file.
 
 A write killed at any point (SIGKILL, power cut) leaves the previous checkpoint complete and at worst a
-temporary `.NAME.XXXX.tmp` file, which the next write of that directory removes. A full disk is a
+temporary `.NAME.<random>.tmp` file, which the next write of that directory removes. A full disk is a
 `DiskFullError` (a `UserError` naming the file) and leaves the directory being written uncommitted.
 """
 
