@@ -146,6 +146,16 @@ def test_a_damaged_tokenizer_file_is_a_user_error_or_still_exact(data: st.DataOb
 _DELETE = object()
 
 
+@pytest.mark.parametrize("field", ["continuing_subword_prefix", "end_of_word_suffix"])
+def test_a_bpe_affix_longer_than_a_merge_is_a_user_error_not_a_rust_panic(field: str) -> None:
+    """Found by the test above in CI: HF slices each merge by the affix's length unchecked and panics
+    (pyo3's PanicException is a BaseException, so it escaped `except Exception`)."""
+    doc = json.loads(bpe().to_json())
+    doc["hf"]["model"][field] = "abcdefghijklmnop"
+    with pytest.raises(UserError, match="prefix|suffix"):
+        tokenizer_from_json(json.dumps(doc))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(st.text(max_size=60), json_values.map(json.dumps)))
 def test_any_text_as_a_tokenizer_file_is_a_user_error_or_a_tokenizer(text: str) -> None:

@@ -213,6 +213,9 @@ def _check_hf_json(hf: dict[str, Any]) -> None:
     problems = [
         (model.get("type") != "BPE", "the model is not BPE"),
         (model.get("dropout") not in (None, 0, 0.0), "BPE dropout is set"),
+        # HF slices merges by these affixes' lengths without checking them (a Rust panic, not an error).
+        (model.get("continuing_subword_prefix") not in (None, ""), "a continuing-subword prefix is set"),
+        (model.get("end_of_word_suffix") not in (None, ""), "an end-of-word suffix is set"),
         (hf.get("normalizer") is not None, "a normalizer is set"),
         (pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") is not False,
          "the pre-tokenizer is not ByteLevel without prefix space"),
@@ -272,7 +275,9 @@ def tokenizer_from_json(text: str, source: str = "the tokenizer JSON") -> Tokeni
         raise UserError(f"{source} has an unsupported tokenizer format {fmt!r} or kind {kind!r}.")
     try:
         tok: Tokenizer = ByteTokenizer() if kind == "byte" else BPETokenizer(doc["hf"])
-    except Exception as e:  # HF raises its own exception types for malformed JSON
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # HF raises its own types, and a Rust panic is a BaseException (pyo3_runtime)
         raise UserError(f"{source} holds an invalid {kind} tokenizer ({e}).") from None
     if meta.get("vocab_size") != tok.vocab_size or meta.get("specials") != tok.specials():
         raise UserError(f"{source} records a vocabulary size or special tokens that do not match its contents.")
