@@ -17,8 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-MIXERS = ("rnn", "gru", "mingru", "attention")
-RECURRENT_MIXERS = ("rnn", "gru", "mingru")
+MIXERS = ("rnn", "gru", "mingru", "attention", "hybrid")
+# mixers that carry a recurrent state (the hybrid's recurrent layers too): trained on streams, and given
+# only additive positions (their attention, if any, is local and reads order from the recurrence)
+RECURRENT_MIXERS = ("rnn", "gru", "mingru", "hybrid")
+HYBRID_CELLS = ("gru", "mingru")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 # Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
 ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
@@ -36,7 +39,7 @@ class ModelConfig:
 
     vocab_size: int = 259
     block_size: int = 256  # longest window (attention) / truncated-BPTT chunk (recurrent) in tokens
-    mixer: str = "attention"  # rnn | gru | mingru | attention
+    mixer: str = "attention"  # rnn | gru | mingru | attention | hybrid
     n_layer: int = 2
     n_embd: int = 128
     n_head: int = 4  # attention heads; d_k = n_embd / n_head
@@ -47,6 +50,17 @@ class ModelConfig:
     cross_attention: bool = False  # add cross-attention over an encoded context to every block
     tie_weights: bool = True  # output head shares the token embedding matrix
     fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product
+    # hybrid: one letter per layer, r = recurrent (hybrid_cell), a = local attention over attn_window
+    # tokens; a pattern shorter than n_layer repeats (Griffin's "rra" is two recurrent, one attention)
+    hybrid_pattern: str = "ra"
+    hybrid_cell: str = "gru"  # gru | mingru
+    attn_window: int = 64  # tokens a hybrid's local attention sees, itself included
+
+    def layer_kinds(self) -> str:
+        """The hybrid's pattern tiled over n_layer layers ("ra", 3 layers -> "rar")."""
+        p = self.hybrid_pattern
+        return (p * (-(-self.n_layer // len(p))))[: self.n_layer] if p else ""
 
     def __post_init__(self) -> None:
         _check(self.mixer in MIXERS, f"model.mixer must be one of {', '.join(MIXERS)}, not {self.mixer!r}")
@@ -55,7 +69,16 @@ class ModelConfig:
             _check(getattr(self, name) >= 1, f"model.{name} must be at least 1, not {getattr(self, name)}")
         _check(self.mlp_ratio >= 0, f"model.mlp_ratio must be 0 or more, not {self.mlp_ratio}")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
-        if self.mixer == "attention" or self.cross_attention:
+        if self.mixer == "hybrid":
+            _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},
+                   f"model.hybrid_pattern must be letters r (recurrent) and a (attention), not {self.hybrid_pattern!r}")
+            _check(set(self.layer_kinds()) == {"r", "a"},
+                   f"model.hybrid_pattern={self.hybrid_pattern} over model.n_layer={self.n_layer} gives "
+                   f"{self.layer_kinds()!r}: a hybrid needs at least one r and one a layer")
+            _check(self.hybrid_cell in HYBRID_CELLS,
+                   f"model.hybrid_cell must be one of {', '.join(HYBRID_CELLS)}, not {self.hybrid_cell!r}")
+            _check(self.attn_window >= 1, f"model.attn_window must be at least 1, not {self.attn_window}")
+        if self.mixer in ("attention", "hybrid") or self.cross_attention:
             _check(
                 self.n_embd % self.n_head == 0,
                 f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}",
@@ -120,6 +143,10 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | mps
+    schedule: str = "cosine"  # cosine | wsd (warmup, constant, linear cooldown; training/optim.py)
+    cooldown_frac: float = 0.2  # wsd: share of the budget (steps or minutes) spent cooling down
+    ema: float = 0.0  # decay of the weight average used for validation and saved; 0 = off (training/ema.py)
+    optimizer: str = "adamw"  # adamw | muon (Muon for the hidden matrices, AdamW for the rest)
     compile: bool = False
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
 
@@ -141,6 +168,10 @@ class TrainConfig:
         _check(self.threads <= MAX_THREADS, f"train.threads must be at most {MAX_THREADS}, not {self.threads}")
         _check(self.device in ("auto", "cpu", "cuda", "mps"),
                f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
+        _check(self.schedule in ("cosine", "wsd"), f"train.schedule must be cosine or wsd, not {self.schedule!r}")
+        _check(0.0 < self.cooldown_frac <= 1.0, f"train.cooldown_frac must be in (0, 1], not {self.cooldown_frac}")
+        _check(self.ema == 0.0 or 0.0 < self.ema < 1.0, f"train.ema must be 0 (off) or in (0, 1), not {self.ema}")
+        _check(self.optimizer in ("adamw", "muon"), f"train.optimizer must be adamw or muon, not {self.optimizer!r}")
 
 
 @dataclass
@@ -251,6 +282,7 @@ def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
             raise ValueError(f"unknown config field {key!r}")
         d[section][name] = _parse_value(value.strip(), hints[section][name], key)
     _fit_positions_to_mixer(d["model"], cfg.model, overrides)
+    _fit_depth_to_hybrid(d["model"], cfg.model, overrides)
     return RunConfig.from_dict(d)
 
 
@@ -262,3 +294,12 @@ def _fit_positions_to_mixer(model: dict[str, Any], before: ModelConfig, override
     if (not set_pos and model["mixer"] in RECURRENT_MIXERS and model["pos"] not in ADDITIVE_POSITIONS
             and model["mixer"] != before.mixer):
         model["pos"] = "none"
+
+
+def _fit_depth_to_hybrid(model: dict[str, Any], before: ModelConfig, overrides: list[str]) -> None:
+    """A hybrid needs a recurrent and an attention layer: choosing it over a one-layer preset
+    (`--preset tiny model.mixer=hybrid`) gives it the pattern's length in layers (at least 2), unless
+    model.n_layer is set explicitly (then a too-shallow hybrid is still an error)."""
+    set_depth = any(item.partition("=")[0].strip() == "model.n_layer" for item in overrides)
+    if not set_depth and model["mixer"] == "hybrid" and before.mixer != "hybrid" and model["n_layer"] < 2:
+        model["n_layer"] = max(2, len(model["hybrid_pattern"]))

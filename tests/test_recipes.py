@@ -12,7 +12,7 @@ from seqlab.studies.lessons.trained import ARCHS, ATTENTION, base_config
 from seqlab.studies.recipes import RECIPES, apply_recipe, recipe
 
 COMPARE_VOCABULARY = ("rnn", "gru", "mingru", "attn1", "attn-none", "attn-learned", "attn-sinusoidal", "attn-rope",
-                      "attn-alibi")
+                      "attn-alibi", "hybrid")
 
 
 def test_every_study_draws_from_the_registry() -> None:

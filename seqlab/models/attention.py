@@ -9,7 +9,12 @@
 - `MultiHeadAttention`: W_Q, W_K, W_V, an output projection, heads as learned subspaces of width
   d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
   from a context C, slide "Cross-attention gets queries and context from different sequences"); a
-  key/value cache for incremental decoding; weights exposed through `recorder.record_attention()`.
+  key/value cache for incremental decoding; weights exposed through `recorder.record_attention()`;
+  optional QK-norm (`qk_norm=True`): RMSNorm with a learned gain on each head's queries and keys before
+  the dot product, which bounds the logits Q K^T / sqrt(d_k) and keeps the softmax from saturating at
+  high learning rates (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
+  section 2.1; Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer training
+  instabilities", section 3.1).
 """
 
 from __future__ import annotations
@@ -159,6 +164,7 @@ class MultiHeadAttention(nn.Module):
     Q = X W_Q, K = Z W_K, V = Z W_V with Z = X (self) or Z = C (cross); each head attends in its own
     d_k = n_embd / n_head wide subspace and the heads are concatenated and projected by W_O.
     kdim: width of the context rows for cross-attention (default n_embd).
+    qk_norm: RMSNorm (over d_k, one gain per head width) on queries and keys of self-attention.
     """
 
     def __init__(
@@ -169,6 +175,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         pos: PositionHandler | None = None,
         kdim: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         if n_embd % n_head:
@@ -181,6 +188,15 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.pos = pos  # rope / alibi act here; additive positions are added by the LM
         self.layer = -1  # block index, set by the LM, used to label recorded weights
+        self.q_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
+        self.k_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
+
+    def _qk_norm(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q, k (B, H, L, D) -> each row divided by its RMS over D and scaled by a learned gain (D,);
+        applied before rotary positions, so the rotation acts on the normalised vectors."""
+        if self.q_norm is None or self.k_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
 
     def _heads(self, t: Tensor) -> Tensor:
         """(B, L, C) -> (B, H, L, D): split the features into H subspaces of width D."""
@@ -227,6 +243,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"self-attention needs kdim == n_embd, but kdim={self.kdim}, n_embd={self.n_embd}")
         q = self._heads(self.q_proj(x))  # (B, H, T, D)
         k, v = (self._heads(z) for z in self.kv_proj(x).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        q, k = self._qk_norm(q, k)
         offset = state.length if state is not None else 0
         if self.pos is not None:
             q, k = self.pos.rotate(q, k, offset)  # RoPE: keys are cached already rotated

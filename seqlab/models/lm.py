@@ -3,7 +3,8 @@
     idx (B, T) -> token embedding (+ additive positions) -> n_layer blocks -> LayerNorm -> head -> logits
 
 Each block is pre-norm residual (GPT-2, Radford et al. 2019):
-    x = x + mixer(ln(x))                     attention, RNN, GRU or minGRU (the `MIXERS` registry)
+    x = x + mixer(ln(x))                     attention, RNN, GRU or minGRU (the `MIXERS` registry),
+                                             or per layer for the hybrid (`make_mixer`)
     x = x + xattn(ln(x), context)            only with cfg.cross_attention
     x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
 The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
@@ -29,7 +30,8 @@ from seqlab.models.positional import attention_positions, build_positions
 
 
 def _attention_mixer(cfg: ModelConfig) -> nn.Module:
-    return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout, attention_positions(cfg))
+    return MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout, attention_positions(cfg),
+                              qk_norm=cfg.qk_norm)
 
 
 def _recurrent_mixer(cell: str) -> Callable[[ModelConfig], nn.Module]:
@@ -56,6 +58,16 @@ MIXERS: dict[str, Callable[[ModelConfig], nn.Module]] = {
 }
 
 
+def make_mixer(cfg: ModelConfig, layer: int) -> nn.Module:
+    """The sequence mixer of block `layer`: the `MIXERS` entry, or for a hybrid the kind its pattern
+    gives that layer (models/hybrid.py)."""
+    if cfg.mixer == "hybrid":
+        from seqlab.models.hybrid import hybrid_mixer
+
+        return hybrid_mixer(cfg, layer)
+    return MIXERS[cfg.mixer](cfg)
+
+
 def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     """Apply fn to every tensor inside a state (tensors, tuples, lists, dicts, dataclasses); copy the rest."""
     if isinstance(obj, Tensor):
@@ -74,7 +86,8 @@ def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
 class LMState:
     """Everything incremental decoding needs, batch-first everywhere.
 
-    layers: one mixer state per block (KVCache for attention, hidden state for RNN/GRU/minGRU);
+    layers: one mixer state per block (KVCache for attention, hidden state for RNN/GRU/minGRU, a dict
+        for the hybrid's local attention: models/hybrid.py);
     cross: one CrossKV per block (context keys/values computed once), or None entries;
     pos: (B,) long, the position of the next token in each lane (restarts at reset flags).
     """
@@ -140,7 +153,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.mixer = MIXERS[cfg.mixer](cfg)
+        self.mixer = make_mixer(cfg, layer)
         if isinstance(self.mixer, MultiHeadAttention):
             self.mixer.layer = layer
         self.ln_x = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.cross_attention else None
@@ -276,6 +289,6 @@ def build_model(cfg: ModelConfig) -> LM:
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"build_model needs a ModelConfig, not {type(cfg).__name__}")
     dataclasses.replace(cfg)  # re-runs ModelConfig.__post_init__: ValueError naming a bad value/combination
-    if cfg.mixer not in MIXERS:
+    if cfg.mixer not in MIXERS and cfg.mixer != "hybrid":
         raise ValueError(f"model.mixer={cfg.mixer!r} has no implementation; known: {', '.join(MIXERS)}")
     return LM(cfg)

@@ -12,6 +12,8 @@ train models and the demo, so a name means the same model, drawn in the same col
     attn-sinusoidal ... with the fixed sinusoidal table of Vaswani et al. (2017)
     attn-rope       ... with rotary positions (Su et al. 2021)
     attn-alibi      ... with ALiBi distance biases (Press et al. 2022)
+    hybrid          GRU layers with local attention among them (models/hybrid.py: the config's
+                    hybrid_pattern, attn_window), no position input, as in Griffin / SHA-RNN
 
 A recipe changes only the sequence mixer and what it needs (position kind, head count); width, depth,
 budget and data come from the base config it is applied to. Recurrent mixers take no rotary or ALiBi
@@ -56,6 +58,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     _attention("sinusoidal", "attention (sinusoidal)", "tab:pink"),
     _attention("rope", "attention (RoPE)", "tab:blue"),
     _attention("alibi", "attention (ALiBi)", "tab:olive"),
+    Recipe("hybrid", "hybrid (GRU + local attention)", "tab:gray", ("model.mixer=hybrid", "model.pos=none")),
 )}
 
 # the architectures the lecture contrasts: the state chain (RNN, GRU), the parallel scan (minGRU) and

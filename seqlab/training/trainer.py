@@ -1,4 +1,5 @@
-"""The one training loop: AdamW, warmup + cosine, clipping, accumulation, evaluation, checkpoints, resume.
+"""The one training loop: AdamW or Muon, cosine or WSD, a weight average, clipping, accumulation,
+evaluation, checkpoints, resume.
 
 Attention models train on windows inside emails (`WindowSampler`); recurrent models train by truncated
 BPTT over stream batches (`StreamSampler`): each batch lane reads emails in order, the hidden state is
@@ -42,6 +43,7 @@ from seqlab.runs.checkpoint import (
 from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
+from seqlab.training.ema import WeightAverage, resume_weights
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
 
@@ -109,7 +111,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model).to(self.device)
-        self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device)
+        self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device, t.optimizer)
+        self.ema = WeightAverage(self.model, t.ema) if t.ema else None  # validated and saved in place of the raw
         if self.mode == "stream":
             self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id)
         else:
@@ -137,6 +140,7 @@ class Trainer:
     def _resume(self, ckpt: LoadedCheckpoint) -> None:
         ckpt.load_into(self.model)
         ts = ckpt.trainer_state
+        resume_weights(self.model, ts.get("ema"), self.ema)  # the file held the average: raw weights back
         self.opt.load_state_dict(ts["optimizer"])
         self.progress = Progress(**ts["progress"])
         saved_state = ts.get("stream_state")
@@ -154,9 +158,17 @@ class Trainer:
             lines = [ln for ln in path.read_text(errors="replace").splitlines() if _step_of(ln) <= step]
             atomic_write_text(path, "".join(ln + "\n" for ln in lines))  # a kill here must not lose the log
 
+    def _averaged(self) -> contextlib.AbstractContextManager[dict[str, torch.Tensor] | None]:
+        """The model holds the weight average inside the block (training/ema.py), when train.ema is on."""
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+
     def _save(self, best: bool = False) -> None:
         if not self.guard.weights_ok(self.model, self.progress.step):
             return
+        with self._averaged() as raw:
+            self._save_files(best, None if raw is None or self.ema is None else self.ema.state(raw))
+
+    def _save_files(self, best: bool, ema_state: dict[str, Any] | None) -> None:
         trainer_state = {
             "step": self.progress.step,
             "optimizer": self.opt.state_dict(),
@@ -165,6 +177,8 @@ class Trainer:
             "stream_state": self._stream_state_dict(),
             "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
         }
+        if ema_state is not None:
+            trainer_state["ema"] = ema_state
         save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
                             is_best=best)
         self.last_save_step = self.guard.saved_step = self.progress.step
@@ -204,7 +218,8 @@ class Trainer:
         and the carried stream state stay as they were; `guards`)."""
         t = self.cfg.train
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac())
+            group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac(),
+                                t.schedule, t.cooldown_frac)
         self.model.train()
         total, state_before, skipped = 0.0, self.stream_state, None
         for x, y, reset in self._batches(step):
@@ -223,6 +238,8 @@ class Trainer:
             skipped = guards.NONFINITE_GRAD
         if skipped is None:
             self.opt.step()
+            if self.ema is not None:
+                self.ema.update()
         else:
             self.stream_state = state_before
         self.opt.zero_grad(set_to_none=True)
@@ -232,7 +249,8 @@ class Trainer:
         """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
         (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
         windows = ((True, x, y) for x, y in self.eval_batches)  # each window stands alone: no state carried
-        r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
+        with self._averaged():
+            r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
         return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
 
     # ------------------------------------------------------------ the loop

@@ -66,7 +66,8 @@ def _with_width(cfg: ModelConfig, width: int) -> ModelConfig:
 def width_steps(cfg: ModelConfig) -> tuple[int, int]:
     """(finest legal width step, preferred step) for the family of `cfg`."""
     if cfg.mixer in RECURRENT_MIXERS:
-        fine = cfg.n_head if cfg.cross_attention else 1  # cross-attention splits the width into heads
+        # cross-attention and the hybrid's local attention split the width into heads
+        fine = cfg.n_head if cfg.cross_attention or cfg.mixer == "hybrid" else 1
         return fine, math.lcm(fine, 8)
     fine = cfg.n_head * (2 if cfg.pos == "rope" else 1)  # rotary pairs the channels of each head
     return fine, math.lcm(fine, 8)
