@@ -1,0 +1,132 @@
+"""The small-budget recipe, measured: each option against the baseline at EQUAL TOKENS, in bits per byte.
+
+Every variant is the `small` preset turned into a recipe of `studies/recipes.py` plus overrides, trained
+for the same number of token positions (steps = tokens / (batch_size * block_size)), then scored on the
+WHOLE val split by `evaluation.run.evaluate_run` (attention: windows of its block_size; recurrent and
+hybrid models: each email read whole). Wall-clock is unreliable on shared cores, so the budget is tokens;
+each variant's training tokens/s is reported too, measured with `--jobs` runs side by side (the
+variants of one comparison are queued next to each other so they share the same load).
+
+Comparisons (the baseline is attention with RoPE, AdamW, cosine, no average, no QK-norm, width 128,
+block 128, batch 16):
+  schedule   cosine | wsd (cooldown over the last 20%)
+  ema        off | train.ema=0.999 (bias-corrected warm-up, so a short run is not stuck at the init)
+  optimizer  adamw | muon (hidden matrices)
+  qk_norm    off | on
+  width      n_embd 64 | 96 | 128 | 192
+  window     block_size 64 | 128 | 256
+  batch      batch_size 8 | 16 | 32
+  family     attention | gru | hybrid (gru, local attention over 64 tokens)
+
+    python benchmarks/bench_recipe.py DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
+                                      [--only schedule,ema,...] [--threads 1]
+
+Writes one JSON per run (OUT/results/NAME.json) and the table (OUT/table.md); a finished run is not
+trained again, so an interrupted benchmark continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+from pathlib import Path
+from typing import Any
+
+BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # a few hundred steps: a short warmup
+# comparison -> [(variant name, recipe, overrides)]; the first variant of most is the baseline "attn"
+COMPARISONS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
+    "schedule": [("attn", "attn-rope", ()), ("attn-wsd", "attn-rope", ("train.schedule=wsd",))],
+    "ema": [("attn", "attn-rope", ()), ("attn-ema", "attn-rope", ("train.ema=0.999",))],
+    "optimizer": [("attn", "attn-rope", ()), ("attn-muon", "attn-rope", ("train.optimizer=muon",))],
+    "qk_norm": [("attn", "attn-rope", ()), ("attn-qknorm", "attn-rope", ("model.qk_norm=true",))],
+    "width": [("attn-w64", "attn-rope", ("model.n_embd=64",)), ("attn-w96", "attn-rope", ("model.n_embd=96",)),
+              ("attn", "attn-rope", ()), ("attn-w192", "attn-rope", ("model.n_embd=192", "model.n_head=6"))],
+    "window": [("attn-t64", "attn-rope", ("model.block_size=64",)), ("attn", "attn-rope", ()),
+               ("attn-t256", "attn-rope", ("model.block_size=256",))],
+    "batch": [("attn-b8", "attn-rope", ("train.batch_size=8",)), ("attn", "attn-rope", ()),
+              ("attn-b32", "attn-rope", ("train.batch_size=32",))],
+    "family": [("attn", "attn-rope", ()), ("gru", "gru", ()), ("hybrid", "hybrid", ())],
+}
+
+
+def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: int) -> Any:
+    from seqlab.config import get_preset
+    from seqlab.studies.recipes import apply_recipe
+
+    cfg = apply_recipe(get_preset("small"), recipe_name, [*BASE, *overrides])
+    steps = max(1, round(tokens / (cfg.train.batch_size * cfg.model.block_size)))
+    budget = [f"train.max_steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+              f"train.threads={threads}", "train.device=cpu"]
+    return apply_recipe(get_preset("small"), recipe_name, [*BASE, *overrides, *budget])
+
+
+def run_one(job: tuple[str, str, tuple[str, ...], str, str, int, int]) -> dict[str, Any]:
+    """Train one variant and score it on the whole val split (in a worker process)."""
+    name, recipe_name, overrides, data, out, tokens, threads = job
+    from seqlab.evaluation.run import evaluate_run
+    from seqlab.training.trainer import train
+
+    result_path = Path(out) / "results" / f"{name}.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    cfg = _config(recipe_name, overrides, tokens, threads)
+    run = Path(out) / "runs" / name
+    shutil.rmtree(run, ignore_errors=True)
+    summary = train(Path(data), run, cfg, progress=False)
+    val = evaluate_run(run, data, "val", device="cpu", completions=False)
+    result = {"name": name, "recipe": recipe_name, "overrides": list(overrides), "params": summary["params"],
+              "steps": summary["steps"], "tokens": summary["tokens"], "tokens_per_s": summary["tokens_per_s"],
+              "elapsed_s": summary["elapsed_s"], "val_bpb": val["bpb"], "val_loss": val["loss"]}
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{name:14} bpb {val['bpb']:.4f}  {summary['tokens_per_s']:8.0f} tok/s  {summary['elapsed_s']:.0f} s",
+          flush=True)
+    return result
+
+
+def table(results: dict[str, dict[str, Any]], chosen: list[str]) -> str:
+    lines = ["| comparison | variant | overrides | params | steps | val bpb | tokens/s |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for comp in chosen:
+        for name, _, overrides in COMPARISONS[comp]:
+            r = results.get(name)
+            if r is None:
+                continue
+            lines.append(f"| {comp} | {name} | {' '.join(overrides) or '(baseline)'} | {r['params']:,} | "
+                         f"{r['steps']} | {r['val_bpb']:.4f} | {r['tokens_per_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("data_dir")
+    ap.add_argument("--out", default="out/bench_recipe")
+    ap.add_argument("--tokens", type=int, default=768_000, help="token positions each variant trains on")
+    ap.add_argument("--jobs", type=int, default=2, help="runs side by side")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    ap.add_argument("--only", default=",".join(COMPARISONS), help="comma-separated comparisons")
+    args = ap.parse_args()
+    chosen = [c.strip() for c in args.only.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in COMPARISONS]
+    if unknown:
+        raise SystemExit(f"unknown comparison(s) {', '.join(unknown)}; choose from {', '.join(COMPARISONS)}")
+    jobs, seen = [], set()
+    for comp in chosen:
+        for name, recipe_name, overrides in COMPARISONS[comp]:
+            if name not in seen:
+                seen.add(name)
+                jobs.append((name, recipe_name, overrides, args.data_dir, args.out, args.tokens, args.threads))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
+        results = {r["name"]: r for r in pool.imap(run_one, jobs)}
+    text = (f"{args.tokens:,} token positions per variant, `small` preset + {' '.join(BASE)}, "
+            f"{args.jobs} runs side by side, {args.threads} thread(s) each; val bpb on the whole val split.\n\n"
+            + table(results, chosen))
+    (Path(args.out) / "table.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
