@@ -17,6 +17,7 @@ block 128, batch 16):
   window     block_size 64 | 128 | 256
   batch      batch_size 8 | 16 | 32
   family     attention | gru | hybrid (gru, local attention over 64 tokens)
+  stack      the winners together: wsd, wsd + batch 8, hybrid + wsd
 
     python benchmarks/bench_recipe.py DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
                                       [--only schedule,ema,...] [--threads 1]
@@ -48,6 +49,10 @@ COMPARISONS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
     "batch": [("attn-b8", "attn-rope", ("train.batch_size=8",)), ("attn", "attn-rope", ()),
               ("attn-b32", "attn-rope", ("train.batch_size=32",))],
     "family": [("attn", "attn-rope", ()), ("gru", "gru", ()), ("hybrid", "hybrid", ())],
+    # the winners together: do they add up?
+    "stack": [("attn-wsd", "attn-rope", ("train.schedule=wsd",)),
+              ("attn-wsd-b8", "attn-rope", ("train.schedule=wsd", "train.batch_size=8")),
+              ("hybrid-wsd", "hybrid", ("train.schedule=wsd",))],
 }
 
 
