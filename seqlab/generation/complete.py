@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.decode import IncrementalDecoder, beam_search_hypotheses, generate_with_logprobs
+from seqlab.generation.phrases import PhraseBlend, PhraseModel
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 _WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
@@ -120,6 +121,7 @@ def complete(
     model: nn.Module, tokenizer: Tokenizer, prompt: str, *, max_words: int = 5, stop_at_newline: bool = True,
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
     seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
+    phrases: PhraseModel | None = None,
 ) -> Completion:
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
@@ -129,8 +131,12 @@ def complete(
     preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
-    suggestion whose confidence (the first word's probability) is below it comes back empty.
+    suggestion whose confidence (the first word's probability) is below it comes back empty. With
+    `phrases`, the person's phrase model is blended into every next-token distribution
+    (`seqlab.generation.phrases`), confidence included.
     """
+    if phrases is not None:
+        model = PhraseBlend(model, phrases)
     ids, allowed, skip = encode_prompt(tokenizer, prompt)
     return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
                             stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,
