@@ -97,7 +97,8 @@ def wilson_interval(hits: int, n: int, z: float = Z95) -> tuple[float, float] | 
         return None
     centre = (hits + z * z / 2) / (n + z * z)
     half = z / (n + z * z) * math.sqrt(hits * (n - hits) / n + z * z / 4)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at 0 or n hits one end is exactly 0 or 1; rounding would leave it a hair inside
+    return (0.0 if hits == 0 else max(0.0, centre - half)), (1.0 if hits == n else min(1.0, centre + half))
 
 
 def _shown(p: Proposal, threshold: float) -> bool:

@@ -87,7 +87,8 @@ class PhraseModel:
                 tables = {L: (z[f"hash_{L}"], z[f"next_{L}"], z[f"count_{L}"])
                           for L in range(int(meta["min_context"]), int(meta["max_context"]) + 1)}
         except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path} is not a readable phrase file ({exc}); fit it again with `seqlab phrases`.") from None
+            raise UserError(f"{path} is not a readable phrase file ({exc}); fit it again with "
+                            f"`seqlab phrases`.") from None
         if meta.get("tokenizer_sha256") != tokenizer.sha256():
             raise UserError(f"{path} was fitted with another tokenizer than the run's; fit it again with "
                             f"`seqlab phrases`.")
