@@ -79,7 +79,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from seqlab.studies.coverage import save_coverage_plot
 
-        print(f"wrote {save_coverage_plot(result, args.plot, args.run_dir.name)}", file=sys.stderr if args.json else sys.stdout)
+        path = save_coverage_plot(result, args.plot, args.run_dir.name)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
