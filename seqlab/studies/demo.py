@@ -110,8 +110,12 @@ def _completions(run: Path) -> list[dict[str, Any]]:
 
 
 def _describe(c: dict[str, Any]) -> str:
-    said = (repr(c["completion"]) if c["shown"]
-            else f"(withheld: confidence {c['confidence']:.2f} < {c['threshold']:.2f})")
+    if c["shown"]:
+        said = repr(c["completion"])
+    elif not c["completion"]:
+        said = "(withheld: no whole word to suggest)"
+    else:
+        said = f"(withheld: confidence {c['confidence']:.3g} < threshold {c['threshold']:.3g})"
     return f"  {c['how']:<7} {c['prompt']!r} -> {said}"
 
 
