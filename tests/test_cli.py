@@ -46,8 +46,8 @@ def test_config_round_trips_through_json() -> None:
 
 
 # The subcommands of the command line contract (ARCHITECTURE.md, "Command line").
-SUBCOMMANDS = {"prepare", "train", "eval", "calibrate", "complete", "attention", "inspect", "lesson", "compare", "demo",
-               "serve"}
+SUBCOMMANDS = {"prepare", "train", "eval", "calibrate", "complete", "phrases", "attention", "inspect", "lesson",
+               "compare", "demo", "serve"}
 
 
 def test_main_without_command_prints_help(capsys: pytest.CaptureFixture) -> None:

@@ -31,6 +31,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", type=Path, default=None, help="download cache (default ~/.cache/seqlab)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes that parse mail (default: one per CPU; 1 parses in-process)")
+    p.add_argument("--sender", action="append", default=[], metavar="ADDRESS",
+                   help="keep only mail From this address (repeatable); others are counted as other_sender")
+    p.add_argument("--exclude-sender", action="append", default=[], metavar="ADDRESS",
+                   help="drop mail From this address (repeatable), counted as excluded_sender")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -53,6 +57,8 @@ def run_prepare(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         workers=args.workers,
         progress=not args.quiet,
+        senders=args.sender,
+        exclude_senders=args.exclude_sender,
     )
     print(format_report(meta))
     print(f"wrote {args.out}")

@@ -1,4 +1,4 @@
-"""Commands that use a trained RUN_DIR: `seqlab eval`, `seqlab calibrate` and `seqlab complete`.
+"""Commands that use a trained RUN_DIR: `seqlab eval`, `seqlab calibrate`, `seqlab complete`, `seqlab phrases`.
 
 Each is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`.
 """
@@ -6,10 +6,38 @@ Each is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happ
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 from seqlab.errors import UserError
+
+
+def coverages(text: str) -> tuple[float, ...]:
+    """--coverages: comma-separated fractions in (0, 1], e.g. 0.05,0.1,0.2,0.5,1."""
+    try:
+        values = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(0.0 < v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected fractions in (0, 1] like 0.05,0.1,0.5,1, not {text!r}")
+    return values
+
+
+def _add_phrase_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--phrases", action="store_true",
+                   help="blend the person's phrase model (RUN_DIR/phrases.npz, from `seqlab phrases`) into the "
+                   "model's predictions")
+    p.add_argument("--phrase-weight", type=unit_float, default=0.3,
+                   help="largest share of the phrase model in the blend (default 0.3)")
+
+
+def _phrases(args: argparse.Namespace, tok: object) -> object:
+    if not args.phrases:
+        return None
+    from seqlab.generation.phrases import PHRASES, PhraseModel
+
+    return PhraseModel.load(args.run_dir / PHRASES, tok, weight=args.phrase_weight)  # type: ignore[arg-type]
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
@@ -24,18 +52,35 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    help="propose a completion only when the first word's probability is at least this")
     p.add_argument("--coverage", type=unit_float, default=None,
                    help="also report ExactMatch at the threshold that gives this coverage")
-    p.add_argument("--completion-emails", type=positive_int, default=100)
+    p.add_argument("--completion-emails", type=positive_int, default=200,
+                   help="held-out emails completions are scored on (default 200)")
+    p.add_argument("--positions-per-email", type=positive_int, default=5,
+                   help="word boundaries drawn per email (default 5)")
+    p.add_argument("--coverages", type=coverages, default=(0.05, 0.1, 0.2, 0.5, 1.0),
+                   help="coverages of the ExactMatch table (default 0.05,0.1,0.2,0.5,1)")
+    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                   help="also draw ExactMatch against coverage to this PNG")
+    _add_phrase_options(p)
     p.add_argument("--device", default="auto")
 
 
 def run_eval(args: argparse.Namespace) -> int:
     import json
 
+    from seqlab.data.tokenizer import load_tokenizer
     from seqlab.evaluation.run import evaluate_run, format_eval
 
+    phrases = _phrases(args, load_tokenizer(args.run_dir / "tokenizer.json")) if args.phrases else None
     result = evaluate_run(args.run_dir, args.data, args.split, args.device, completion_threshold=args.threshold,
-                          target_coverage=args.coverage or None, completion_emails=args.completion_emails)
+                          target_coverage=args.coverage or None, completion_emails=args.completion_emails,
+                          positions_per_email=args.positions_per_email, coverages=args.coverages,
+                          phrases=phrases)  # type: ignore[arg-type]
     print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
+    if args.plot is not None:
+        from seqlab.studies.coverage import save_coverage_plot
+
+        path = save_coverage_plot(result, args.plot, args.run_dir.name)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -75,6 +120,7 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed for sampling (reproducible)")
     p.add_argument("--threshold", type=unit_float, default=None, help="minimum confidence to suggest anything")
     p.add_argument("--show-confidence", action="store_true")
+    _add_phrase_options(p)
     p.add_argument("--device", default="auto")
 
 
@@ -86,6 +132,37 @@ def run_complete(args: argparse.Namespace) -> int:
         raise UserError(f"--temperature must be 0 or more, not {args.temperature}")
     model, tok, _ = load_run(args.run_dir, args.device)
     c = complete(model, tok, args.prompt, max_words=args.max_words, temperature=args.temperature,
-                 top_k=args.top_k, top_p=args.top_p, beam=args.beam, seed=args.seed, threshold=args.threshold)
+                 top_k=args.top_k, top_p=args.top_p, beam=args.beam, seed=args.seed, threshold=args.threshold,
+                 phrases=_phrases(args, tok))  # type: ignore[arg-type]
     print(f"{c.text}\t(confidence {c.confidence:.3f})" if args.show_confidence else c.text)
+    return 0
+
+
+def add_phrases(sub: argparse._SubParsersAction) -> None:
+    p = add_run_reader(sub, "phrases", help="fit a person's phrase model for `complete`/`eval --phrases`",
+                       description="Count the token n-grams of a DATA_DIR's train split (a person's own mail) "
+                       "and write them to RUN_DIR/phrases.npz, the cache model `complete --phrases` and `eval "
+                       "--phrases` blend into the model's predictions (as Smart Compose blends a personal "
+                       "n-gram model).")
+    p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
+    p.add_argument("--min-context", type=positive_int, default=4, help="shortest context in tokens (default 4)")
+    p.add_argument("--max-context", type=positive_int, default=8, help="longest context in tokens (default 8)")
+    p.add_argument("--min-count", type=positive_int, default=2,
+                   help="keep contexts seen at least this often (default 2)")
+
+
+def run_phrases(args: argparse.Namespace) -> int:
+    from seqlab.generation.phrases import PHRASES, fit_phrases
+    from seqlab.runs.load import load_run, run_data_dir
+
+    if args.min_context > args.max_context:
+        raise UserError(f"--min-context {args.min_context} is longer than --max-context {args.max_context}.")
+    _, tok, _ = load_run(args.run_dir, "cpu")
+    data = run_data_dir(args.run_dir, args.data)
+    model = fit_phrases(data, tok, min_context=args.min_context, max_context=args.max_context,
+                        min_count=args.min_count)
+    model.save(args.run_dir / PHRASES)
+    rows = sum(len(t[0]) for t in model.tables.values())
+    print(f"{model.meta['emails']} emails, {model.meta['tokens']:,} tokens of {data}: {rows:,} (context, next "
+          f"token) pairs of {args.min_context}-{args.max_context} tokens; wrote {args.run_dir / PHRASES}")
     return 0

@@ -179,12 +179,14 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
             split: tuple[float, float, float] = (0.9, 0.05, 0.05), seed: int = 0, keep_quotes: bool = False,
             keep_signatures: bool = False, mask_pii: bool = False, limit: int | None = None, count: int = 2000,
             groups: Sequence[str] | None = None, cache_dir: Path | None = None, progress: bool = True,
-            workers: int | None = None, stats: dict[str, Any] | None = None) -> dict:
+            workers: int | None = None, stats: dict[str, Any] | None = None, senders: Sequence[str] = (),
+            exclude_senders: Sequence[str] = ()) -> dict:
     """Build DATA_DIR `out` from `source`; return the metadata also written to `out/meta.json`.
 
     `workers` processes parse mail (default: the CPUs available; 1 parses in-process); the output does
     not depend on it. `stats`, when given, is filled with wall seconds per stage, raw bytes parsed and
     the workers used; none of that goes into meta.json, which stays a function of the input and seed.
+    `senders` keeps only mail From those addresses, `exclude_senders` drops theirs (counted skips).
     """
     if workers is None:
         workers = default_workers()
@@ -196,7 +198,8 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
     try:
         meta = _build(staging, source, tokenizer=tokenizer, vocab_size=vocab_size, split=split, seed=seed,
                       opts=CleanOptions(keep_quotes=keep_quotes, keep_signatures=keep_signatures,
-                                        mask_pii=mask_pii),
+                                        mask_pii=mask_pii, senders=_addresses(senders),
+                                        exclude_senders=_addresses(exclude_senders)),
                       limit=limit, count=count, groups=groups, cache_dir=cache_dir, progress=progress,
                       workers=workers, stats=stats)
         _publish(staging, out)
@@ -209,6 +212,11 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
                             f"{state}") from None
         raise
     return meta
+
+
+def _addresses(values: Sequence[str]) -> frozenset[str]:
+    """Case-folded sender addresses of `--sender` / `--exclude-sender` (as `mime.parse_addresses` gives)."""
+    return frozenset(v.strip().casefold() for v in values if v.strip())
 
 
 def _staging_folder(out: Path) -> Path:
@@ -302,7 +310,9 @@ def _meta(source: str, seed: int, split: tuple[float, float, float], opts: Clean
         "seed": seed,
         "split_fractions": list(split),
         "clean": {"keep_quotes": opts.keep_quotes, "keep_signatures": opts.keep_signatures,
-                  "mask_pii": opts.mask_pii},
+                  "mask_pii": opts.mask_pii,  # the sender filters only when set: older folders stay identical
+                  **({"senders": sorted(opts.senders)} if opts.senders else {}),
+                  **({"exclude_senders": sorted(opts.exclude_senders)} if opts.exclude_senders else {})},
         "seen": report.seen,
         "kept": sum(c["emails"] for c in counts.values()),
         "skipped": dict(sorted(report.skipped.items())),

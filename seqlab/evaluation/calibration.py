@@ -9,7 +9,8 @@ boundaries where a suggestion is shown), on held-out emails, exactly as `seqlab 
 The result is `RUN_DIR/calibration.json`, written atomically:
 
     {"threshold": 0.41, "target_coverage": 0.5, "coverage": 0.5, "exact_match": {"1": 0.6, "2": ..., "3": ...},
-     "exact_match_counts": {...}, "shown": 40, "positions": 80, "split": "val", "emails": 40,
+     "exact_match_counts": {...}, "exact_match_ci95": {"1": [0.45, 0.73], ...}, "shown": 40, "positions": 80,
+     "split": "val", "emails": 40,
      "positions_per_email": 2, "max_words": 3, "seed": 0, "data_dir": "..."}
 
 `coverage` is what the threshold reaches, which can exceed the target (ties at the threshold) or fall
@@ -67,7 +68,8 @@ def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split
     at = quality["at_coverage"]
     result: dict[str, Any] = {
         "threshold": at["threshold"], "target_coverage": coverage, "coverage": at["coverage"],
-        "exact_match": at["exact_match"], "exact_match_counts": at["exact_match_counts"], "shown": at["shown"],
+        "exact_match": at["exact_match"], "exact_match_counts": at["exact_match_counts"],
+        "exact_match_ci95": at["exact_match_ci95"], "shown": at["shown"],
         "positions": at["positions"], "split": split, "emails": len(texts),
         "positions_per_email": positions_per_email, "max_words": max_words, "seed": seed, "data_dir": str(data),
     }

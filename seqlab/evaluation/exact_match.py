@@ -14,7 +14,18 @@ at a newline); the truth is the email's next words up to the end of the line.
 
 Proposals are computed once with their confidence; any threshold is then a filter, so
 `threshold_for_coverage` can find the threshold that shows a target fraction of positions and models can
-be compared at equal coverage.
+be compared at equal coverage, and `coverage_table` reads ExactMatch at several coverages (5, 10, 20, 50
+and 100% by default) from one set of proposals: the curve of what showing only the surest suggestions buys.
+
+Uncertainty. Each ExactMatch is a proportion k/n over the n shown positions with enough true words, so it
+comes with the Wilson score interval (Wilson 1927; Brown, Cai & DasGupta 2001 recommend it over the normal
+approximation k/n +- 1.96 sqrt(p(1-p)/n), which collapses to zero width at 0 or n hits): at 95%,
+
+    centre = (k + z^2/2) / (n + z^2),  half-width = z / (n + z^2) * sqrt(k (n - k) / n + z^2 / 4),  z = 1.96.
+
+With 100 shown positions and 40 hits it is [31%, 50%]: a difference of a few points needs thousands of
+positions, which is why `seqlab eval` draws 5 positions from each of 200 emails by default. The interval
+treats positions as independent; positions of one email are not quite, so it is a little optimistic.
 """
 
 from __future__ import annotations
@@ -74,6 +85,22 @@ def collect_proposals(emails: Sequence[str], propose: Callable[[str], Completion
     return out
 
 
+COVERAGES = (0.05, 0.1, 0.2, 0.5, 1.0)  # the coverages `seqlab eval` reports ExactMatch at
+Z95 = 1.959963984540054  # the standard normal quantile of 0.975: two-sided 95% intervals
+
+
+def wilson_interval(hits: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of a proportion `hits`/`n` (see module doc); None when n is 0."""
+    if not 0 <= hits <= n:
+        raise ValueError(f"hits must be in [0, n], not {hits} of {n}")
+    if n == 0:
+        return None
+    centre = (hits + z * z / 2) / (n + z * z)
+    half = z / (n + z * z) * math.sqrt(hits * (n - hits) / n + z * z / 4)
+    # at 0 or n hits one end is exactly 0 or 1; rounding would leave it a hair inside
+    return (0.0 if hits == 0 else max(0.0, centre - half)), (1.0 if hits == n else min(1.0, centre + half))
+
+
 def _shown(p: Proposal, threshold: float) -> bool:
     return bool(p.words) and p.confidence >= threshold
 
@@ -83,14 +110,17 @@ def score_proposals(proposals: Sequence[Proposal], threshold: float, max_words: 
     shown = [p for p in proposals if _shown(p, threshold)]
     exact: dict[str, float | None] = {}
     counts: dict[str, int] = {}
+    intervals: dict[str, list[float] | None] = {}
     for n in range(1, max_words + 1):
         eligible = [p for p in shown if len(p.truth) >= n]
         counts[str(n)] = len(eligible)
         hits = sum(p.words[:n] == p.truth[:n] for p in eligible)
         exact[str(n)] = hits / len(eligible) if eligible else None
+        ci = wilson_interval(hits, len(eligible))
+        intervals[str(n)] = list(ci) if ci is not None else None
     return {"threshold": threshold, "positions": len(proposals), "shown": len(shown),
             "coverage": len(shown) / len(proposals) if proposals else 0.0,
-            "exact_match": exact, "exact_match_counts": counts}
+            "exact_match": exact, "exact_match_counts": counts, "exact_match_ci95": intervals}
 
 
 def threshold_for_coverage(proposals: Sequence[Proposal], coverage: float) -> float:
@@ -105,16 +135,27 @@ def threshold_for_coverage(proposals: Sequence[Proposal], coverage: float) -> fl
     return confs[min(k, len(confs)) - 1]
 
 
+def coverage_table(proposals: Sequence[Proposal], coverages: Sequence[float] = COVERAGES,
+                   max_words: int = 5) -> list[dict[str, Any]]:
+    """For each target coverage: {"target", "threshold", "coverage", "exact_match", ...} as `score_proposals`
+    gives at the threshold that reaches it (`threshold_for_coverage`)."""
+    return [{"target": c, **score_proposals(proposals, threshold_for_coverage(proposals, c), max_words)}
+            for c in coverages]
+
+
 def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, max_words: int = 5,
                        threshold: float = 0.0, positions_per_email: int = 2, seed: int = 0,
-                       target_coverage: float | None = None) -> dict[str, Any]:
+                       target_coverage: float | None = None, coverages: Sequence[float] = (),
+                       phrases: Any = None) -> dict[str, Any]:
     """Greedy proposals of `model` at sampled word boundaries of `emails`, scored at `threshold`.
 
-    With `target_coverage`, also the threshold that reaches it and the scores there, under "at_coverage".
+    With `target_coverage`, also the threshold that reaches it and the scores there, under "at_coverage";
+    with `coverages`, the same for each under "by_coverage" (`coverage_table`). `phrases` (a
+    `seqlab.generation.phrases.PhraseBlend`) blends a person's phrase model into every proposal.
     The model stays on its own device.
     """
     def propose(prefix: str) -> Completion:
-        return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0)
+        return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0, phrases=phrases)
 
     proposals = collect_proposals(emails, propose, max_words=max_words,
                                   positions_per_email=positions_per_email, seed=seed)
@@ -122,4 +163,6 @@ def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[
     if target_coverage is not None:
         t = threshold_for_coverage(proposals, target_coverage)
         result["at_coverage"] = {"target": target_coverage, **score_proposals(proposals, t, max_words)}
+    if coverages:
+        result["by_coverage"] = coverage_table(proposals, coverages, max_words)
     return result

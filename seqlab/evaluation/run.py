@@ -7,6 +7,7 @@ split (`seqlab.evaluation.heldout`), classical compressors on the same bytes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes, split_texts
-from seqlab.evaluation.exact_match import completion_quality
+from seqlab.evaluation.exact_match import COVERAGES, completion_quality
 from seqlab.evaluation.heldout import evaluate_lm
+from seqlab.generation.phrases import PhraseModel
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 
@@ -41,23 +43,29 @@ def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) 
 
 def evaluate_run(
     run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val", device: str = "auto", *,
-    completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 100,
-    positions_per_email: int = 2, max_words: int = 5, batch_size: int = 32, seed: int = 0,
-    completions: bool = True,
+    completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 200,
+    positions_per_email: int = 5, max_words: int = 5, batch_size: int = 32, seed: int = 0,
+    completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
 ) -> dict[str, Any]:
     """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
 
     Keys: split, loss, ppl, bpb, tokens, bytes, compressor_bpb {gzip, bz2, xz}, params, mixer,
     run_dir, data_dir, emails; with `completions`: exact_match {"1".."max_words"}, coverage, threshold,
-    completion_positions, and with `target_coverage` also at_coverage {target, threshold, coverage,
-    exact_match, ...}. Completions are scored on up to `completion_emails` emails drawn with `seed`.
+    completion_positions, by_coverage (one entry per coverage of `coverages`: target, threshold, coverage,
+    exact_match, exact_match_counts, exact_match_ci95 (Wilson), ...), and with `target_coverage` also
+    at_coverage {the same keys}. Completions are scored at up to `positions_per_email` word boundaries of
+    each of up to `completion_emails` emails drawn with `seed`; with `phrases`, blended with that phrase
+    model (`seqlab.generation.phrases`), and the loss and bits per byte stay the model's own.
     """
     if split not in ("train", "val", "test"):
         raise UserError(f"split must be train, val or test, not {split!r}.")
     if not 0.0 <= completion_threshold <= 1.0:
         raise UserError(f"the completion threshold must be in [0, 1], not {completion_threshold}.")
-    if target_coverage is not None and not 0.0 < target_coverage <= 1.0:
-        raise UserError(f"the target coverage must be in (0, 1], not {target_coverage}.")
+    for c in [*coverages, *([target_coverage] if target_coverage is not None else [])]:
+        if not 0.0 < c <= 1.0:
+            raise UserError(f"a target coverage must be in (0, 1], not {c}.")
+    if completion_emails < 1 or positions_per_email < 1:
+        raise UserError("the completion emails and positions per email must be at least 1.")
     run_dir = Path(run_dir)
     dev = resolve_device(device)
     model, tok, cfg = load_run(run_dir, dev)
@@ -76,11 +84,15 @@ def evaluate_run(
         texts = completion_texts(store, tok, completion_emails, seed)
         quality = completion_quality(model, tok, texts, max_words=max_words,
                                      threshold=completion_threshold, positions_per_email=positions_per_email,
-                                     seed=seed, target_coverage=target_coverage)
+                                     seed=seed, target_coverage=target_coverage, coverages=coverages,
+                                     phrases=phrases)
         result.update(exact_match=quality["exact_match"], coverage=quality["coverage"],
-                      threshold=quality["threshold"], completion_positions=quality["positions"])
-        if "at_coverage" in quality:
-            result["at_coverage"] = quality["at_coverage"]
+                      threshold=quality["threshold"], completion_positions=quality["positions"],
+                      exact_match_ci95=quality["exact_match_ci95"], completion_emails=len(texts),
+                      phrases=phrases.meta if phrases is not None else None)
+        for key in ("at_coverage", "by_coverage"):
+            if key in quality:
+                result[key] = quality[key]
     return result
 
 
@@ -107,8 +119,29 @@ def format_eval(result: dict[str, Any]) -> str:
         blocks.append((f"threshold {at['threshold']:.3f} (target coverage {100 * at['target']:.0f}%)",
                        at["coverage"], at["exact_match"]))
     if blocks:
-        lines.append(f"  completions at {result.get('completion_positions', 0)} word boundaries:")
+        lines.append(f"  completions at {result.get('completion_positions', 0)} word boundaries"
+                     + (" (with the phrase model)" if result.get("phrases") else "") + ":")
         for label, coverage, exact in blocks:
             em = "  ".join(f"EM@{n} {_pct(v)}" for n, v in exact.items())
             lines.append(f"    {label}: coverage {_pct(coverage)}  {em}")
+    if result.get("by_coverage"):
+        lines += format_coverage_table(result["by_coverage"])
     return "\n".join(lines)
+
+
+def _ci(row: dict[str, Any], n: str) -> str:
+    ci = row.get("exact_match_ci95", {}).get(n)
+    return f"[{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]" if ci else ""
+
+
+def format_coverage_table(rows: list[dict[str, Any]]) -> list[str]:
+    """ExactMatch@N at each target coverage with its threshold, positions shown and 95% Wilson intervals."""
+    ns = list(rows[0]["exact_match"])
+    head = (f"    {'target':>6} {'coverage':>8} {'threshold':>9} {'shown':>6} "
+            + " ".join(f"{'EM@' + n:>15}" for n in ns))
+    lines = ["  ExactMatch at each coverage (95% Wilson interval in brackets):", head]
+    for r in rows:
+        cells = " ".join(f"{_pct(r['exact_match'][n]) + ' ' + _ci(r, n):>15}" for n in ns)
+        lines.append(f"    {100 * r['target']:>5.0f}% {_pct(r['coverage']):>8} {r['threshold']:9.4f} {r['shown']:>6} "
+                     f"{cells}")
+    return lines

@@ -12,6 +12,13 @@ that space from the encoded prompt and require the first generated token to star
 probability is renormalised over the tokens that do (the user did type the space). For the byte
 tokenizer this is exactly the same as feeding the space.
 
+The same holds inside a word. A prompt typed up to "please find the fi" ends with a piece " fi" that BPE
+merges into " file" or " figures" whenever the whole word is there, so the model rarely saw " fi" followed
+by "le". For a tokenizer with merges, when the prompt ends with anything but whitespace we drop its last
+token and require the first generated token to start with that token's bytes (" file", " fi", " figures"
+all do); the suggestion is what comes after the typed bytes ("le, please"). This is token healing
+(Lundberg, guidance, 2023); the byte tokenizer has nothing to heal (each byte is its own token).
+
 Confidence. A suggestion's confidence is the model's probability of its first word: the product of the
 probabilities of the tokens that carry any byte of the first word (its leading space included), each
 taken from the model's own distribution (temperature 1, no filtering). The first word is where a
@@ -32,6 +39,7 @@ from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.decode import IncrementalDecoder, beam_search_hypotheses, generate_with_logprobs
+from seqlab.generation.phrases import PhraseBlend, PhraseModel
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 _WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
@@ -61,13 +69,23 @@ def _space_led(tokenizer: Tokenizer) -> Tensor:
     return torch.tensor([tokenizer.token_bytes(i).startswith(b" ") for i in range(tokenizer.vocab_size)])
 
 
+@lru_cache(maxsize=256)
+def _extending(tokenizer: Tokenizer, piece: bytes) -> Tensor:
+    """(V,) bool: tokens whose bytes start with `piece` (the allowed first tokens after healing `piece`)."""
+    return torch.tensor([tokenizer.token_bytes(i).startswith(piece) for i in range(tokenizer.vocab_size)])
+
+
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> tuple[list[int], Tensor | None, int]:
     """(prompt ids, allowed first tokens or None, bytes of the generation that belong to the prompt)."""
     if prompt.endswith(" "):
         allowed = _space_led(tokenizer)
         if bool(allowed.any()):
             return [tokenizer.bos_id, *tokenizer.encode(prompt[:-1])], allowed, 1
-    return [tokenizer.bos_id, *tokenizer.encode(prompt)], None, 0
+    ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
+    if tokenizer.kind != "byte" and len(ids) > 1 and not prompt[-1].isspace():
+        piece = tokenizer.token_bytes(ids[-1])  # the end of the word being typed, as one token
+        return ids[:-1], _extending(tokenizer, piece), len(piece)
+    return ids, None, 0
 
 
 class WordStop:
@@ -120,6 +138,7 @@ def complete(
     model: nn.Module, tokenizer: Tokenizer, prompt: str, *, max_words: int = 5, stop_at_newline: bool = True,
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
     seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
+    phrases: PhraseModel | None = None,
 ) -> Completion:
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
@@ -129,8 +148,12 @@ def complete(
     preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
-    suggestion whose confidence (the first word's probability) is below it comes back empty.
+    suggestion whose confidence (the first word's probability) is below it comes back empty. With
+    `phrases`, the person's phrase model is blended into every next-token distribution
+    (`seqlab.generation.phrases`), confidence included.
     """
+    if phrases is not None:
+        model = PhraseBlend(model, phrases)
     ids, allowed, skip = encode_prompt(tokenizer, prompt)
     return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
                             stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,

@@ -1,5 +1,5 @@
 """Reading a trained RUN_DIR back for evaluation and completion: `load_run`, `run_data_dir`, `resolve_device`,
-`checkpoint_config`.
+`read_checkpoint`, `checkpoint_config`.
 
 A RUN_DIR (ARCHITECTURE.md, "RUN_DIR"; layout in `seqlab.runs.checkpoint`) holds verified checkpoint directories.
 `load_run` takes the best-by-validation checkpoint (`best/`) when there is one, else the newest that
@@ -35,7 +35,8 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def _checkpoint(run_dir: Path, which: str) -> LoadedCheckpoint:
+def read_checkpoint(run_dir: Path, which: str) -> LoadedCheckpoint:
+    """RUN_DIR's best (or latest) verified checkpoint; `UserError` naming the damage when none is usable."""
     if which not in ("best", "latest"):
         raise ValueError(f"which must be 'best' or 'latest', not {which!r}")
     skipped: list[str] = []
@@ -66,7 +67,7 @@ def load_run(run_dir: Path | str, device: str | torch.device = "auto",
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a run folder.")
-    ckpt = _checkpoint(run_dir, which)
+    ckpt = read_checkpoint(run_dir, which)
     cfg = checkpoint_config(ckpt)
     tok_path = ckpt.path / "tokenizer.json" if ckpt.tokenizer_json is not None else run_dir / "tokenizer.json"
     if ckpt.tokenizer_json is not None:

@@ -41,6 +41,7 @@ from seqlab.runs.checkpoint import (
     save_run_checkpoint,
 )
 from seqlab.runs.files import append_text, atomic_write_text
+from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
 from seqlab.training.ema import WeightAverage, resume_weights
@@ -54,10 +55,12 @@ class Trainer:
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
-                 overrides: Sequence[str] = (), progress: bool = True) -> None:
+                 overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None) -> None:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
-        a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used."""
+        a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used. A new run with `init` starts
+        from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`)."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
+        self.init = init
         if resume and not self.run_dir.is_dir():  # said before the lock would create the folder
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
         self.lock = guards.RunLock(self.run_dir)  # one trainer per RUN_DIR, before anything in it is read
@@ -111,6 +114,8 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model).to(self.device)
+        if self.init is not None and ckpt is None:  # before the optimizer sees the weights; resuming wins
+            init_weights(self.model, cfg, self.init, self.tok, self.data_dir)
         self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device, t.optimizer)
         self.ema = WeightAverage(self.model, t.ema) if t.ema else None  # validated and saved in place of the raw
         if self.mode == "stream":
@@ -365,7 +370,7 @@ def _step_of(line: str) -> float:
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
-          overrides: Sequence[str] = (), progress: bool = True) -> dict:
+          overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
     the summary also written to RUN_DIR/run.json."""
-    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress).run()
+    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init).run()

@@ -22,6 +22,10 @@ class CleanOptions:
     keep_quotes: bool = False  # keep `>` lines, "Original Message" / forwarded blocks, "On ... wrote:"
     keep_signatures: bool = False  # keep the block after the last `-- ` line
     mask_pii: bool = False  # replace addresses, URLs and phone numbers with <EMAIL>, <URL>, <PHONE>
+    # Whose mail is kept (`prepare --sender / --exclude-sender`): normalized From addresses, case-folded.
+    # A message from another sender is a counted skip ("other_sender", "excluded_sender"), never silent.
+    senders: frozenset[str] = frozenset()  # when non-empty, keep only mail from these
+    exclude_senders: frozenset[str] = frozenset()  # never keep mail from these
 
 
 # ---------------------------------------------------------------- whitespace and control characters

@@ -231,6 +231,12 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
     def first(name: str) -> str:
         return headers.get(name, [""])[0] if headers.get(name) else ""
 
+    senders = parse_addresses(first("from"))
+    sender = senders[0] if senders else ""
+    if opts.senders and sender.casefold() not in opts.senders:
+        return "other_sender"
+    if sender.casefold() in opts.exclude_senders:
+        return "excluded_sender"
     subject = decode_header_text(first("subject")[: MAX_SUBJECT_CHARS * 8])[:MAX_SUBJECT_CHARS].rstrip()
     body = clean_body(_cap(body), opts)
     if opts.mask_pii:
@@ -242,14 +248,13 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
     reply = parse_msg_ids(first("in-reply-to"), limit=1)
     references = parse_msg_ids(" ".join(headers.get("references", [])))
     own_id = message_id or "sha256:" + hashlib.sha256(raw).hexdigest()
-    senders = parse_addresses(first("from"))
     recipients = parse_addresses(",".join(headers.get("to", []) + headers.get("cc", [])))
     return Email(
         id=own_id,
         thread=references[0] if references else (reply[0] if reply else own_id),
         subject=subject,
         body=body,
-        sender=senders[0] if senders else "",
+        sender=sender,
         recipients=recipients,
         date=_date(headers.get("date", [])),
         message_id=message_id,

@@ -30,10 +30,12 @@ COLUMNS = [
     ("train_s", "train s", "{:,.1f}"), ("val_bpb", "val bpb", "{:.3f}"), ("test_bpb", "test bpb", "{:.3f}"),
     ("val_ppl", "val ppl", "{:.2f}"), ("test_ppl", "test ppl", "{:.2f}"), ("em1", "EM@1", "{:.1%}"),
     ("em2", "EM@2", "{:.1%}"), ("em3", "EM@3", "{:.1%}"), ("coverage", "coverage", "{:.1%}"),
+    ("em1_low", "EM@1 low", "{:.1%}"), ("em3_low", "EM@3 low", "{:.1%}"), ("coverage_low", "cov low", "{:.1%}"),
 ]
 CSV_FIELDS = ["model", "mixer", "pos", "n_layer", "n_embd", "n_head", "params", "params_ratio", "steps", "tokens",
               "tokens_per_s", "train_s", "peak_mem_mb", "val_loss", "val_ppl", "val_bpb", "test_loss", "test_ppl",
-              "test_bpb", "em1", "em2", "em3", "coverage", "threshold", "stopped", "reused"]
+              "test_bpb", "em1", "em2", "em3", "coverage", "threshold", "em1_low", "em3_low", "coverage_low",
+              "positions", "stopped", "reused"]
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -64,8 +66,15 @@ def _caption(results: dict[str, Any]) -> str:
     return (f"Budget: {b['description']} (preset {results['preset']}, seed {results['seed']}). Parameters "
             f"matched to the attention reference of {results['reference_params']:,}"
             f"{'' if results['match_params'] else ' (matching off)'}. ExactMatch of greedy completions on "
-            f"the test split at the threshold giving {results['coverage']:.0%} coverage. bpb: bits per byte "
+            f"the test split at the threshold giving {results['coverage']:.0%} coverage, and (low) at the one "
+            f"giving {results.get('low_coverage', 0.1):.0%}{_low_ci(results)}. bpb: bits per byte "
             f"of the whole split; xz -9e on the same bytes for reference.")
+
+
+def _low_ci(results: dict[str, Any]) -> str:
+    """The widest 95% Wilson interval of EM@1 at the low coverage: how far apart two models must be."""
+    widths = [r["em1_low_ci95"][1] - r["em1_low_ci95"][0] for r in results["rows"] if r.get("em1_low_ci95")]
+    return f" (95% Wilson interval of EM@1 there up to {max(widths):.0%} wide)" if widths else ""
 
 
 # ---------------------------------------------------------------- plots

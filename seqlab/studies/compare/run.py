@@ -8,7 +8,8 @@ in its own child process (`seqlab.studies.compare.worker`, so its peak memory is
 OUT/runs/<name>, then evaluated in this process by `seqlab.evaluation.run.evaluate_run` (the run's best
 checkpoint by the trainer's validation loss) on the whole val split (loss, perplexity, bits per byte) and
 the whole test split (the same, plus ExactMatch@1..3 of greedy completions at the threshold that shows a
-proposal at one common coverage, 0.5 by default, so models are compared at equal coverage).
+proposal at one common coverage, 0.5 by default, so models are compared at equal coverage, and ExactMatch@1
+and @3 at 10% coverage, with the 95% Wilson interval of EM@1 there).
 `seqlab.studies.compare.report` writes report.md,
 results.csv, results.json and a self-contained report.html.
 
@@ -38,7 +39,8 @@ from seqlab.studies.compare.worker import MEMORY, REQUEST
 
 __all__ = ["compare", "format_table"]
 
-COVERAGE = 0.5  # the one completion coverage every model's ExactMatch is read at
+COVERAGE = 0.5  # the completion coverage every model's ExactMatch is read at (em1..em3)
+LOW_COVERAGE = 0.1  # ... and the surest tenth of word boundaries (em1_low, em3_low): what a cautious UI shows
 EM_WORDS = 3  # ExactMatch@1..3
 
 
@@ -133,8 +135,8 @@ def _measure(plan: PlannedRun, run_dir: Path, data_dir: Path, coverage: float, s
     device = plan.cfg.train.device
     val = evaluate_run(run_dir, data_dir, "val", device, completions=False, seed=seed)
     test = evaluate_run(run_dir, data_dir, "test", device, target_coverage=coverage, max_words=EM_WORDS,
-                        seed=seed, completion_emails=completion_emails)
-    at = test["at_coverage"]
+                        seed=seed, completion_emails=completion_emails, coverages=(LOW_COVERAGE,))
+    at, low = test["at_coverage"], test["by_coverage"][0]
     m = plan.cfg.model
     row: dict[str, Any] = {
         "model": plan.name, "mixer": m.mixer, "pos": m.pos, "n_layer": m.n_layer, "n_embd": m.n_embd,
@@ -144,7 +146,10 @@ def _measure(plan: PlannedRun, run_dir: Path, data_dir: Path, coverage: float, s
         "val_loss": val["loss"], "val_ppl": val["ppl"], "val_bpb": val["bpb"],
         "test_loss": test["loss"], "test_ppl": test["ppl"], "test_bpb": test["bpb"],
         **{f"em{n}": at["exact_match"].get(str(n)) for n in range(1, EM_WORDS + 1)},
-        "coverage": at["coverage"], "threshold": at["threshold"], "stopped": summary["stopped"],
+        "coverage": at["coverage"], "threshold": at["threshold"],
+        "em1_low": low["exact_match"].get("1"), "em3_low": low["exact_match"].get("3"),
+        "em1_low_ci95": low["exact_match_ci95"].get("1"), "coverage_low": low["coverage"],
+        "positions": at["positions"], "stopped": summary["stopped"],
         "reused": reused, "run_dir": str(run_dir),
     }
     return row, {"val": val["compressor_bpb"]["xz"], "test": test["compressor_bpb"]["xz"]}
@@ -203,7 +208,8 @@ def compare(data_dir: Path, out: Path, *, preset: str = "small", models: Sequenc
         rows.append(row)
         curves[plan.name] = _curve(run_dir)
     results = {"preset": preset, "budget": {**budget.__dict__, "description": budget.describe()}, "seed": seed,
-               "coverage": coverage, "reference_params": plans[0].reference, "match_params": match_params,
+               "coverage": coverage, "low_coverage": LOW_COVERAGE, "reference_params": plans[0].reference,
+               "match_params": match_params,
                "overrides": list(overrides), "data_dir": str(data_dir.resolve()), "xz": xz, "rows": rows,
                "curves": curves}
     results["files"] = [str(p) for p in write_report(out, results)]

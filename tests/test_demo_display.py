@@ -1,0 +1,43 @@
+"""The demo shows what a writer would see: a completion only when its confidence reaches the run's
+calibrated threshold (calibration.json), and its table reads ExactMatch at 10% and 50% coverage."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from seqlab.evaluation.calibration import calibrate_run, load_calibration
+from seqlab.evaluation.run import evaluate_run
+from seqlab.generation.complete import complete
+from seqlab.runs.load import load_run
+from seqlab.studies.demo import COVERAGE, LOW_COVERAGE, OPENINGS, _completions, _describe, _row, format_table
+
+
+def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Path, tiny_data_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    run = Path(shutil.copytree(word_run_dir, tmp_path / "run"))
+    calibrate_run(run, tiny_data_dir, "val", coverage=0.5, emails=6)
+    threshold = load_calibration(run)["threshold"]
+    items = _completions(run)
+    assert len(items) == 3 * len(OPENINGS)
+    model, tok, _ = load_run(run, "cpu")
+    for c in items:
+        assert c["threshold"] == round(threshold, 4)
+        if c["how"] == "greedy":  # recomputed on its own: shown exactly when it reaches the threshold
+            again = complete(model, tok, c["prompt"], max_words=6)
+            assert (again.text, round(again.confidence, 3)) == (c["completion"], c["confidence"])
+            assert c["shown"] == (bool(again.text) and again.confidence >= threshold)
+        assert ("withheld" in _describe(c)) != c["shown"]
+    assert any(c["shown"] for c in items) or all(c["confidence"] < threshold for c in items)
+
+
+def test_the_table_reads_exact_match_at_ten_and_fifty_percent(word_run_dir: Path, tiny_data_dir: Path) -> None:
+    test = evaluate_run(word_run_dir, tiny_data_dir, "test", "cpu", completion_emails=6,
+                        coverages=(LOW_COVERAGE, COVERAGE))
+    summary = {"params": 1, "tokens_per_s": 1.0, "steps": 1}
+    row = _row("attention", summary, {"bpb": 1.0}, test)
+    low, mid = test["by_coverage"]
+    assert row["em1_10"] == low["exact_match"]["1"] and row["em3"] == mid["exact_match"]["3"]
+    assert row["positions"] == test["completion_positions"]
+    table = format_table([row])
+    assert "EM@1 10%" in table and "EM@3 50%" in table
