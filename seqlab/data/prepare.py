@@ -51,9 +51,9 @@ SPOOL = "emails.spool"
 CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (seqlab.data.contexts)
 # What an earlier prepare may have left in --out (older versions wrote in place, temporaries included):
 # a folder holding only these may be replaced.
-_OURS = ({f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx", "ctx.bin", "ctx.idx")} | {"tokenizer.json", "emails.jsonl", "meta.json",
-         SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"}
-        | {f".{s}.{ext}.tmp" for s in SPLITS for ext in ("bin", "idx", "ctx.bin", "ctx.idx")})
+_EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
+_OURS = ({f"{s}.{ext}" for s in SPLITS for ext in _EXTS} | {"tokenizer.json", "emails.jsonl", "meta.json",
+         SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"} | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
 ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
