@@ -53,7 +53,8 @@ CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (
 # a folder holding only these may be replaced.
 _EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
 _OURS = ({f"{s}.{ext}" for s in SPLITS for ext in _EXTS} | {"tokenizer.json", "emails.jsonl", "meta.json",
-         SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"} | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
+         SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"}
+        | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
 ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
