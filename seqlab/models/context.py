@@ -44,6 +44,14 @@ class ContextBatch:
         seg = self.segment.to(device) if self.segment is not None else None
         return ContextBatch(self.ids.to(device), self.keep.to(device), seg)
 
+    def expand(self, b: int) -> ContextBatch:
+        """The same contexts for b lanes: itself when it has b lanes already, else its one lane repeated."""
+        if self.ids.size(0) == b:
+            return self
+        if self.ids.size(0) != 1 or self.segment is not None:
+            raise ValueError(f"cannot spread a context batch of {self.ids.size(0)} lanes over {b} lanes")
+        return ContextBatch(self.ids.expand(b, -1, -1), self.keep.expand(b, -1, -1))
+
     @classmethod
     def single(cls, ids: Tensor, keep: Tensor | None = None) -> ContextBatch:
         """One context per lane from (B, Lc) ids (and a (B, Lc) keep mask; None: all real)."""

@@ -85,3 +85,16 @@ def quoted_context(body: str, opts: CleanOptions) -> str:
         return ""
     cleaned = clean_body(quoted, CleanOptions(keep_quotes=False, keep_signatures=False, mask_pii=opts.mask_pii))
     return keep_end(cleaned)
+
+
+def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:
+    """The text of a message being replied to, as a context: a mail message (headers, MIME) read by the
+    mail reader, its body cleaned; anything else taken as plain text and cleaned like a body. Its end is
+    kept, as in `prepare`."""
+    from seqlab.data.mail.reader import parse_message  # the reader imports this module
+
+    opts = opts or CleanOptions()
+    parsed = parse_message(raw, "reply-to", opts)
+    if not isinstance(parsed, str) and parsed.body:
+        return keep_end(parsed.body)
+    return keep_end(clean_body(raw.decode("utf-8", errors="replace"), opts))
