@@ -104,3 +104,17 @@ def test_context_model_needs_contexts(tiny_data_dir: Path, tmp_path: Path) -> No
         train(old, tmp_path / "run", cfg, progress=False)
     plain = apply_overrides(get_preset("tiny"), ["train.max_steps=1", "train.threads=1"])
     assert train(old, tmp_path / "plain", plain, progress=False)["steps"] == 1  # an old folder still trains
+
+
+def test_resume_with_context_is_exact(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """A GRU reading contexts on streams (the carried state drops the cached context keys) resumes exactly."""
+    from safetensors.torch import load_file
+
+    over = ["model.mixer=gru", "model.pos=none", "model.cross_attention=true", "model.ctx_block_size=32",
+            "train.ckpt_every=3", "train.eval_every=3", "train.threads=1"]
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    train(tiny_data_dir, ref, apply_overrides(get_preset("tiny"), [*over, "train.max_steps=6"]), progress=False)
+    train(tiny_data_dir, run, apply_overrides(get_preset("tiny"), [*over, "train.max_steps=3"]), progress=False)
+    train(tiny_data_dir, run, None, resume=True, overrides=["train.max_steps=6"], progress=False)
+    a, b = load_file(str(ref / "model.safetensors")), load_file(str(run / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
