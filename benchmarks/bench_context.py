@@ -45,7 +45,8 @@ BASE = ["model.n_layer=2", "model.n_embd=64", "model.n_head=4", "model.block_siz
 def _train(data: Path, run: Path, minutes: float, extra: list[str]) -> dict:
     if (run / "run.json").exists() and "summary" in json.loads((run / "run.json").read_text()):
         return json.loads((run / "run.json").read_text())["summary"]
-    cfg = apply_overrides(get_preset("tiny"), [*BASE, f"train.max_minutes={minutes}", *extra])
+    budget = [] if any(e.startswith("train.max_steps=") for e in extra) else [f"train.max_minutes={minutes}"]
+    cfg = apply_overrides(get_preset("tiny"), [*BASE, *budget, *extra])
     return train(data, run, cfg, progress=False)
 
 
@@ -62,10 +63,15 @@ def _exact_match(run: Path, store: TokenStore, emails: np.ndarray, seed: int) ->
     return {"exact_match": q["exact_match"], "counts": q["exact_match_counts"], "positions": q["positions"]}
 
 
-def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str]) -> dict:
+def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str],
+            equal_steps: bool = False) -> dict:
     runs = {"plain": out / f"{name}-plain", "context": out / f"{name}-context"}
     summaries = {"plain": _train(data, runs["plain"], minutes, extra),
                  "context": _train(data, runs["context"], minutes, ["model.cross_attention=true", *extra])}
+    if equal_steps:  # also the context model given the plain model's steps (no time budget)
+        runs["context_steps"] = out / f"{name}-context-steps"
+        summaries["context_steps"] = _train(data, runs["context_steps"], minutes, [
+            "model.cross_attention=true", *extra, f"train.max_steps={summaries['plain']['steps']}"])
     store = TokenStore(data, "test")
     scores = {}
     for kind, run in runs.items():
@@ -79,6 +85,9 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
         result[kind] = {"bpb_replies": s.bpb(has), "bpb_others": s.bpb(~has), "bpb_all": s.bpb()}
     result["diff_replies"] = paired_bootstrap(scores["context"], scores["plain"], has, samples=4000)
     result["diff_others"] = paired_bootstrap(scores["context"], scores["plain"], ~has, samples=4000)
+    if equal_steps:
+        result["steps_diff_replies"] = paired_bootstrap(scores["context_steps"], scores["plain"], has, samples=4000)
+        result["steps_diff_others"] = paired_bootstrap(scores["context_steps"], scores["plain"], ~has, samples=4000)
     rng = np.random.default_rng([7])
     replies = np.flatnonzero(has)
     picked = np.sort(rng.choice(replies, size=min(em_emails, len(replies)), replace=False))
@@ -97,6 +106,13 @@ def _table(results: list[dict]) -> str:
         lines.append(f"{r['corpus']:8} {r['replies']:>7} {r['plain']['bpb_replies']:9.3f} "
                      f"{r['context']['bpb_replies']:8.3f} {d['diff']:+9.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
                      f"{o['diff']:+20.3f} {em1:>15} {steps:>16}")
+        if "steps_diff_replies" in r:
+            d, o = r["steps_diff_replies"], r["steps_diff_others"]
+            em1 = "/".join(f"{100 * (em[k]['exact_match']['1'] or 0):.1f}%" for k in ("plain", "context_steps"))
+            lines.append(f"{'  =steps':8} {r['replies']:>7} {r['plain']['bpb_replies']:9.3f} "
+                         f"{r['context_steps']['bpb_replies']:8.3f} {d['diff']:+9.3f} [{d['low']:+.3f}, "
+                         f"{d['high']:+.3f}] {o['diff']:+20.3f} {em1:>15} "
+                         f"{r['train']['plain']['steps']}/{r['train']['context_steps']['steps']:>7}")
     return "\n".join(lines)
 
 
@@ -106,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("out/bench_context"))
     p.add_argument("--minutes", type=float, default=3.0, help="training budget of each run")
     p.add_argument("--em-emails", type=int, default=40, help="replies whose word boundaries ExactMatch samples")
+    p.add_argument("--equal-steps", action="store_true",
+                   help="also train the context model for the plain model's steps (equal work, not equal time)")
     p.add_argument("overrides", nargs="*", help="extra key=value config overrides for both runs")
     args = p.parse_args(argv)
     results = []
     for item in args.data:
         name, _, folder = item.partition("=")
-        results.append(measure(name, Path(folder), args.out, args.minutes, args.em_emails, args.overrides))
+        results.append(measure(name, Path(folder), args.out, args.minutes, args.em_emails, args.overrides,
+                               args.equal_steps))
         print(_table(results[-1:]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

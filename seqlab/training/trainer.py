@@ -119,7 +119,7 @@ class Trainer:
         eval_store = self.val_store if self.val_store.num_emails else self.train_store
         self.eval_batches = fixed_eval_batches(eval_store, cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
                                                self.tok.pad_id)
-        self.contexts = ContextFeed(cfg, self.sampler, eval_store, self.device)  # None unless cross-attention
+        self.contexts = ContextFeed(cfg, self.sampler, eval_store, self.device)  # contexts: None without cross-attn
         self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
         self.progress = Progress()
         self.stream_state: Any = None
