@@ -48,6 +48,8 @@ class ModelConfig:
     bias: bool = False  # biases in attention/MLP projections
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * n_embd; 0 disables the MLP
     cross_attention: bool = False  # add cross-attention over an encoded context to every block
+    ctx_layers: int = 1  # non-causal attention blocks of the context encoder (models/context.py); 0: none
+    ctx_block_size: int = 256  # longest context in tokens (the end of a longer one is kept)
     tie_weights: bool = True  # output head shares the token embedding matrix
     fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product
@@ -68,6 +70,8 @@ class ModelConfig:
         for name in ("vocab_size", "block_size", "n_layer", "n_embd", "n_head"):
             _check(getattr(self, name) >= 1, f"model.{name} must be at least 1, not {getattr(self, name)}")
         _check(self.mlp_ratio >= 0, f"model.mlp_ratio must be 0 or more, not {self.mlp_ratio}")
+        _check(self.ctx_layers >= 0, f"model.ctx_layers must be 0 or more, not {self.ctx_layers}")
+        _check(self.ctx_block_size >= 1, f"model.ctx_block_size must be at least 1, not {self.ctx_block_size}")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
         if self.mixer == "hybrid":
             _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},

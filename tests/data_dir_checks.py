@@ -13,7 +13,8 @@ from seqlab.data.mail.corpus import normalize_body
 from seqlab.data.tokenizer import load_tokenizer
 
 SPLITS = ("train", "val", "test")
-DATA_FILES = {f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")} | {"tokenizer.json", "emails.jsonl", "meta.json"}
+DATA_FILES = ({f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx", "ctx.bin", "ctx.idx")}
+              | {"tokenizer.json", "emails.jsonl", "meta.json"})
 
 
 def read_split(data: Path, split: str, dtype: str) -> list[np.ndarray]:

@@ -20,7 +20,8 @@ def test_cross_attention_reads_the_context() -> None:
     idx, ctx = _ids(2, 6), _ids(2, 5, seed=3)
     with torch.no_grad():
         by_ids, _ = model(idx, context=ctx)
-        by_rows, _ = model(idx, context=model.wte(ctx))  # (B, Lc, C) rows = ids through the embedding
+        rows, _ = model.encode_context(ctx)  # (B, Lc, C) rows = ids through the context encoder
+        by_rows, _ = model(idx, context=rows)
         other, _ = model(idx, context=_ids(2, 5, seed=4))
         without, _ = model(idx)  # no context: the cross branch is skipped
         padded_ctx = torch.cat([ctx, torch.zeros(2, 3, dtype=torch.long)], dim=1)
@@ -33,6 +34,7 @@ def test_cross_attention_reads_the_context() -> None:
         model(idx, context=ctx)
     assert rec.layers("self") == [0, 1] and rec.layers("cross") == [0, 1]
     assert rec.get(1, "cross").shape == (2, 2, 6, 5)
+    assert rec.layers("context") == [0] and rec.get(0, "context").shape == (2, 2, 5, 5)  # the encoder
     with pytest.raises(ValueError, match="context"):
         model(idx, context=torch.randn(2, 5, 7))
 

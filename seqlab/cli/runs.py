@@ -121,19 +121,24 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=unit_float, default=None, help="minimum confidence to suggest anything")
     p.add_argument("--show-confidence", action="store_true")
     _add_phrase_options(p)
+    p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",
+                   help="the message being answered (a message file or plain text), read through "
+                   "cross-attention by a model trained with model.cross_attention=true")
     p.add_argument("--device", default="auto")
 
 
 def run_complete(args: argparse.Namespace) -> int:
     from seqlab.generation.complete import complete
+    from seqlab.generation.reply import read_reply_to, reply_context
     from seqlab.runs.load import load_run
 
     if args.temperature < 0:
         raise UserError(f"--temperature must be 0 or more, not {args.temperature}")
+    original = read_reply_to(args.reply_to) if args.reply_to is not None else None
     model, tok, _ = load_run(args.run_dir, args.device)
     c = complete(model, tok, args.prompt, max_words=args.max_words, temperature=args.temperature,
                  top_k=args.top_k, top_p=args.top_p, beam=args.beam, seed=args.seed, threshold=args.threshold,
-                 phrases=_phrases(args, tok))  # type: ignore[arg-type]
+                 phrases=_phrases(args, tok), context=reply_context(model, tok, original))  # type: ignore[arg-type]
     print(f"{c.text}\t(confidence {c.confidence:.3f})" if args.show_confidence else c.text)
     return 0
 

@@ -34,11 +34,19 @@ def add_attention(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", type=int, default=None)
     p.add_argument("--head", type=int, default=None)
     p.add_argument("--query", type=int, default=None, help="token position of the soft-lookup (default: last)")
+    p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",
+                   help="the message TEXT answers (a message file or plain text): draw instead the "
+                   "cross-attention weights of TEXT's tokens over it (a run trained with model.cross_attention)")
 
 
 def run_attention(args: argparse.Namespace) -> int:
     from seqlab.studies.inspection.commands import attention_command, lookup_path
     from seqlab.studies.inspection.plots import output_kind
+
+    if args.reply_to is not None:
+        from seqlab.studies.inspection.cross import cross_command
+
+        return _wrote([cross_command(args.run_dir, args.text, args.reply_to, args.out, args.layer, args.head)])
 
     out = attention_command(args.run_dir, args.text, args.out, layer=args.layer, head=args.head, query=args.query)
     return _wrote([out, lookup_path(out)] if output_kind(out) == "png" else [out])

@@ -86,6 +86,15 @@ class WindowSampler:
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, y), each (B, T) int64, for training step `step` (any step, in any order)."""
+        start, length = self._draw(step)
+        return gather_windows(self.store.tokens, start, length, self.block_size, self.pad_id)
+
+    def window_starts(self, step: int) -> np.ndarray:
+        """(B,) global start offsets of the windows of `batch(step)` (their emails' contexts: context_batches)."""
+        return self._draw(step)[0]
+
+    def _draw(self, step: int) -> tuple[np.ndarray, np.ndarray]:
+        """(global start, real length), each (B,), of the windows of step `step`."""
         if step < 0:
             raise ValueError(f"step must be 0 or more, not {step}")
         T, m = self.block_size, self.min_window_tokens
@@ -95,8 +104,7 @@ class WindowSampler:
         r = u - (self._cum[i] - self._slots[i])  # (B,) placement inside its email
         L = self._lengths[i]
         s = np.clip(r - (T + 1 - m), 0, np.maximum(L - T - 1, 0))  # window start inside the email
-        return gather_windows(self.store.tokens, self.store.starts[i] + s, np.minimum(T + 1, L - s), T,
-                              self.pad_id)
+        return self.store.starts[i] + s, np.minimum(T + 1, L - s)
 
 
 def _eval_windows(store: TokenStore, block_size: int,

@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seqlab import __version__
+from seqlab.data.contexts import ContextSpool, thread_parents, write_contexts
 from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full, kill_point
 from seqlab.data.mail.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
 from seqlab.data.mail.reader import CleanOptions
@@ -47,10 +48,13 @@ from seqlab.errors import UserError
 
 SPLITS = ("train", "val", "test")
 SPOOL = "emails.spool"
+CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (seqlab.data.contexts)
 # What an earlier prepare may have left in --out (older versions wrote in place, temporaries included):
 # a folder holding only these may be replaced.
-_OURS = ({f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx")} | {"tokenizer.json", "emails.jsonl", "meta.json",
-         SPOOL, "meta.json.tmp", "tokenizer.json.tmp"} | {f".{s}.{ext}.tmp" for s in SPLITS for ext in ("bin", "idx")})
+_EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
+_OURS = ({f"{s}.{ext}" for s in SPLITS for ext in _EXTS} | {"tokenizer.json", "emails.jsonl", "meta.json",
+         SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"}
+        | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
 ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
@@ -66,6 +70,7 @@ def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: 
     metas: list[ThreadMeta] = []
     stream = StreamStats()
     spent = 0.0
+    contexts = ContextSpool(spool.with_name(CTX_SPOOL))
     with SpoolWriter(spool) as writer, tqdm(desc="reading mail", unit=" msg", disable=not progress) as bar:
         for kept in parse_stream(source_items(messages, limit), opts, report, workers=workers, stats=stream):
             t0 = time.perf_counter()
@@ -76,8 +81,10 @@ def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: 
                     continue
                 metas.append(k.meta)
                 writer.write(k.record)
+                contexts.write(k.context)
             spent += time.perf_counter() - t0
             bar.update(report.seen - bar.n)
+    contexts.close()
     stats.update(dedupe_spool_s=spent, raw_bytes=stream.raw_bytes, workers_used=stream.workers,
                  pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes())
     return metas, duplicates
@@ -285,6 +292,7 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         if not metas:
             raise UserError(f"no usable email was found in {source} ({report.seen} messages seen)")
         threads, splits = _split_threads(metas, seed, split)
+        parents = thread_parents(metas)  # for emails that quote nothing: the parent's body as context
         del metas  # the largest per-email structure; not needed any more
         lap("thread_split_s")
         if "train" not in splits:
@@ -293,11 +301,14 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         atomic_write_text(out / "tokenizer.json", tok.to_json())  # the bytes whose sha256 meta.json records
         lap("fit_s")
         counts, dtype = _encode_all(spool, out, tok, threads, splits, progress)
+        contexts = write_contexts(out, tok, spool, out / CTX_SPOOL, splits, parents)
         lap("encode_s")
     finally:
         spool.unlink(missing_ok=True)
+        (out / CTX_SPOOL).unlink(missing_ok=True)
     stats.update(messages=report.seen, kept=report.kept)
     meta = _meta(source, seed, split, opts, report, duplicates, counts, tok, dtype)
+    meta["contexts"] = contexts
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 

@@ -224,6 +224,10 @@ class TokenStore:
         self.ends: np.ndarray = np.append(self.starts[1:], len(self.tokens)).astype(np.int64)
         self._check(idx_path)
         self._check_against_meta(meta, bin_path, idx_path)
+        from seqlab.data.contexts import open_contexts  # imported here: contexts.py builds on this module
+
+        # `{split}.ctx.bin/.idx`, the replied-to text of each email; None for a DATA_DIR without them
+        self.contexts = open_contexts(self.data_dir, split, self.num_emails, meta)
 
     def _check(self, idx_path: Path) -> None:
         """The offsets must partition the token file into non-empty emails."""

@@ -73,14 +73,16 @@ def sample_positions(emails: Sequence[str], positions_per_email: int, seed: int)
     return picked
 
 
-def collect_proposals(emails: Sequence[str], propose: Callable[[str], Completion], *, max_words: int = 5,
-                      positions_per_email: int = 2, seed: int = 0) -> list[Proposal]:
-    """Ask `propose(prefix)` at every sampled position; `propose` must not apply a threshold itself."""
+def collect_proposals(emails: Sequence[str], propose: Callable[..., Completion], *, max_words: int = 5,
+                      positions_per_email: int = 2, seed: int = 0, contexts: Sequence[Any] | None = None
+                      ) -> list[Proposal]:
+    """Ask `propose(prefix)` at every sampled position (`propose(prefix, context)` with each email's
+    context when `contexts` is given); `propose` must not apply a threshold itself."""
     out = []
     for e, i in sample_positions(emails, positions_per_email, seed):
         text = emails[e]
         truth = split_words(text[i:].split("\n", 1)[0])[:max_words]
-        c = propose(text[:i])
+        c = propose(text[:i]) if contexts is None else propose(text[:i], contexts[e])
         out.append(Proposal(e, i, truth, c.words[:max_words], c.confidence if c.words else 0.0))
     return out
 
@@ -146,19 +148,21 @@ def coverage_table(proposals: Sequence[Proposal], coverages: Sequence[float] = C
 def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, max_words: int = 5,
                        threshold: float = 0.0, positions_per_email: int = 2, seed: int = 0,
                        target_coverage: float | None = None, coverages: Sequence[float] = (),
-                       phrases: Any = None) -> dict[str, Any]:
+                       phrases: Any = None, contexts: Sequence[Any] | None = None) -> dict[str, Any]:
     """Greedy proposals of `model` at sampled word boundaries of `emails`, scored at `threshold`.
 
     With `target_coverage`, also the threshold that reaches it and the scores there, under "at_coverage";
     with `coverages`, the same for each under "by_coverage" (`coverage_table`). `phrases` (a
     `seqlab.generation.phrases.PhraseBlend`) blends a person's phrase model into every proposal.
+    `contexts`: one per email (a ContextBatch or None), read by a model with cross-attention.
     The model stays on its own device.
     """
-    def propose(prefix: str) -> Completion:
-        return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0, phrases=phrases)
+    def propose(prefix: str, context: Any = None) -> Completion:
+        return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0, phrases=phrases,
+                        context=context)
 
     proposals = collect_proposals(emails, propose, max_words=max_words,
-                                  positions_per_email=positions_per_email, seed=seed)
+                                  positions_per_email=positions_per_email, seed=seed, contexts=contexts)
     result = score_proposals(proposals, threshold, max_words)
     if target_coverage is not None:
         t = threshold_for_coverage(proposals, target_coverage)

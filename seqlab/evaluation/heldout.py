@@ -109,10 +109,11 @@ def score_heldout(model: nn.Module, batches: Iterable[Batch], byte_lengths: torc
     model.eval()
     try:
         with torch.inference_mode():
-            for first, x, y in batches:
+            for first, x, y, *context in batches:  # a 4th element: the batch's contexts (or None)
                 x, y = x.to(device), y.to(device)
+                extra = {"context": context[0].to(device)} if context and context[0] is not None else {}
                 with autocast():
-                    logits, state = model(x, state=None if first else state)  # (B, T, V)
+                    logits, state = model(x, state=None if first else state, **extra)  # (B, T, V)
                 nll += float(lm_loss(logits, y, reduction="sum"))
                 scored = y[y != IGNORE_INDEX]  # (N,) ids of the scored targets
                 tokens += int(scored.numel())

@@ -17,9 +17,11 @@ from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes, split_texts
+from seqlab.evaluation.context_scores import by_context, email_scores, totals
 from seqlab.evaluation.exact_match import COVERAGES, completion_quality
 from seqlab.evaluation.heldout import evaluate_lm
 from seqlab.generation.phrases import PhraseModel
+from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 
@@ -31,14 +33,27 @@ def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
                         f"evaluate it on the data folder it was trained on.")
 
 
+def completion_picks(store: TokenStore, emails: int, seed: int) -> np.ndarray:
+    """Indices of up to `emails` emails of the split, drawn with `seed`: the emails completions are scored on."""
+    rng = np.random.default_rng([seed])
+    return np.sort(rng.choice(store.num_emails, size=min(emails, store.num_emails), replace=False))
+
+
 def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) -> list[str]:
-    """Texts of up to `emails` emails of the split, drawn with `seed`: the emails completions are scored on.
+    """Texts of the emails of `completion_picks`.
 
     `seqlab eval` and `seqlab calibrate` share it, so the same seed and count score the same emails.
     """
-    rng = np.random.default_rng([seed])
-    picked = np.sort(rng.choice(store.num_emails, size=min(emails, store.num_emails), replace=False))
-    return split_texts(store, tok, picked)
+    return split_texts(store, tok, completion_picks(store, emails, seed))
+
+
+def completion_contexts(model: Any, store: TokenStore, emails: int, seed: int) -> list[Any] | None:
+    """The contexts of the emails of `completion_picks` for a model that reads them, else None."""
+    if not getattr(model.cfg, "cross_attention", False) or store.contexts is None:
+        return None
+    limit = model.cfg.ctx_block_size
+    return [ContextBatch.from_lists([store.contexts.context(int(i), limit).tolist()])
+            for i in completion_picks(store, emails, seed)]
 
 
 def evaluate_run(
@@ -72,7 +87,12 @@ def evaluate_run(
     data = run_data_dir(run_dir, data_dir)
     check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
-    lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok)
+    scores = None
+    if store.contexts is not None:  # per email, so that emails with and without a context are reported apart
+        scores = email_scores(model, store, cfg.model.block_size, batch_size, dev, tok)
+        lm = totals(scores)
+    else:
+        lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok)
     raw = split_bytes(store, tok)
     result: dict[str, Any] = {
         "split": split, "loss": lm["loss"], "ppl": lm["ppl"], "bpb": lm["bpb"], "tokens": lm["tokens"],
@@ -80,12 +100,15 @@ def evaluate_run(
         "params": sum(p.numel() for p in model.parameters()), "mixer": cfg.model.mixer,
         "run_dir": str(run_dir), "data_dir": str(data), "emails": store.num_emails,
     }
+    if scores is not None:
+        result["by_context"] = by_context(scores)
     if completions:
         texts = completion_texts(store, tok, completion_emails, seed)
         quality = completion_quality(model, tok, texts, max_words=max_words,
                                      threshold=completion_threshold, positions_per_email=positions_per_email,
                                      seed=seed, target_coverage=target_coverage, coverages=coverages,
-                                     phrases=phrases)
+                                     phrases=phrases,
+                                     contexts=completion_contexts(model, store, completion_emails, seed))
         result.update(exact_match=quality["exact_match"], coverage=quality["coverage"],
                       threshold=quality["threshold"], completion_positions=quality["positions"],
                       exact_match_ci95=quality["exact_match_ci95"], completion_emails=len(texts),
@@ -111,6 +134,11 @@ def format_eval(result: dict[str, Any]) -> str:
     ]
     for name, label in (("gzip", "gzip -9"), ("bz2", "bz2 -9"), ("xz", "xz -9e")):
         lines.append(f"  {label:10} {result['compressor_bpb'][name]:9.3f}")
+    for name, label in (("with_context", "replies (with the message answered)"),
+                        ("without_context", "emails without context")):
+        if "by_context" in result:
+            g = result["by_context"][name]
+            lines.append(f"  model on {label}: {g['bpb']:.3f} bits/byte over {g['emails']:,} emails")
     blocks = []
     if "exact_match" in result:
         blocks.append((f"threshold {result['threshold']:.3f}", result["coverage"], result["exact_match"]))

@@ -33,6 +33,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -139,6 +140,7 @@ def complete(
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
     seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
     phrases: PhraseModel | None = None,
+    context: Any = None,
 ) -> Completion:
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
@@ -150,21 +152,23 @@ def complete(
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
     suggestion whose confidence (the first word's probability) is below it comes back empty. With
     `phrases`, the person's phrase model is blended into every next-token distribution
-    (`seqlab.generation.phrases`), confidence included.
+    (`seqlab.generation.phrases`), confidence included. `context` (a ContextBatch,
+    `seqlab.generation.reply.reply_context`) is the message being answered, read through cross-attention.
     """
     if phrases is not None:
         model = PhraseBlend(model, phrases)
     ids, allowed, skip = encode_prompt(tokenizer, prompt)
     return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
                             stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,
-                            beam=beam, seed=seed, threshold=threshold, max_new_tokens=max_new_tokens)
+                            beam=beam, seed=seed, threshold=threshold, max_new_tokens=max_new_tokens,
+                            context=context)
 
 
 def complete_encoded(
     model: nn.Module, tokenizer: Tokenizer, ids: list[int], allowed: Tensor | None, skip: int, *,
     max_words: int = 5, stop_at_newline: bool = True, temperature: float = 0.0, top_k: int | None = None,
     top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
-    max_new_tokens: int | None = None, decoder: IncrementalDecoder | None = None,
+    max_new_tokens: int | None = None, decoder: IncrementalDecoder | None = None, context: Any = None,
 ) -> Completion:
     """`complete` from a prompt already turned into (ids, allowed, skip) by `encode_prompt`.
 
@@ -180,13 +184,14 @@ def complete_encoded(
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
-                                      stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder)[0]
+                                      stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder,
+                                      context=context)[0]
         new, logps = best.ids, best.logps
     else:
         new, logps = generate_with_logprobs(
             model, ids, max_new_tokens=budget, temperature=temperature if temperature > 0 else 1.0,
             top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
-            eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder)
+            eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder, context=context)
     result = finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline)
     if threshold is not None and result.confidence < threshold:
         return Completion("", [], result.confidence)

@@ -81,19 +81,22 @@ class IncrementalDecoder:
     be re-encoded when the window slides.
     """
 
-    def __init__(self, model: nn.Module, prompts: Tensor, limit: int | None = None) -> None:
+    def __init__(self, model: nn.Module, prompts: Tensor, limit: int | None = None, context: Any = None) -> None:
+        """context: what the model reads through cross-attention (a `seqlab.models.context.ContextBatch`
+        for one lane or for each), given again whenever the window is re-encoded; None without one."""
         if prompts.ndim != 2 or prompts.shape[1] == 0:
             raise ValueError(f"prompts must be a non-empty (B, T) tensor of token ids, "
                              f"got shape {tuple(prompts.shape)}")
         self.model = model
         self.limit = limit
+        self.context = context.to(model_device(model)) if context is not None else None
         self.state: Any = None
         self.window: Tensor | None = None
         self.logits = self._encode(prompts.to(model_device(model)))
 
     @classmethod
     def resume(cls, model: nn.Module, window: Tensor, state: Any, logits: Tensor,
-               limit: int | None = None) -> IncrementalDecoder:
+               limit: int | None = None, context: Any = None) -> IncrementalDecoder:
         """A decoder whose prompt is already encoded: `state` and next-token `logits` (B, V) after the
         tokens `window` (B, W), the tokens inside the attention window (W <= limit when there is one).
 
@@ -104,6 +107,7 @@ class IncrementalDecoder:
             raise ValueError(f"the encoded window holds {window.shape[1]} tokens, more than the limit {limit}")
         dec = cls.__new__(cls)
         dec.model, dec.limit = model, limit
+        dec.context = context.to(model_device(model)) if context is not None else None
         dec.state = state.clone() if hasattr(state, "clone") else state
         dec.window = window if limit is not None else None
         dec.logits = logits.float()
@@ -114,7 +118,10 @@ class IncrementalDecoder:
         if self.limit is not None:
             idx = idx[:, -self.limit:]
             self.window = idx
-        logits, self.state = self.model(idx, state=None)  # (B, T, V)
+        if self.context is None:
+            logits, self.state = self.model(idx, state=None)  # (B, T, V)
+        else:  # the context once per lane: a beam's lanes all read the one context of the prompt
+            logits, self.state = self.model(idx, state=None, context=self.context.expand(idx.size(0)))
         return logits[:, -1].float()
 
     def step(self, tokens: Tensor) -> Tensor:
@@ -185,11 +192,12 @@ def generate_with_logprobs(
     model: nn.Module, prompt_ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
     top_k: int | None = None, top_p: float | None = None, greedy: bool = False, seed: int | None = None,
     stop: StopFn | None = None, eos_id: int | None = None, first_allowed: Tensor | None = None,
-    decoder: IncrementalDecoder | None = None,
+    decoder: IncrementalDecoder | None = None, context: Any = None,
 ) -> tuple[list[int], list[float]]:
     """`generate`, also returning each new token's log-probability under the model's own distribution
     (temperature 1, no top-k/top-p filter; renormalised over `first_allowed` at the first step).
-    With `decoder` (an already-encoded prompt, `IncrementalDecoder.resume`), `prompt_ids` is not used."""
+    With `decoder` (an already-encoded prompt, `IncrementalDecoder.resume`), `prompt_ids` is not used;
+    `context` is read through cross-attention (`IncrementalDecoder`)."""
     _check_sampling(max_new_tokens, temperature, top_k, top_p, greedy)
     if not prompt_ids and decoder is None:
         raise ValueError("prompt_ids must hold at least one token (the bos token)")
@@ -205,7 +213,7 @@ def generate_with_logprobs(
     try:
         with torch.inference_mode():
             dec = decoder or IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long),
-                                                context_limit(model))
+                                                context_limit(model), context)
             while len(out) < max_new_tokens:
                 # Sampling on the CPU with our own generator: the same seed gives the same tokens on any device.
                 logits = dec.logits.cpu()  # (1, V)
@@ -265,7 +273,7 @@ class Hypothesis:
 def beam_search_hypotheses(
     model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
     stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
-    decoder: IncrementalDecoder | None = None,
+    decoder: IncrementalDecoder | None = None, context: Any = None,
 ) -> list[Hypothesis]:
     """Beam search; the finished hypotheses, best score first (at most `beam` of them).
 
@@ -290,7 +298,7 @@ def beam_search_hypotheses(
     try:
         with torch.inference_mode():
             dec = decoder or IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long),
-                                                context_limit(model))
+                                                context_limit(model), context)
             for t in range(max_new_tokens):
                 logits = dec.logits.cpu()  # (n_live, V)
                 logp = (_mask_first(logits, first_allowed) if t == 0 else logits).log_softmax(dim=-1)

@@ -153,9 +153,11 @@ class CrossKV:
 
 
 def padding_bias(keep: Tensor, dtype: torch.dtype) -> Tensor:
-    """(B, Lc) bool -> additive (B, 1, 1, Lc): 0 where a context row may be attended, -inf for padding."""
+    """(B, Lc) bool -> additive (B, 1, 1, Lc): 0 where a context row may be attended, -inf for padding.
+    A per-query keep (B, Lq, Lc) gives (B, 1, Lq, Lc) (each query its own context rows)."""
     zero = torch.zeros((), dtype=dtype, device=keep.device)
-    return torch.where(keep, zero, torch.full_like(zero, float("-inf")))[:, None, None, :]
+    bias = torch.where(keep, zero, torch.full_like(zero, float("-inf")))
+    return bias[:, None, None, :] if keep.dim() == 2 else bias[:, None, :, :]
 
 
 class MultiHeadAttention(nn.Module):
@@ -188,6 +190,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.pos = pos  # rope / alibi act here; additive positions are added by the LM
         self.layer = -1  # block index, set by the LM, used to label recorded weights
+        self.cross_kind = "cross"  # the label of recorded cross-attention weights ("context": the encoder)
         self.q_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
         self.k_norm = nn.RMSNorm(self.head_dim) if qk_norm else None
 
@@ -222,7 +225,8 @@ class MultiHeadAttention(nn.Module):
         Self-attention when context is None and state is not a CrossKV: state is the KVCache of earlier
         positions (None at the start) and the returned state includes this call's keys and values.
         Cross-attention when context (B, Lc, kdim) is given (or state is a CrossKV from an earlier
-        call): never causal, no positions; context_mask (B, Lc) bool marks real context rows.
+        call): never causal, no positions; context_mask (B, Lc) bool marks real context rows, or
+        (B, T, Lc) the rows each query may read (not cached; given again with later queries).
         `reset` is accepted for the mixer contract and ignored (attention has no running state).
         """
         if context is not None or isinstance(state, CrossKV):
@@ -267,8 +271,10 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, CrossKV]:
         if context is not None:
             k, v = (self._heads(z) for z in self.kv_proj(context).split(self.n_embd, dim=-1))  # (B, H, Lc, D)
-            state = CrossKV(k, v, keep)
+            # a per-query mask (B, Lq, Lc) belongs to this call's queries only: not cached
+            state = CrossKV(k, v, keep if keep is None or keep.dim() == 2 else None)
         assert state is not None  # forward() routes here only with a context or a CrossKV
+        keep = keep if keep is not None else state.keep
         q = self._heads(self.q_proj(x))  # (B, H, Lq, D)
-        mask = padding_bias(state.keep, q.dtype) if state.keep is not None else None  # (B, 1, 1, Lc)
-        return self._attend(q, state.k, state.v, mask, False, "cross"), state
+        mask = padding_bias(keep, q.dtype) if keep is not None else None  # (B, 1, 1 or Lq, Lc)
+        return self._attend(q, state.k, state.v, mask, False, self.cross_kind), state

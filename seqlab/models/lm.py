@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.attention import CrossKV, KVCache, MultiHeadAttention
+from seqlab.models.context import ContextBatch, ContextEncoder, cross_mask
 from seqlab.models.positional import attention_positions, build_positions
 
 
@@ -194,7 +195,7 @@ class LM(nn.Module):
         self.pos = build_positions(cfg)  # learned / sinusoidal vectors added here; rope / alibi live in attention
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-        self.ln_ctx = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.cross_attention else None
+        self.ctx_encoder = ContextEncoder(cfg) if cfg.cross_attention else None  # models/context.py
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self._init_weights()
@@ -229,35 +230,44 @@ class LM(nn.Module):
             n -= sum(p.numel() for p in self.wte.parameters()) + sum(p.numel() for p in self.pos.parameters())
         return n
 
-    def encode_context(self, context: Tensor) -> Tensor:
-        """Context rows for cross-attention: (B, Lc) token ids go through the shared token embedding
-        (+ additive positions 0..Lc-1); a float (B, Lc, C) tensor is taken as already-encoded rows."""
-        if context.dtype in (torch.long, torch.int32, torch.int16, torch.uint8):
-            positions = torch.arange(context.size(1), device=context.device).expand_as(context)  # (B, Lc)
-            ctx = self.wte(context)  # (B, Lc, C)
-            pe = self.pos.embed(positions)
-            ctx = ctx if pe is None else ctx + pe.to(ctx.dtype)
-        elif context.dim() == 3 and context.size(-1) == self.cfg.n_embd:
-            ctx = context
-        else:
-            raise ValueError(f"context must be (B, Lc) token ids or (B, Lc, {self.cfg.n_embd}) rows, "
-                             f"got {tuple(context.shape)}")
-        assert self.ln_ctx is not None
-        return self.ln_ctx(ctx)
+    def encode_context(self, context: Tensor | ContextBatch, context_mask: Tensor | None = None,
+                       t: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """Context rows for cross-attention and the mask of what each query may read.
+
+        A ContextBatch, or (B, Lc) token ids (with context_mask (B, Lc): False on padding), go through
+        the context encoder (models/context.py) -> rows (B, S, C) and a (B, S) or per-query (B, T, S)
+        bool mask; a float (B, Lc, C) tensor is taken as already-encoded rows (context_mask as given)."""
+        if self.ctx_encoder is None:
+            raise ValueError("a context was given but model.cross_attention is false")
+        if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
+            if context.size(-1) != self.cfg.n_embd:
+                raise ValueError(f"context rows must be (B, Lc, {self.cfg.n_embd}), got {tuple(context.shape)}")
+            return context, context_mask
+        if isinstance(context, Tensor):
+            if context.dim() != 2 or context.is_floating_point():
+                raise ValueError(f"context must be (B, Lc) token ids, (B, Lc, {self.cfg.n_embd}) rows or a "
+                                 f"ContextBatch, got {tuple(context.shape)}")
+            context = ContextBatch.single(context, context_mask)
+        if context.segment is not None and t is not None and context.segment.size(1) != t:
+            raise ValueError(f"context.segment must be (B, {t}), got {tuple(context.segment.shape)}")
+        rows, keep, slot = self.ctx_encoder(self.wte, context)
+        return rows, cross_mask(keep, slot, context.segment)
 
     def forward(
         self,
         idx: Tensor,
         state: LMState | None = None,
-        context: Tensor | None = None,
+        context: Tensor | ContextBatch | None = None,
         reset: Tensor | None = None,
         context_mask: Tensor | None = None,
     ) -> tuple[Tensor, LMState]:
         """idx (B, T) token ids -> (logits (B, T, vocab_size), state after the last token).
 
         state: from an earlier call, to continue the same sequences (None starts fresh).
-        context: (B, Lc) ids or (B, Lc, C) rows read by cross-attention; cached in the state, so later
-            calls may omit it. context_mask (B, Lc) bool is False on context padding.
+        context: a ContextBatch, (B, Lc) ids or (B, Lc, C) rows read by cross-attention (encoded once,
+            its keys/values cached in the state, so later calls may omit it; a ContextBatch with a
+            per-position segment must be given with every call). context_mask (B, Lc) bool is False on
+            context padding.
         reset: (B, T) bool, True where an email starts: recurrent mixers zero their hidden state and
             additive positions restart at 0 (attention ignores it: its windows lie inside one email).
         """
@@ -271,7 +281,7 @@ class LM(nn.Module):
         if pe is not None:
             x = x + pe.to(x.dtype)
         x = self.drop(x)
-        ctx = self.encode_context(context) if context is not None else None
+        ctx, context_mask = self.encode_context(context, context_mask, t) if context is not None else (None, None)
         layers: list[Any] = []
         crosses: list[CrossKV | None] = []
         for i, block in enumerate(self.blocks):

@@ -11,6 +11,7 @@ Not thread-safe on purpose: the app runs every call on one worker thread with a 
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -19,9 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import complete_encoded, encode_prompt
 from seqlab.generation.decode import IncrementalDecoder, model_device
+from seqlab.generation.reply import reads_context, reply_context
+from seqlab.models.context import ContextBatch
 from seqlab.serving.sessions import PromptEncoder, SessionStore
 
 
@@ -40,6 +44,15 @@ class Suggestion:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def session_key(session: str | None, context: ContextBatch | None) -> str | None:
+    """The key a session's state is kept under: the session id, and a digest of its context's ids, since
+    the kept state holds that context's keys and values (another original is another session)."""
+    if not session or context is None:
+        return session
+    digest = hashlib.blake2b(context.ids[context.keep].cpu().numpy().tobytes(), digest_size=8).hexdigest()
+    return f"{session}\x00{digest}"
 
 
 def prompt_text(subject: str, body: str) -> str:
@@ -63,17 +76,22 @@ class CompletionEngine:
         self.device = model_device(model)
 
     def complete(self, prefix: str, subject: str = "", session: str | None = None, *, max_words: int = 3,
-                 min_confidence: float | None = None, beam: int = 1) -> Suggestion:
-        """A suggestion of up to `max_words` words after `prefix` (the body so far)."""
+                 min_confidence: float | None = None, beam: int = 1, context: str | None = None) -> Suggestion:
+        """A suggestion of up to `max_words` words after `prefix` (the body so far); `context` is the
+        message being answered (a model trained with cross-attention reads it; `reads_context`)."""
         start = time.perf_counter()
         threshold = self.threshold if min_confidence is None else min_confidence
         ids, allowed, skip = encode_prompt(self.tokenizer, prompt_text(subject, prefix))
-        previous = self.sessions.get(session) if session else None
-        encoded, reused = self.encoder.encode(ids, previous)
-        if session:
-            self.sessions.put(session, encoded)
+        ctx = reply_context(self.model, self.tokenizer, original_text(context.encode("utf-8", "replace"))
+                            if context else None)
+        key = session_key(session, ctx)
+        previous = self.sessions.get(key) if key else None
+        encoded, reused = self.encoder.encode(ids, previous, ctx)
+        if key:
+            self.sessions.put(key, encoded)
         window = torch.tensor([encoded.ids], dtype=torch.long, device=self.device)  # (1, W)
-        decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit)
+        decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit,
+                                            context=ctx)
         c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
                              threshold=threshold, decoder=decoder)
         return Suggestion(
@@ -88,6 +106,11 @@ class CompletionEngine:
         cut = b"".join(self.tokenizer.token_bytes(i) for i in ids[1:start])
         return len(cut.decode("utf-8", errors="ignore"))
 
+    @property
+    def reads_context(self) -> bool:
+        """Whether the model reads the message being answered (trained with model.cross_attention)."""
+        return reads_context(self.model)
+
     def describe(self) -> dict[str, Any]:
         """The model behind the suggestions, for `/health`."""
         cfg = getattr(self.model, "cfg", None)
@@ -96,5 +119,5 @@ class CompletionEngine:
                                 "context_limit": self.encoder.limit, "threshold": self.threshold}
         if cfg is not None:
             info.update(mixer=cfg.mixer, pos=cfg.pos, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                        block_size=cfg.block_size)
+                        block_size=cfg.block_size, cross_attention=cfg.cross_attention)
         return info

@@ -2,7 +2,7 @@
 
     GET  /              the compose page (seqlab/serving/static/)
     GET  /health        503 while the run loads, then 200 with the model's description
-    POST /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam} -> a `Suggestion`
+    POST /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
     POST /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
     POST /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
     GET  /v1/stats      acceptance rate and latency percentiles since start
@@ -42,6 +42,9 @@ class CompleteRequest(BaseModel):
     min_confidence: float | None = Field(None, ge=0.0, le=1.0,
                                          description="default: --min-confidence, else the run's calibrated threshold")
     beam: int = Field(1, ge=1, le=8)
+    context: str | None = Field(None, max_length=MAX_BODY_BYTES,
+                                description="the message being answered (plain text or a whole message); "
+                                "read by a model trained with model.cross_attention=true")
 
 
 class CompleteResponse(BaseModel):
@@ -99,10 +102,13 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
         s.stats.incr_rejected()
         return error(503, f"more than {s.config.max_queue} requests are waiting; try again", retry_after=1)
     engine = s.engine
+    if req.context and not engine.reads_context:
+        return error(422, "this model reads no context (it was trained without model.cross_attention=true)",
+                     field="context")
 
     def work() -> Any:
         return engine.complete(req.prefix, req.subject, req.session, max_words=req.max_words,
-                               min_confidence=req.min_confidence, beam=req.beam)
+                               min_confidence=req.min_confidence, beam=req.beam, context=req.context)
 
     result = await run_unless_gone(s, request, work)
     if result is None:  # the client left before its turn: nothing to answer

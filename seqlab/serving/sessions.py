@@ -85,15 +85,19 @@ class PromptEncoder:
         self.truncatable = cfg is not None and cfg.mixer == "attention"
         self.device = model_device(model)
 
-    def encode(self, ids: list[int], previous: Encoded | None = None) -> tuple[Encoded, int]:
-        """(the encoded prompt `ids`, how many of its window's tokens were reused from `previous`)."""
+    def encode(self, ids: list[int], previous: Encoded | None = None, context: Any = None) -> tuple[Encoded, int]:
+        """(the encoded prompt `ids`, how many of its window's tokens were reused from `previous`).
+
+        `context` (a ContextBatch: the message being answered) is read when the model starts from no
+        state; a reused state keeps its encoded context, so a session must be keyed by its context too
+        (`CompletionEngine`)."""
         if not ids:
             raise ValueError("a prompt holds at least one token (the bos token)")
         start = window_start(len(ids), self.limit)
         window = ids[start:]
         base, reused = self._reusable(window, start, previous)
         with torch.inference_mode():
-            encoded = self._feed(window, start, base)
+            encoded = self._feed(window, start, base, context)
         return encoded, reused
 
     def _reusable(self, window: list[int], start: int, previous: Encoded | None) -> tuple[Encoded | None, int]:
@@ -127,7 +131,7 @@ class PromptEncoder:
         head = [m for m in marks if m < n - DENSE_TAIL][-1:]
         return [*head, *tail, n]
 
-    def _feed(self, window: list[int], start: int, base: Encoded | None) -> Encoded:
+    def _feed(self, window: list[int], start: int, base: Encoded | None, context: Any = None) -> Encoded:
         """Feed window[len(base.ids):] after `base` (all of window when base is None)."""
         done = len(base.ids) if base is not None else 0
         state = base.state if base is not None else None
@@ -135,7 +139,8 @@ class PromptEncoder:
         snapshots = dict(base.snapshots) if base is not None else {}
         for end in self._chunk_ends(done, len(window)):
             idx = torch.tensor([window[done:end]], dtype=torch.long, device=self.device)  # (1, T)
-            out, state = self.model(idx, state=state)  # (1, T, V)
+            extra = {"context": context} if context is not None and state is None else {}
+            out, state = self.model(idx, state=state, **extra)  # (1, T, V)
             logits = out[:, -1].float()  # (1, V)
             done = end
             if not self.truncatable and done % SNAPSHOT_EVERY == 0:

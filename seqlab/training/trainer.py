@@ -44,6 +44,7 @@ from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
+from seqlab.training.context_feed import ContextFeed
 from seqlab.training.ema import WeightAverage, resume_weights
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
@@ -123,9 +124,10 @@ class Trainer:
         else:
             self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
                                          self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens)
-        self.eval_batches = fixed_eval_batches(self.val_store if self.val_store.num_emails else self.train_store,
-                                               cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
+        eval_store = self.val_store if self.val_store.num_emails else self.train_store
+        self.eval_batches = fixed_eval_batches(eval_store, cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
                                                self.tok.pad_id)
+        self.contexts = ContextFeed(cfg, self.sampler, eval_store, self.device)  # contexts: None without cross-attn
         self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
         self.progress = Progress()
         self.stream_state: Any = None
@@ -201,16 +203,16 @@ class Trainer:
 
     # ------------------------------------------------------------ steps
 
-    def _batches(self, step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
-        """The grad_accum micro-batches of one step: (x, y, reset)."""
+    def _batches(self, step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Any]]:
+        """The grad_accum micro-batches of one step: (x, y, reset, context)."""
         for micro in range(self.cfg.train.grad_accum):
             index = step * self.cfg.train.grad_accum + micro
             if self.mode == "stream":
                 x, y, reset = self.sampler.batch(index)
-                yield x.to(self.device), y.to(self.device), reset.to(self.device)
+                yield x.to(self.device), y.to(self.device), reset.to(self.device), self.contexts.train(index)
             else:
                 x, y = self.sampler.batch(index)
-                yield x.to(self.device), y.to(self.device), None
+                yield x.to(self.device), y.to(self.device), None, self.contexts.train(index)
 
     def _time_frac(self) -> float:
         """Share of the wall-clock budget used so far (0 without a budget)."""
@@ -227,9 +229,10 @@ class Trainer:
                                 t.schedule, t.cooldown_frac)
         self.model.train()
         total, state_before, skipped = 0.0, self.stream_state, None
-        for x, y, reset in self._batches(step):
+        for x, y, reset, context in self._batches(step):
             with self.autocast():
-                logits, state = self.step_model(x, state=self.stream_state, reset=reset)
+                extra = {"context": context} if context is not None else {}  # only a context model reads one
+                logits, state = self.step_model(x, state=self.stream_state, reset=reset, **extra)
                 loss = lm_loss(logits, y)
             self.progress.tokens += int((x != self.tok.pad_id).sum())
             if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
@@ -238,7 +241,7 @@ class Trainer:
             (loss / t.grad_accum).backward()
             total += value
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
-                self.stream_state = state.detach()
+                self.stream_state = self.contexts.carry(state.detach())
         if skipped is None and not math.isfinite(guards.grad_norm(self.model, t.grad_clip)):
             skipped = guards.NONFINITE_GRAD
         if skipped is None:
@@ -253,7 +256,9 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
         (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
-        windows = ((True, x, y) for x, y in self.eval_batches)  # each window stands alone: no state carried
+        contexts = self.contexts.eval_for(len(self.eval_batches))
+        # each window stands alone: no state carried
+        windows = ((True, x, y, c) for (x, y), c in zip(self.eval_batches, contexts))
         with self._averaged():
             r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
         return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}

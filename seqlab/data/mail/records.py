@@ -23,6 +23,7 @@ class Email:
     in_reply_to: str | None = None
     references: list[str] = field(default_factory=list)
     source: str = ""  # where it came from: a path, path:index for mbox/CSV rows
+    context: str = ""  # the replied-to text its quoted part holds, cleaned (mail/context.py); "" when none
 
     def text(self) -> str:
         """Training text: the subject line, a blank line, the cleaned body (other headers are dropped)."""

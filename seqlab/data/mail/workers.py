@@ -53,6 +53,7 @@ class Kept(NamedTuple):
     body_key: bytes | None
     meta: ThreadMeta  # slimmed, see `slim_meta`
     record: bytes  # spool.pack_record
+    context: bytes = b""  # Email.context as UTF-8 (the replied-to text; seqlab.data.contexts)
 
 
 @dataclass
@@ -106,7 +107,8 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
             out.append(result)
             continue
         exact, body_key = _DEDUPE.keys(result)
-        out.append(Kept(exact, body_key, slim_meta(ThreadMeta.from_email(result)), pack_record(result)))
+        out.append(Kept(exact, body_key, slim_meta(ThreadMeta.from_email(result)), pack_record(result),
+                        result.context.encode("utf-8", "replace")))
     return out
 
 

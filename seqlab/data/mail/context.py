@@ -1,0 +1,100 @@
+"""The context of a reply: the text it answers, taken from its own quoted part.
+
+Cleaning (`clean.strip_quotes`) removes from a body what someone else wrote: `>` lines with their
+`... wrote:` attribution, and everything from an `-----Original Message-----`, forwarded or embedded
+reply-header block to the end. That removed text is, in a reply, the message being answered, which a
+model that completes the reply may read through cross-attention (issue 11; the lecture's slide
+"Cross-attention gets queries and context from different sequences"). `quoted_context` recovers it:
+
+- a cut block (Outlook/Notes style): the lines after the marker, with the `From:/Sent:/To:/Subject:`
+  header lines at its top dropped;
+- otherwise the `>` lines, one level of `>` (and the space after it) removed.
+
+The recovered text is then cleaned like a body (`clean.clean_body`: its own nested quotes and its
+signature go, PII is masked when asked) and cut to `MAX_CONTEXT_CHARS`, keeping its END, at a line start
+when one is near. `prepare` falls back on the thread's previous message (by In-Reply-To) when an email
+quotes nothing and the corpus holds its parent (`seqlab.data.contexts`). Linear-time regex scans only,
+as everywhere in cleaning.
+"""
+
+from __future__ import annotations
+
+import re
+
+from seqlab.data.mail.clean import (
+    _QUOTED_LINE,
+    CleanOptions,
+    _cut_offset,
+    clean_body,
+    normalize_text,
+)
+
+MAX_CONTEXT_CHARS = 2000  # the model reads at most ctx_block_size tokens of it anyway (its end)
+_MARKER_LINE = re.compile(r"[^\n]*\n?")
+_HEADER_LINE = re.compile(r"[ \t]*(?:From|Sent|To|Cc|Subject|Date)[ \t]*:[^\n]*\n?", re.IGNORECASE)
+_UNQUOTE = re.compile(r"^[ \t]*> ?", re.MULTILINE)
+_CUT_HINTS = ("original message", "forwarded", "_" * 20, "from:", "to:")
+
+
+def _cut_block(text: str) -> str:
+    """The text below a cut marker (original message, forward, header block), its header lines dropped."""
+    low = text.lower()
+    if not any(hint in low for hint in _CUT_HINTS):
+        return ""
+    cut = _cut_offset(text)
+    if cut >= len(text):
+        return ""
+    pos = cut
+    first = _MARKER_LINE.match(text, pos)
+    if first is not None and not _HEADER_LINE.match(text, pos):
+        pos = first.end()  # the marker line itself ("-----Original Message-----")
+    while True:  # the embedded header block: From:, Sent:, To:, Subject: ... lines
+        m = _HEADER_LINE.match(text, pos)
+        if m is None or m.end() == pos:
+            break
+        pos = m.end()
+    return text[pos:]
+
+
+def _quoted_lines(text: str) -> str:
+    """The `>` lines of a body, one quoting level removed, in order."""
+    if ">" not in text:
+        return ""
+    lines = [m.group(0) for m in _QUOTED_LINE.finditer(text)]
+    return _UNQUOTE.sub("", "".join(lines))
+
+
+def keep_end(text: str, limit: int = MAX_CONTEXT_CHARS) -> str:
+    """At most `limit` characters: the end of `text`, starting at a line start when one is in the first
+    fifth of the kept part (a cut mid-line reads worse than a slightly shorter context)."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - limit:]
+    nl = tail.find("\n", 0, limit // 5)
+    return tail[nl + 1:] if nl >= 0 else tail
+
+
+def quoted_context(body: str, opts: CleanOptions) -> str:
+    """The replied-to text quoted in a raw (uncleaned) body, cleaned like a body; "" when none.
+
+    A cut block (original message, forward) wins over `>` lines: a body with both holds the `>` lines
+    inside the block (older quoting levels)."""
+    text = normalize_text(body)
+    quoted = _cut_block(text) or _quoted_lines(text)
+    if not quoted.strip():
+        return ""
+    cleaned = clean_body(quoted, CleanOptions(keep_quotes=False, keep_signatures=False, mask_pii=opts.mask_pii))
+    return keep_end(cleaned)
+
+
+def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:
+    """The text of a message being replied to, as a context: a mail message (headers, MIME) read by the
+    mail reader, its body cleaned; anything else taken as plain text and cleaned like a body. Its end is
+    kept, as in `prepare`."""
+    from seqlab.data.mail.reader import parse_message  # the reader imports this module
+
+    opts = opts or CleanOptions()
+    parsed = parse_message(raw, "reply-to", opts)
+    if not isinstance(parsed, str) and parsed.body:
+        return keep_end(parsed.body)
+    return keep_end(clean_body(raw.decode("utf-8", errors="replace"), opts))
