@@ -7,6 +7,9 @@ carried (detached) from one chunk to the next and reset by the model at every em
 Exact resume: the batch of step s is a pure function of (seed, s); the RNG states, the optimizer, the
 stream hidden state and the step are saved in `trainer_state.pt`; so a run killed at any point and resumed
 from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads).
+
+Under torchrun the same loop runs on every rank with DistributedDataParallel; what the ranks share, agree
+on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `World` without torchrun).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.heldout import lm_loss, score_heldout, token_byte_lengths
+from seqlab.evaluation.heldout import score_heldout, token_byte_lengths
 from seqlab.models import build_model
 from seqlab.models.lm import LMState, map_tensors
 from seqlab.runs.checkpoint import (
@@ -42,6 +45,7 @@ from seqlab.runs.checkpoint import (
 from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
+from seqlab.training.distributed import NoLock, World
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
 
@@ -56,9 +60,11 @@ class Trainer:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
         a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
-        if resume and not self.run_dir.is_dir():  # said before the lock would create the folder
+        self.dist = World.from_env()  # under torchrun: this rank's place; alone: World() and no process group
+        if resume and self.dist.is_main and not self.run_dir.is_dir():  # said before the lock would create it
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
-        self.lock = guards.RunLock(self.run_dir)  # one trainer per RUN_DIR, before anything in it is read
+        # one trainer per RUN_DIR, before anything in it is read; only rank 0 ever touches RUN_DIR
+        self.lock = guards.RunLock(self.run_dir) if self.dist.is_main else NoLock()
         try:
             self._open(cfg, resume, overrides)
         except BaseException:
@@ -70,7 +76,8 @@ class Trainer:
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
         check_tokenizer(self.data_dir, meta, self.tok.vocab_size, self.tok.sha256())
         skipped: list[str] = []  # why each damaged checkpoint was passed over, to name the file below
-        ckpt = load_latest(self.run_dir, skipped=skipped) if resume else None
+        ckpt = load_latest(self.run_dir, skipped=skipped) if resume and self.dist.is_main else None
+        ckpt = self.dist.share_checkpoint(ckpt)  # rank 0's, on every rank
         if resume and ckpt is None:
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint"
                             + (f": {skipped[0]}" if skipped else ""))
@@ -81,7 +88,7 @@ class Trainer:
         self.cfg, t = cfg, cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = resolve_device(t.device)
+        self.device = self.dist.device(resolve_device(t.device))
         self.mode = cfg.data.resolved_mode(cfg.model.mixer)
         if self.mode == "stream" and cfg.model.pos == "learned":
             raise UserError("model.pos=learned cannot be used with data.mode=stream: long emails run past the "
@@ -109,12 +116,15 @@ class Trainer:
         cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model).to(self.device)
+        self.dist.seed_rank(t.seed)
         self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device)
+        shard = self.dist.shard(t.batch_size)  # this rank's rows of the global batch
         if self.mode == "stream":
-            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id)
+            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id,
+                                         shard=shard)
         else:
             self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
-                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens)
+                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens, shard=shard)
         self.eval_batches = fixed_eval_batches(self.val_store if self.val_store.num_emails else self.train_store,
                                                cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
                                                self.tok.pad_id)
@@ -122,13 +132,15 @@ class Trainer:
         self.progress = Progress()
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
-        self.guard = guards.StepGuard(t.max_bad_steps)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.guard = guards.StepGuard(t.max_bad_steps, speak=self.dist.is_main)
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is not None:
             self._resume(ckpt)
-        elif (self.run_dir / "trainer_state.pt").exists():
+        elif self.dist.is_main and (self.run_dir / "trainer_state.pt").exists():
             raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --out")
-        self.step_model = torch.compile(self.model) if t.compile else self.model
+        self.ddp = self.dist.wrap(self.model)  # DistributedDataParallel under torchrun, else the model itself
+        self.step_model = torch.compile(self.ddp) if t.compile else self.ddp
         amp = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
 
@@ -139,13 +151,15 @@ class Trainer:
         ts = ckpt.trainer_state
         self.opt.load_state_dict(ts["optimizer"])
         self.progress = Progress(**ts["progress"])
-        saved_state = ts.get("stream_state")
+        own = self.dist.own_state(ts, self.run_dir)  # this rank's RNG and stream state (all of ts when alone)
+        saved_state = own.get("stream_state")
         if saved_state is not None:
             self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
-        restore_rng_state(ts["rng"])
+        restore_rng_state(own["rng"])
         self.guard.saved_step = self.progress.step
-        self._truncate_metrics(self.progress.step)
-        print(f"resumed {self.run_dir} at step {self.progress.step}")
+        if self.dist.is_main:
+            self._truncate_metrics(self.progress.step)
+            print(f"resumed {self.run_dir} at step {self.progress.step}")
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
@@ -157,16 +171,19 @@ class Trainer:
     def _save(self, best: bool = False) -> None:
         if not self.guard.weights_ok(self.model, self.progress.step):
             return
-        trainer_state = {
-            "step": self.progress.step,
-            "optimizer": self.opt.state_dict(),
-            "progress": self.progress.to_dict(),
-            "rng": capture_rng_state(),
-            "stream_state": self._stream_state_dict(),
-            "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
-        }
-        save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
-                            is_best=best)
+        own = {"rng": capture_rng_state(), "stream_state": self._stream_state_dict()}
+        ranks = self.dist.gather_states(own)  # every rank's, on rank 0 (which alone writes)
+        if ranks is not None:
+            trainer_state = {
+                "step": self.progress.step,
+                "optimizer": self.opt.state_dict(),
+                "progress": self.progress.to_dict(),
+                **own,
+                "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
+                **self.dist.state_fields(ranks),
+            }
+            save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
+                                is_best=best)
         self.last_save_step = self.guard.saved_step = self.progress.step
 
     def _stream_state_dict(self) -> dict[str, Any] | None:
@@ -178,7 +195,8 @@ class Trainer:
 
     def _log(self, record: dict[str, Any]) -> None:
         line = json.dumps(guards.finite_or_none(record))  # NaN and Infinity are not JSON: null
-        append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
+        if self.dist.is_main:
+            append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
 
     # ------------------------------------------------------------ steps
 
@@ -206,21 +224,25 @@ class Trainer:
         for group in self.opt.param_groups:
             group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac())
         self.model.train()
-        total, state_before, skipped = 0.0, self.stream_state, None
-        for x, y, reset in self._batches(step):
-            with self.autocast():
-                logits, state = self.step_model(x, state=self.stream_state, reset=reset)
-                loss = lm_loss(logits, y)
-            self.progress.tokens += int((x != self.tok.pad_id).sum())
-            if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
-                skipped = guards.NONFINITE_LOSS
-                break
-            (loss / t.grad_accum).backward()
+        total, tokens, state_before, skipped = 0.0, 0, self.stream_state, None
+        for micro, (x, y, reset) in enumerate(self._batches(step)):
+            with self.dist.micro_step(self.ddp, last=micro == t.grad_accum - 1):  # one all-reduce per step
+                with self.autocast():
+                    logits, state = self.step_model(x, state=self.stream_state, reset=reset)
+                    loss = self.dist.lm_loss(logits, y)  # lm_loss; this rank's share of it under torchrun
+                tokens += int((x != self.tok.pad_id).sum())
+                if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
+                    skipped = guards.NONFINITE_LOSS
+                    if not self.dist.active:  # under torchrun every rank runs every backward (they all-reduce)
+                        break
+                (loss / t.grad_accum).backward()
             total += value
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
                 self.stream_state = state.detach()
         if skipped is None and not math.isfinite(guards.grad_norm(self.model, t.grad_clip)):
             skipped = guards.NONFINITE_GRAD
+        total, tokens, skipped = self.dist.agree_step(total, tokens, skipped)  # any rank's bad step skips all
+        self.progress.tokens += tokens
         if skipped is None:
             self.opt.step()
         else:
@@ -231,14 +253,16 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
         (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
-        windows = ((True, x, y) for x, y in self.eval_batches)  # each window stands alone: no state carried
-        r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
+        # each window stands alone: no state carried; under torchrun each rank scores its share of them
+        windows = ((True, x, y) for x, y in self.dist.my_share(self.eval_batches))
+        r = self.dist.heldout(score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast))
         return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
 
     # ------------------------------------------------------------ the loop
 
     def _should_stop(self, flag: StopFlag) -> str | None:
         t, s = self.cfg.train, self.progress
+        self.dist.agree_stop(s, flag)  # ranks stop together: any rank's signal, the slowest rank's clock
         if self.guard.halt:
             return self.guard.halt
         if flag.raised:
@@ -295,7 +319,8 @@ class Trainer:
             total, done, unit = round(t.max_minutes * 60), round(s.elapsed), "s"
         else:
             total, done, unit = t.max_steps, s.step, " step"
-        bar = tqdm(total=total, initial=done, desc="training", unit=unit, disable=not self.show_progress)
+        bar = tqdm(total=total, initial=done, desc="training", unit=unit,
+                   disable=not (self.show_progress and self.dist.is_main))
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
         session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
         with StopFlag() as flag:
@@ -330,10 +355,11 @@ class Trainer:
         """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
         info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
                 "threads": torch.get_num_threads(), "torch": torch.__version__, "seqlab": __version__,
-                "mode": self.mode, "params": self.model.num_params()}
+                "mode": self.mode, "params": self.model.num_params(), "world_size": self.dist.size}
         if summary:
             info["summary"] = summary
-        atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
+        if self.dist.is_main:
+            atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
 
 
 def _step_of(line: str) -> float:
@@ -350,4 +376,8 @@ def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume
           overrides: Sequence[str] = (), progress: bool = True) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
     the summary also written to RUN_DIR/run.json."""
-    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress).run()
+    trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress)
+    try:
+        return trainer.run()
+    finally:
+        trainer.dist.close()
