@@ -93,7 +93,7 @@ class World:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
         if not dist.is_initialized():
             cuda = torch.cuda.is_available()
-            if cuda:
+            if cuda and local_rank < torch.cuda.device_count():
                 torch.cuda.set_device(local_rank)  # NCCL's communicator is bound to this rank's GPU
             dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo", init_method="env://")
         return cls(dist.get_rank(), dist.get_world_size(), local_rank)
@@ -109,8 +109,10 @@ class World:
         return self.rank == 0
 
     def close(self) -> None:
-        """Leave the process group (once every rank is done with it)."""
+        """Leave the process group together: rank 0 may still be writing the run's last files, and a rank
+        that tears its connections down alone can abort the others' communication threads."""
         if self.active and dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()
 
     # ------------------------------------------------------------ set-up
@@ -120,6 +122,10 @@ class World:
         if not self.active:
             return device
         if device.type == "cuda":
+            gpus = torch.cuda.device_count()
+            if self.local_rank >= gpus:
+                raise UserError(f"{self.local_rank + 1} or more processes on this machine but {gpus} GPU(s): start "
+                                "one process per GPU (torchrun --nproc_per_node) or train on the CPU")
             return torch.device("cuda", self.local_rank)
         if device.type != "cpu":  # gloo moves CPU tensors, NCCL CUDA ones; nothing carries MPS tensors
             raise UserError(f"train.device={device.type} cannot train with several processes; use cpu or cuda")

@@ -1,0 +1,148 @@
+"""Data-parallel training under torchrun (seqlab/training/distributed.py): two processes compute what one does.
+
+The runs are spawned with torchrun itself (`python -m torch.distributed.run --nproc_per_node=2`, gloo on
+the CPU, a c10d rendezvous on a free port so parallel tests do not collide), tiny preset, 12 steps with
+two accumulated micro-batches each (so `no_sync` is on the path), validation and a checkpoint every 4.
+
+- 1 vs 2 processes, same global batch: the final weights agree to ATOL. Why that tolerance: the two
+  processes compute the same per-row losses, but the gradient of the batch is summed in another order
+  (each rank sums its half of the rows, then gloo averages the halves; the loss is a per-rank sum scaled
+  by world / n instead of one mean), so each step's gradient differs by float32 rounding, ~1e-7
+  relative. AdamW turns a relative gradient error e into an update error of about lr * e, so 12 steps at
+  lr 3e-3 move weights of size ~1 apart by far less than 1e-6 (measured: 1.2e-7, one float32 ulp at 1).
+  ATOL = 1e-5 leaves room for other BLAS kernels and is still 100 times smaller than what one training
+  step changes (checked: the run moved the weights by more than 1e-2). The token count and the
+  validation figures agree too: the ranks read disjoint halves of each batch, not the whole batch twice.
+- A 2-process run SIGKILLed while rank 0 writes its second checkpoint and resumed under torchrun ends with
+  weights and metrics bitwise equal to the 2-process run never killed (every rank's RNG and carried GRU
+  stream state come back from the one checkpoint), and resuming it on one process is a UserError.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from token_stores import LENGTHS, T, coded_store
+
+from seqlab.config import apply_overrides, get_preset
+from seqlab.data.batches import WindowSampler, shard_rows
+from seqlab.data.streams import StreamSampler
+from seqlab.errors import UserError
+from seqlab.runs.files import load_trainer_state
+from seqlab.training.distributed import World
+from seqlab.training.trainer import Trainer, train
+
+ATOL = 1e-5  # see the module doc
+TRAIN = ["train.threads=1", "train.max_steps=12", "train.grad_accum=2", "train.log_every=1", "train.eval_every=4",
+         "train.ckpt_every=4"]
+GRU = ["model.mixer=gru", "model.pos=none"]
+TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields: the only ones allowed to differ
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(data: Path, run: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`seqlab train` on 2 processes, launched by torchrun as a user would."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "-m", "seqlab", "train", str(data), "--out", str(run),
+           "--quiet", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **env})
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(run / "model.safetensors")
+
+
+def _metrics(run: Path) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def _two_process_run(data: Path, run: Path, overrides: list[str]) -> Path:
+    proc = torchrun(data, run, "--preset", "tiny", *TRAIN, *overrides)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def gru_two(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 2-process GRU run never killed: compared with one process and with a killed, resumed run."""
+    return _two_process_run(tiny_data_dir, tmp_path_factory.mktemp("ddp") / "gru2", GRU)
+
+
+# ------------------------------------------------------------------------------- sharding, in-process
+
+
+def test_shards_laid_end_to_end_are_the_whole_batch(tmp_path: Path) -> None:
+    store, pad = coded_store(tmp_path, LENGTHS)
+    for sampler in (WindowSampler, StreamSampler):
+        whole = sampler(store, T, 6, 3, pad)
+        parts = [sampler(store, T, 6, 3, pad, shard=(r, 3)) for r in range(3)]
+        for step in (0, 1, 7, 40):
+            batch = whole.batch(step)
+            shards = [p.batch(step) for p in parts]
+            for i, full in enumerate(batch):
+                assert torch.equal(torch.cat([s[i] for s in shards]), full)
+    with pytest.raises(ValueError, match="does not divide"):
+        shard_rows(6, (0, 4))
+
+
+def test_a_global_batch_that_does_not_divide_is_refused() -> None:
+    assert World(rank=1, size=4).shard(8) == (1, 4)
+    with pytest.raises(UserError, match="must divide by the 4 processes"):
+        World(rank=0, size=4).shard(6)
+
+
+# ------------------------------------------------------------------------------- torchrun
+
+
+@pytest.mark.parametrize("mixer", ["attention", "gru"])
+def test_two_processes_train_what_one_does(mixer: str, tiny_data_dir: Path, gru_two: Path, tmp_path: Path) -> None:
+    overrides = GRU if mixer == "gru" else []
+    two = gru_two if mixer == "gru" else _two_process_run(tiny_data_dir, tmp_path / "two", overrides)
+    cfg = apply_overrides(get_preset("tiny"), [*TRAIN, *overrides])
+    one = train(tiny_data_dir, tmp_path / "one", cfg, progress=False)
+    info = json.loads((two / "run.json").read_text())
+    assert info["world_size"] == 2 and info["summary"]["tokens"] == one["tokens"]
+    w1, w2 = _weights(tmp_path / "one"), _weights(two)
+    fresh = Trainer(tiny_data_dir, tmp_path / "init", cfg, progress=False)
+    fresh.lock.release()
+    init = fresh.model.state_dict()
+    assert max(float((w1[k] - init[k]).abs().max()) for k in w1) > 1e-2  # training moved the weights
+    diff = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
+    assert diff <= ATOL, f"1 vs 2 processes: max abs weight difference {diff}"
+    val1 = [m["val_loss"] for m in _metrics(tmp_path / "one") if "val_loss" in m]
+    val2 = [m["val_loss"] for m in _metrics(two) if "val_loss" in m]
+    assert len(val1) == 3 and np.allclose(val1, val2, rtol=0, atol=1e-4)
+    ranks = load_trainer_state(two / "trainer_state.pt")["ranks"]
+    assert len(ranks) == 2 and not torch.equal(ranks[0]["rng"]["torch_cpu"], ranks[1]["rng"]["torch_cpu"])
+
+
+def test_sigkill_under_torchrun_then_resume_is_exact(tiny_data_dir: Path, gru_two: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    killed = torchrun(tiny_data_dir, run, "--preset", "tiny", *TRAIN, *GRU,
+                      SEQLAB_TEST_KILL_AT="step_000008/model.safetensors:during")
+    assert killed.returncode != 0 and "SIGKILL" in killed.stderr, killed.stderr[-3000:]
+    assert json.loads((run / "manifest.json").read_text())["step"] == 4  # the kill left step 4 the newest
+    with pytest.raises(UserError, match="trained by 2 processes"):
+        Trainer(tiny_data_dir, run, resume=True, progress=False)  # one process cannot take up two ranks' lanes
+    resumed = torchrun(tiny_data_dir, run, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed" in resumed.stdout and resumed.stdout.count("reached train.max_steps") == 1  # rank 0 alone
+    w, ref = _weights(run), _weights(gru_two)
+    assert all(torch.equal(w[k], ref[k]) for k in ref), "the resumed 2-process run differs from the one never killed"
+    assert _metrics(run) == _metrics(gru_two)
