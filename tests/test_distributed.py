@@ -4,15 +4,17 @@ The runs are spawned with torchrun itself (`python -m torch.distributed.run --np
 the CPU, a c10d rendezvous on a free port so parallel tests do not collide), tiny preset, 12 steps with
 two accumulated micro-batches each (so `no_sync` is on the path), validation and a checkpoint every 4.
 
-- 1 vs 2 processes, same global batch: the final weights agree to ATOL. Why that tolerance: the two
+- 1 vs 2 processes, same global batch, for a GRU (`seqlab train` under torchrun) and for attention with
+  a NaN loss on rank 1 alone at one step (tests/ddp_bad_step.py, which both ranks must skip, as one
+  process skips it): the final weights agree to ATOL. Why that tolerance: the two
   processes compute the same per-row losses, but the gradient of the batch is summed in another order
   (each rank sums its half of the rows, then gloo averages the halves; the loss is a per-rank sum scaled
   by world / n instead of one mean), so each step's gradient differs by float32 rounding, ~1e-7
   relative. AdamW turns a relative gradient error e into an update error of about lr * e, so 12 steps at
   lr 3e-3 move weights of size ~1 apart by far less than 1e-6 (measured: 1.2e-7, one float32 ulp at 1).
   ATOL = 1e-5 leaves room for other BLAS kernels and is still 100 times smaller than what one training
-  step changes (checked: the run moved the weights by more than 1e-2). The token count and the
-  validation figures agree too: the ranks read disjoint halves of each batch, not the whole batch twice.
+  step changes (checked: the run moved the weights by more than 1e-2). The validation figures agree too,
+  and so does the count of tokens read: the ranks read disjoint halves of each batch, not all of it twice.
 - A 2-process run SIGKILLed while rank 0 writes its second checkpoint and resumed under torchrun ends with
   weights and metrics bitwise equal to the 2-process run never killed (every rank's RNG and carried GRU
   stream state come back from the one checkpoint), and resuming it on one process is a UserError.
@@ -30,10 +32,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from ddp_bad_step import train_with_bad_rows
 from safetensors.torch import load_file
 from token_stores import LENGTHS, T, coded_store
 
-from seqlab.config import apply_overrides, get_preset
+from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.data.batches import WindowSampler, shard_rows
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
@@ -110,26 +113,51 @@ def test_a_global_batch_that_does_not_divide_is_refused() -> None:
 # ------------------------------------------------------------------------------- torchrun
 
 
-@pytest.mark.parametrize("mixer", ["attention", "gru"])
-def test_two_processes_train_what_one_does(mixer: str, tiny_data_dir: Path, gru_two: Path, tmp_path: Path) -> None:
-    overrides = GRU if mixer == "gru" else []
-    two = gru_two if mixer == "gru" else _two_process_run(tiny_data_dir, tmp_path / "two", overrides)
-    cfg = apply_overrides(get_preset("tiny"), [*TRAIN, *overrides])
-    one = train(tiny_data_dir, tmp_path / "one", cfg, progress=False)
-    info = json.loads((two / "run.json").read_text())
-    assert info["world_size"] == 2 and info["summary"]["tokens"] == one["tokens"]
-    w1, w2 = _weights(tmp_path / "one"), _weights(two)
-    fresh = Trainer(tiny_data_dir, tmp_path / "init", cfg, progress=False)
-    fresh.lock.release()
-    init = fresh.model.state_dict()
+def assert_same_training(one: Path, two: Path, init: dict[str, torch.Tensor]) -> None:
+    """The 2-process run `two` ended where the 1-process run `one` did: weights within ATOL (module doc),
+    validation within rounding, the same steps logged and skipped; every rank's state was saved."""
+    w1, w2 = _weights(one), _weights(two)
     assert max(float((w1[k] - init[k]).abs().max()) for k in w1) > 1e-2  # training moved the weights
     diff = max(float((w1[k] - w2[k]).abs().max()) for k in w1)
     assert diff <= ATOL, f"1 vs 2 processes: max abs weight difference {diff}"
-    val1 = [m["val_loss"] for m in _metrics(tmp_path / "one") if "val_loss" in m]
-    val2 = [m["val_loss"] for m in _metrics(two) if "val_loss" in m]
+    m1, m2 = _metrics(one), _metrics(two)
+    assert [sorted(m) for m in m1] == [sorted(m) for m in m2]  # the same records (steps, skips, evaluations)
+    val1, val2 = ([m["val_loss"] for m in ms if "val_loss" in m] for ms in (m1, m2))
     assert len(val1) == 3 and np.allclose(val1, val2, rtol=0, atol=1e-4)
+    assert json.loads((two / "run.json").read_text())["world_size"] == 2
     ranks = load_trainer_state(two / "trainer_state.pt")["ranks"]
     assert len(ranks) == 2 and not torch.equal(ranks[0]["rng"]["torch_cpu"], ranks[1]["rng"]["torch_cpu"])
+
+
+def _initial_weights(data: Path, run: Path, cfg: RunConfig) -> dict[str, torch.Tensor]:
+    fresh = Trainer(data, run, cfg, progress=False)
+    fresh.lock.release()
+    return fresh.model.state_dict()
+
+
+def test_two_processes_train_a_gru_as_one_does(tiny_data_dir: Path, gru_two: Path, tmp_path: Path) -> None:
+    """Recurrent: each rank carries the hidden state of its own lanes of the email stream."""
+    cfg = apply_overrides(get_preset("tiny"), [*TRAIN, *GRU])
+    one = train(tiny_data_dir, tmp_path / "one", cfg, progress=False)
+    two = json.loads((gru_two / "run.json").read_text())["summary"]
+    assert two["tokens"] == one["tokens"]  # the ranks read disjoint halves of each batch, not all of it twice
+    assert_same_training(tmp_path / "one", gru_two, _initial_weights(tiny_data_dir, tmp_path / "init", cfg))
+
+
+def test_a_bad_step_on_one_rank_is_skipped_by_all_as_by_one_process(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """Attention, and a NaN loss on rank 1 alone at step 5 (its rows, the batch's second half, alone):
+    both ranks skip the step, as one process skips it, and the ranks' weights stay bitwise equal."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", str(Path(__file__).with_name("ddp_bad_step.py")),
+           str(tiny_data_dir), str(tmp_path / "two"), "5", *TRAIN]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"})
+    assert proc.returncode == 0 and "ranks agree" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stderr.count("step 6 skipped: non-finite loss") == 1  # said once, by rank 0
+    train_with_bad_rows(tiny_data_dir, tmp_path / "one", 5, TRAIN)
+    assert [m["step"] for m in _metrics(tmp_path / "two") if "skipped" in m] == [6]
+    cfg = apply_overrides(get_preset("tiny"), TRAIN)
+    assert_same_training(tmp_path / "one", tmp_path / "two", _initial_weights(tiny_data_dir, tmp_path / "init", cfg))
 
 
 def test_sigkill_under_torchrun_then_resume_is_exact(tiny_data_dir: Path, gru_two: Path, tmp_path: Path) -> None:

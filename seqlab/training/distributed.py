@@ -36,6 +36,7 @@ Bytes between ranks travel as `torch.save` blobs of tensors and primitives, read
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -109,10 +110,12 @@ class World:
         return self.rank == 0
 
     def close(self) -> None:
-        """Leave the process group together: rank 0 may still be writing the run's last files, and a rank
-        that tears its connections down alone can abort the others' communication threads."""
+        """Leave the process group together (rank 0 may still be writing the run's last files), once nothing
+        else holds it: a gloo group that outlives this call is torn down while the interpreter finalizes, and
+        its threads then abort the process now and then (SIGABRT). The trainer drops its DDP wrapper first."""
         if self.active and dist.is_initialized():
             dist.barrier()
+            gc.collect()  # the dropped DDP wrapper and its reducer sit in reference cycles
             dist.destroy_process_group()
 
     # ------------------------------------------------------------ set-up

@@ -351,6 +351,11 @@ class Trainer:
         self._write_run_info(summary)
         return summary
 
+    def close(self) -> None:
+        """Under torchrun, leave the process group; the DDP wrapper, which holds on to it, goes first."""
+        self.ddp = self.step_model = self.model
+        self.dist.close()
+
     def _write_run_info(self, summary: dict[str, Any] | None = None) -> None:
         """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
         info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
@@ -380,4 +385,4 @@ def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume
     try:
         return trainer.run()
     finally:
-        trainer.dist.close()
+        trainer.close()
