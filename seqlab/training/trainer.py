@@ -32,7 +32,7 @@ from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.heldout import score_heldout, token_byte_lengths
+from seqlab.evaluation.heldout import lm_loss, score_heldout, token_byte_lengths
 from seqlab.models import build_model
 from seqlab.models.lm import LMState, map_tensors
 from seqlab.runs.checkpoint import (
@@ -229,7 +229,8 @@ class Trainer:
             with self.dist.micro_step(self.ddp, last=micro == t.grad_accum - 1):  # one all-reduce per step
                 with self.autocast():
                     logits, state = self.step_model(x, state=self.stream_state, reset=reset)
-                    loss = self.dist.lm_loss(logits, y)  # lm_loss; this rank's share of it under torchrun
+                    # under torchrun, this rank's share of the whole micro-batch's mean loss
+                    loss = self.dist.lm_loss(logits, y) if self.dist.active else lm_loss(logits, y)
                 tokens += int((x != self.tok.pad_id).sum())
                 if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
                     skipped = guards.NONFINITE_LOSS
