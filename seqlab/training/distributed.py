@@ -114,7 +114,7 @@ class World:
         else holds it: a gloo group that outlives this call is torn down while the interpreter finalizes, and
         its threads then abort the process now and then (SIGABRT). The trainer drops its DDP wrapper first."""
         if self.active and dist.is_initialized():
-            dist.barrier()
+            dist.all_reduce(torch.zeros(1))  # a barrier over gloo (CPU), whatever GPUs the ranks have
             gc.collect()  # the dropped DDP wrapper and its reducer sit in reference cycles
             dist.destroy_process_group()
 
