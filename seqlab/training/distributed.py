@@ -231,8 +231,8 @@ class World:
         saved by a different number of processes (their RNG streams and lanes would not line up)."""
         saved = trainer_state.get("world_size", 1)
         if saved != self.size:
-            raise UserError(f"{run_dir} was trained by {saved} process{'es' if saved != 1 else ''}; resume it "
-                            f"with the same number (torchrun --nnodes x --nproc_per_node = {saved}), not {self.size}")
+            raise UserError(f"{run_dir} was trained by {saved} process{'es' if saved != 1 else ''}; resume it on "
+                            f"{saved} (torchrun's nodes times processes per node), not {self.size}")
         return trainer_state["ranks"][self.rank] if self.active else trainer_state
 
     def share_checkpoint(self, ckpt: LoadedCheckpoint | None) -> LoadedCheckpoint | None:
