@@ -30,6 +30,7 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from seqlab.config import get_preset
     from seqlab.runs.init import init_config
+    from seqlab.training.distributed import launched_rank
     from seqlab.training.trainer import train
 
     if args.init is not None and (args.resume or args.preset is not None):
@@ -43,6 +44,8 @@ def run_train(args: argparse.Namespace) -> int:
                     progress=not args.quiet, init=args.init)
     if summary["failed"]:  # halted on non-finite steps or weights: the reason says which checkpoint is good
         raise UserError(summary["stopped"])
+    if launched_rank() != 0:  # under torchrun rank 0 alone reports
+        return 0
     print(f"{summary['stopped']}: {summary['steps']} steps, best val loss {summary['best_val_loss']:.4f} "
           f"at step {summary['best_step']}, {summary['tokens_per_s']:.0f} tokens/s; wrote {args.out}")
     return 0

@@ -31,6 +31,17 @@ if TYPE_CHECKING:
 IGNORE_INDEX = -1  # the target the loss skips (padding, no next token in the email, already scored)
 
 
+def shard_rows(batch_size: int, shard: tuple[int, int]) -> slice:
+    """The rows of a batch of `batch_size` that shard `(rank, world)` of a data-parallel run reads: a
+    contiguous block of `batch_size // world` rows. ValueError unless the batch divides by the world."""
+    rank, world = shard
+    check_positive(world=world)
+    if batch_size % world or not 0 <= rank < world:
+        raise ValueError(f"shard {rank} of {world} does not divide a batch of {batch_size} rows")
+    n = batch_size // world
+    return slice(rank * n, (rank + 1) * n)
+
+
 def check_positive(**values: int) -> None:
     """ValueError naming the first argument that is not a positive integer."""
     for name, v in values.items():
@@ -68,11 +79,15 @@ class WindowSampler:
     placements, proportional to its length for long emails, and every target token, including the first
     tokens after `bos` and the last before `eos`, is covered at least as often as a token in the middle
     of a long email. Emails with fewer than `min_window_tokens` tokens are never drawn.
+
+    `shard=(rank, world)` (data-parallel training) returns only that rank's block of rows of the batch
+    the whole run draws (`shard_rows`): the ranks' shares laid end to end are the unsharded batch.
     """
 
     def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int, *,
-                 min_window_tokens: int = 2) -> None:
+                 min_window_tokens: int = 2, shard: tuple[int, int] = (0, 1)) -> None:
         check_positive(block_size=block_size, batch_size=batch_size)
+        self.rows = shard_rows(batch_size, shard)
         if not 2 <= min_window_tokens <= block_size + 1:
             raise ValueError(f"min_window_tokens must be in [2, block_size + 1], not {min_window_tokens}")
         self.store, self.block_size, self.batch_size = store, block_size, batch_size
@@ -85,21 +100,24 @@ class WindowSampler:
             raise UserError(f"the {store.split} split has no email of at least {m} tokens to train on.")
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x, y), each (B, T) int64, for training step `step` (any step, in any order)."""
+        """(x, y), each (B, T) int64 (B / world rows when sharded), for training step `step` (any step, in
+        any order)."""
         start, length = self._draw(step)
         return gather_windows(self.store.tokens, start, length, self.block_size, self.pad_id)
 
     def window_starts(self, step: int) -> np.ndarray:
-        """(B,) global start offsets of the windows of `batch(step)` (their emails' contexts: context_batches)."""
+        """(B,) global start offsets of the windows of `batch(step)`, this shard's rows (their emails'
+        contexts: context_batches)."""
         return self._draw(step)[0]
 
     def _draw(self, step: int) -> tuple[np.ndarray, np.ndarray]:
-        """(global start, real length), each (B,), of the windows of step `step`."""
+        """(global start, real length), each (B,) (this shard's rows), of the windows of step `step`."""
         if step < 0:
             raise ValueError(f"step must be 0 or more, not {step}")
         T, m = self.block_size, self.min_window_tokens
         rng = np.random.default_rng([self.seed, step])  # a fresh generator per step: resume needs only the step
         u = rng.integers(0, self._cum[-1], size=self.batch_size)  # (B,) placement ids over the split
+        u = u[self.rows]  # every rank draws the whole batch, so its rows do not depend on the world size
         i = np.searchsorted(self._cum, u, side="right")  # (B,) email of each placement
         r = u - (self._cum[i] - self._slots[i])  # (B,) placement inside its email
         L = self._lengths[i]

@@ -82,8 +82,9 @@ def stream_contexts(sampler: StreamSampler, step: int, limit: int) -> ContextRow
     T, n = sampler.block_size, store.num_tokens
     cum, _ = sampler._layout(epoch)
     order = sampler.epoch_order(epoch)
-    q = sampler.lane_start[:, None] + chunk * T + np.arange(T)[None, :]  # (B, T) stream positions
-    in_lane = q < sampler.lane_end[:, None]
+    lane_start, lane_end = sampler.lane_start[sampler.rows], sampler.lane_end[sampler.rows]  # this shard's lanes
+    q = lane_start[:, None] + chunk * T + np.arange(T)[None, :]  # (B, T) stream positions
+    in_lane = q < lane_end[:, None]
     j = np.searchsorted(cum, np.minimum(q, n - 1), side="right") - 1  # (B, T) ordered email of each position
     segment = np.where(in_lane, j - j[:, :1], -1)  # (B, T): 0 for the lane's first email in the chunk, ...
     e = int(segment.max()) + 1 if segment.size else 1

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from seqlab.data.batches import IGNORE_INDEX, check_positive
+from seqlab.data.batches import IGNORE_INDEX, check_positive, shard_rows
 from seqlab.errors import UserError
 
 if TYPE_CHECKING:
@@ -42,10 +42,17 @@ _ORDER_STREAM = 0x53_54  # keeps the epoch permutations apart from other draws m
 
 
 class StreamSampler:
-    """B lanes, each reading its share of an epoch's email stream in chunks of T tokens."""
+    """B lanes, each reading its share of an epoch's email stream in chunks of T tokens.
 
-    def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int) -> None:
+    `shard=(rank, world)` (data-parallel training) reads only that rank's contiguous block of B / world
+    lanes (`shard_rows`): a lane, and the hidden state carried along it, never moves between ranks, and
+    the ranks' lanes laid end to end are the unsharded batch.
+    """
+
+    def __init__(self, store: TokenStore, block_size: int, batch_size: int, seed: int, pad_id: int, *,
+                 shard: tuple[int, int] = (0, 1)) -> None:
         check_positive(block_size=block_size, batch_size=batch_size)
+        self.rows = shard_rows(batch_size, shard)
         if store.num_tokens == 0:
             raise UserError(f"the {store.split} split holds no tokens to train on.")
         self.store, self.block_size, self.batch_size = store, block_size, batch_size
@@ -80,13 +87,15 @@ class StreamSampler:
         return divmod(step, self.steps_per_epoch)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(x, y, reset): x and y (B, T) int64, reset (B, T) bool, for training step `step`."""
+        """(x, y, reset): x and y (B, T) int64, reset (B, T) bool, for training step `step` (B / world
+        lanes when sharded)."""
         epoch, chunk = self.position(step)
         T, n = self.block_size, self.store.num_tokens
         cum, src = self._layout(epoch)
+        lane_start, lane_end = self.lane_start[self.rows], self.lane_end[self.rows]  # this shard's lanes
         # (B, T+1) stream positions: the chunk's T inputs plus one lookahead for the last target
-        q = self.lane_start[:, None] + chunk * T + np.arange(T + 1)[None, :]
-        in_lane = q[:, :T] < self.lane_end[:, None]  # (B, T) real inputs; the rest is padding
+        q = lane_start[:, None] + chunk * T + np.arange(T + 1)[None, :]
+        in_lane = q[:, :T] < lane_end[:, None]  # (B, T) real inputs; the rest is padding
         qc = np.minimum(q, n - 1)
         j = np.searchsorted(cum, qc, side="right") - 1  # (B, T+1) ordered email holding each position
         off = qc - cum[j]  # (B, T+1) offset inside that email
@@ -96,7 +105,7 @@ class StreamSampler:
         # a target exists when the next stream position is inside the split and inside the same email
         has_next = in_lane & (q[:, 1:] < n) & ~first[:, 1:]
         y = np.where(has_next, tok[:, 1:], IGNORE_INDEX)
-        reset = ~in_lane | first[:, :T] | (q[:, :T] == self.lane_start[:, None])
+        reset = ~in_lane | first[:, :T] | (q[:, :T] == lane_start[:, None])
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(reset)
 
 

@@ -39,6 +39,10 @@ def say(message: str) -> None:
     tqdm.write(f"seqlab: warning: {message}", file=sys.stderr)
 
 
+def _silent(message: str) -> None:
+    """`say` for a process that leaves the saying to another (ranks other than 0)."""
+
+
 class RunLock:
     """An exclusive lock on RUN_DIR for one training process (see the module doc). Creates RUN_DIR."""
 
@@ -84,8 +88,9 @@ class StepGuard:
     checkpoint, so a resume mid-streak counts on exactly), said on stderr, logged, and after
     `max_in_a_row` of them in a row the run halts; weights are checked before every save."""
 
-    def __init__(self, max_in_a_row: int) -> None:
+    def __init__(self, max_in_a_row: int, *, speak: bool = True) -> None:
         self.max_in_a_row = max_in_a_row
+        self.say = say if speak else _silent  # under torchrun only rank 0 speaks (every rank keeps count)
         self.halt: str | None = None  # why the run cannot go on, once it cannot
         self.saved_step: int | None = None  # the newest checkpoint of the run (resumed from or saved)
 
@@ -101,7 +106,7 @@ class StepGuard:
         progress.bad_in_a_row += 1
         progress.skipped_steps += 1
         n = progress.bad_in_a_row
-        say(f"step {progress.step} skipped: {reason} ({n} in a row; the run stops at {self.max_in_a_row})")
+        self.say(f"step {progress.step} skipped: {reason} ({n} in a row; the run stops at {self.max_in_a_row})")
         if n >= self.max_in_a_row:
             self.halt = (f"stopped at step {progress.step}: the loss or its gradient was non-finite at {n} steps "
                          f"in a row (train.max_bad_steps={self.max_in_a_row}); {self._kept()}")
@@ -112,7 +117,7 @@ class StepGuard:
         neither as a step checkpoint nor as the best, and the checkpoints before them are kept."""
         bad = nonfinite_weights(model)
         if bad:
-            say(f"not saving step {step}: non-finite weights in {', '.join(bad[:3])}{' ...' if bad[3:] else ''}")
+            self.say(f"not saving step {step}: non-finite weights in {', '.join(bad[:3])}{' ...' if bad[3:] else ''}")
             self.halt = f"stopped at step {step}: the weights became non-finite; {self._kept()}"
         return not bad
 

@@ -8,6 +8,9 @@ carried (detached) from one chunk to the next and reset by the model at every em
 Exact resume: the batch of step s is a pure function of (seed, s); the RNG states, the optimizer, the
 stream hidden state and the step are saved in `trainer_state.pt`; so a run killed at any point and resumed
 from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads).
+
+Under torchrun the same loop runs on every rank with DistributedDataParallel; what the ranks share, agree
+on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `World` without torchrun).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
+from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage, resume_weights
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
@@ -62,9 +66,11 @@ class Trainer:
         from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`)."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
         self.init = init
-        if resume and not self.run_dir.is_dir():  # said before the lock would create the folder
+        self.dist = World.from_env()  # under torchrun: this rank's place; alone: World() and no process group
+        if resume and self.dist.is_main and not self.run_dir.is_dir():  # said before the lock would create it
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
-        self.lock = guards.RunLock(self.run_dir)  # one trainer per RUN_DIR, before anything in it is read
+        # one trainer per RUN_DIR, before anything in it is read; only rank 0 ever touches RUN_DIR
+        self.lock = guards.RunLock(self.run_dir) if self.dist.is_main else NoLock()
         try:
             self._open(cfg, resume, overrides)
         except BaseException:
@@ -76,7 +82,8 @@ class Trainer:
         self.tok: Tokenizer = load_tokenizer(self.data_dir / "tokenizer.json")
         check_tokenizer(self.data_dir, meta, self.tok.vocab_size, self.tok.sha256())
         skipped: list[str] = []  # why each damaged checkpoint was passed over, to name the file below
-        ckpt = load_latest(self.run_dir, skipped=skipped) if resume else None
+        ckpt = load_latest(self.run_dir, skipped=skipped) if resume and self.dist.is_main else None
+        ckpt = self.dist.share_checkpoint(ckpt)  # rank 0's, on every rank
         if resume and ckpt is None:
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint"
                             + (f": {skipped[0]}" if skipped else ""))
@@ -87,7 +94,7 @@ class Trainer:
         self.cfg, t = cfg, cfg.train
         if t.threads:
             torch.set_num_threads(t.threads)
-        self.device = resolve_device(t.device)
+        self.device = self.dist.device(resolve_device(t.device))
         self.mode = cfg.data.resolved_mode(cfg.model.mixer)
         if self.mode == "stream" and cfg.model.pos == "learned":
             raise UserError("model.pos=learned cannot be used with data.mode=stream: long emails run past the "
@@ -117,13 +124,16 @@ class Trainer:
         self.model = build_model(cfg.model).to(self.device)
         if self.init is not None and ckpt is None:  # before the optimizer sees the weights; resuming wins
             init_weights(self.model, cfg, self.init, self.tok, self.data_dir)
+        self.dist.seed_rank(t.seed)
         self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device, t.optimizer)
         self.ema = WeightAverage(self.model, t.ema) if t.ema else None  # validated and saved in place of the raw
+        shard = self.dist.shard(t.batch_size)  # this rank's rows of the global batch
         if self.mode == "stream":
-            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id)
+            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id,
+                                         shard=shard)
         else:
             self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
-                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens)
+                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens, shard=shard)
         eval_store = self.val_store if self.val_store.num_emails else self.train_store
         self.eval_batches = fixed_eval_batches(eval_store, cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
                                                self.tok.pad_id)
@@ -132,13 +142,15 @@ class Trainer:
         self.progress = Progress()
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
-        self.guard = guards.StepGuard(t.max_bad_steps)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.guard = guards.StepGuard(t.max_bad_steps, speak=self.dist.is_main)
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is not None:
             self._resume(ckpt)
-        elif (self.run_dir / "trainer_state.pt").exists():
+        elif self.dist.is_main and (self.run_dir / "trainer_state.pt").exists():
             raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --out")
-        self.step_model = torch.compile(self.model) if t.compile else self.model
+        self.ddp = self.dist.wrap(self.model)  # DistributedDataParallel under torchrun, else the model itself
+        self.step_model = torch.compile(self.ddp) if t.compile else self.ddp
         amp = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
 
@@ -150,13 +162,15 @@ class Trainer:
         resume_weights(self.model, ts.get("ema"), self.ema)  # the file held the average: raw weights back
         self.opt.load_state_dict(ts["optimizer"])
         self.progress = Progress(**ts["progress"])
-        saved_state = ts.get("stream_state")
+        own = self.dist.own_state(ts, self.run_dir)  # this rank's RNG and stream state (all of ts when alone)
+        saved_state = own.get("stream_state")
         if saved_state is not None:
             self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
-        restore_rng_state(ts["rng"])
+        restore_rng_state(own["rng"])
         self.guard.saved_step = self.progress.step
-        self._truncate_metrics(self.progress.step)
-        print(f"resumed {self.run_dir} at step {self.progress.step}")
+        if self.dist.is_main:
+            self._truncate_metrics(self.progress.step)
+            print(f"resumed {self.run_dir} at step {self.progress.step}")
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
@@ -176,13 +190,17 @@ class Trainer:
             self._save_files(best, None if raw is None or self.ema is None else self.ema.state(raw))
 
     def _save_files(self, best: bool, ema_state: dict[str, Any] | None) -> None:
+        own = {"rng": capture_rng_state(), "stream_state": self._stream_state_dict()}
+        ranks = self.dist.gather_states(own)  # every rank's, on rank 0 (which alone writes)
+        if ranks is None:
+            return
         trainer_state = {
             "step": self.progress.step,
             "optimizer": self.opt.state_dict(),
             "progress": self.progress.to_dict(),
-            "rng": capture_rng_state(),
-            "stream_state": self._stream_state_dict(),
+            **own,
             "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
+            **self.dist.state_fields(ranks),
         }
         if ema_state is not None:
             trainer_state["ema"] = ema_state
@@ -199,7 +217,8 @@ class Trainer:
 
     def _log(self, record: dict[str, Any]) -> None:
         line = json.dumps(guards.finite_or_none(record))  # NaN and Infinity are not JSON: null
-        append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
+        if self.dist.is_main:
+            append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
 
     # ------------------------------------------------------------ steps
 
@@ -228,22 +247,27 @@ class Trainer:
             group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac(),
                                 t.schedule, t.cooldown_frac)
         self.model.train()
-        total, state_before, skipped = 0.0, self.stream_state, None
-        for x, y, reset, context in self._batches(step):
-            with self.autocast():
-                extra = {"context": context} if context is not None else {}  # only a context model reads one
-                logits, state = self.step_model(x, state=self.stream_state, reset=reset, **extra)
-                loss = lm_loss(logits, y)
-            self.progress.tokens += int((x != self.tok.pad_id).sum())
-            if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
-                skipped = guards.NONFINITE_LOSS
-                break
-            (loss / t.grad_accum).backward()
+        total, tokens, state_before, skipped = 0.0, 0, self.stream_state, None
+        for micro, (x, y, reset, context) in enumerate(self._batches(step)):
+            with self.dist.micro_step(self.ddp, last=micro == t.grad_accum - 1):  # one all-reduce per step
+                with self.autocast():
+                    extra = {"context": context} if context is not None else {}  # only a context model reads one
+                    logits, state = self.step_model(x, state=self.stream_state, reset=reset, **extra)
+                    # under torchrun, this rank's share of the whole micro-batch's mean loss
+                    loss = self.dist.lm_loss(logits, y) if self.dist.active else lm_loss(logits, y)
+                tokens += int((x != self.tok.pad_id).sum())
+                if not math.isfinite(value := loss.item()):  # its gradient is no better: do not accumulate it
+                    skipped = guards.NONFINITE_LOSS
+                    if not self.dist.active:  # under torchrun every rank runs every backward (they all-reduce)
+                        break
+                (loss / t.grad_accum).backward()
             total += value
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
                 self.stream_state = self.contexts.carry(state.detach())
         if skipped is None and not math.isfinite(guards.grad_norm(self.model, t.grad_clip)):
             skipped = guards.NONFINITE_GRAD
+        total, tokens, skipped = self.dist.agree_step(total, tokens, skipped)  # any rank's bad step skips all
+        self.progress.tokens += tokens
         if skipped is None:
             self.opt.step()
             if self.ema is not None:
@@ -257,16 +281,17 @@ class Trainer:
         """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
         (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
         contexts = self.contexts.eval_for(len(self.eval_batches))
-        # each window stands alone: no state carried
-        windows = ((True, x, y, c) for (x, y), c in zip(self.eval_batches, contexts))
+        # each window stands alone: no state carried; under torchrun each rank scores its share of them
+        windows = ((True, x, y, c) for (x, y), c in self.dist.my_share(list(zip(self.eval_batches, contexts))))
         with self._averaged():
-            r = score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast)
+            r = self.dist.heldout(score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast))
         return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
 
     # ------------------------------------------------------------ the loop
 
     def _should_stop(self, flag: StopFlag) -> str | None:
         t, s = self.cfg.train, self.progress
+        self.dist.agree_stop(s, flag)  # ranks stop together: any rank's signal, the slowest rank's clock
         if self.guard.halt:
             return self.guard.halt
         if flag.raised:
@@ -323,7 +348,8 @@ class Trainer:
             total, done, unit = round(t.max_minutes * 60), round(s.elapsed), "s"
         else:
             total, done, unit = t.max_steps, s.step, " step"
-        bar = tqdm(total=total, initial=done, desc="training", unit=unit, disable=not self.show_progress)
+        bar = tqdm(total=total, initial=done, desc="training", unit=unit,
+                   disable=not (self.show_progress and self.dist.is_main))
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
         session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
         with StopFlag() as flag:
@@ -354,14 +380,20 @@ class Trainer:
         self._write_run_info(summary)
         return summary
 
+    def close(self) -> None:
+        """Under torchrun, leave the process group; the DDP wrapper, which holds on to it, goes first."""
+        self.ddp = self.step_model = self.model
+        self.dist.close()
+
     def _write_run_info(self, summary: dict[str, Any] | None = None) -> None:
         """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
         info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
                 "threads": torch.get_num_threads(), "torch": torch.__version__, "seqlab": __version__,
-                "mode": self.mode, "params": self.model.num_params()}
+                "mode": self.mode, "params": self.model.num_params(), "world_size": self.dist.size}
         if summary:
             info["summary"] = summary
-        atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
+        if self.dist.is_main:
+            atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
 
 
 def _step_of(line: str) -> float:
@@ -378,4 +410,8 @@ def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume
           overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
     the summary also written to RUN_DIR/run.json."""
-    return Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init).run()
+    trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init)
+    try:
+        return trainer.run()
+    finally:
+        trainer.close()
