@@ -192,8 +192,12 @@ class Trainer:
     def _save_files(self, best: bool, ema_state: dict[str, Any] | None) -> None:
         own = {"rng": capture_rng_state(), "stream_state": self._stream_state_dict()}
         ranks = self.dist.gather_states(own)  # every rank's, on rank 0 (which alone writes)
-        if ranks is None:
-            return
+        if ranks is not None:
+            self._write_checkpoint(best, ranks, own, ema_state)
+        self.last_save_step = self.guard.saved_step = self.progress.step  # on every rank: they decide alike
+
+    def _write_checkpoint(self, best: bool, ranks: list[dict[str, Any]], own: dict[str, Any],
+                          ema_state: dict[str, Any] | None) -> None:
         trainer_state = {
             "step": self.progress.step,
             "optimizer": self.opt.state_dict(),
@@ -206,7 +210,6 @@ class Trainer:
             trainer_state["ema"] = ema_state
         save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
                             is_best=best)
-        self.last_save_step = self.guard.saved_step = self.progress.step
 
     def _stream_state_dict(self) -> dict[str, Any] | None:
         """The carried hidden state as plain containers of tensors (loadable with weights_only=True)."""
