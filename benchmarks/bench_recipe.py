@@ -14,10 +14,11 @@ block 128, batch 16):
   optimizer  adamw | muon (hidden matrices)
   qk_norm    off | on
   width      n_embd 64 | 96 | 128 | 192
-  window     block_size 64 | 128 | 256
+  window     block_size 64 | 128 | 256 (fewer or more steps for the same tokens)
+  window_same_steps  block_size 64 | 128 | 256 with batch_size 32 | 16 | 8: only the context changes
   batch      batch_size 8 | 16 | 32
   family     attention | gru | hybrid (gru, local attention over 64 tokens)
-  stack      the winners together: wsd, wsd + batch 8, hybrid + wsd
+  stack      the winners together: wsd, wsd + batch 8, the GRU + wsd
 
     python benchmarks/bench_recipe.py DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
                                       [--only schedule,ema,...] [--threads 1]
@@ -46,13 +47,17 @@ COMPARISONS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
               ("attn", "attn-rope", ()), ("attn-w192", "attn-rope", ("model.n_embd=192", "model.n_head=6"))],
     "window": [("attn-t64", "attn-rope", ("model.block_size=64",)), ("attn", "attn-rope", ()),
                ("attn-t256", "attn-rope", ("model.block_size=256",))],
+    # the window at equal steps too (batch * block fixed), so that only the context length changes
+    "window_same_steps": [("attn-t64-b32", "attn-rope", ("model.block_size=64", "train.batch_size=32")),
+                          ("attn", "attn-rope", ()),
+                          ("attn-t256-b8", "attn-rope", ("model.block_size=256", "train.batch_size=8"))],
     "batch": [("attn-b8", "attn-rope", ("train.batch_size=8",)), ("attn", "attn-rope", ()),
               ("attn-b32", "attn-rope", ("train.batch_size=32",))],
     "family": [("attn", "attn-rope", ()), ("gru", "gru", ()), ("hybrid", "hybrid", ())],
     # the winners together: do they add up?
     "stack": [("attn-wsd", "attn-rope", ("train.schedule=wsd",)),
               ("attn-wsd-b8", "attn-rope", ("train.schedule=wsd", "train.batch_size=8")),
-              ("hybrid-wsd", "hybrid", ("train.schedule=wsd",))],
+              ("gru-wsd", "gru", ("train.schedule=wsd",))],
 }
 
 
