@@ -39,7 +39,7 @@ def _model(mixer: str, pos: str) -> torch.nn.Module:
 def test_session_with_context_equals_scratch_and_complete(mixer: str, pos: str) -> None:
     model = _model(mixer, pos)
     kept, fresh = CompletionEngine(model, TOK), CompletionEngine(model, TOK)
-    for n in range(4, len(TYPED) + 1, 3):
+    for n in range(4, len(TYPED) + 1, 6):
         body = TYPED[:n]
         a = kept.complete(body, "Re: budget", session="w", context=ORIGINAL)
         b = fresh.complete(body, "Re: budget", session=f"new{n}", context=ORIGINAL)
@@ -60,7 +60,7 @@ def test_session_with_context_equals_scratch_and_complete(mixer: str, pos: str) 
         # the same session with another original is another state (keyed by its context)
         d = kept.complete(body, "Re: budget", session="w", context=OTHER)
         e = fresh.complete(body, "Re: budget", context=OTHER)
-        assert (d.text, d.reused_tokens > 0 or n == 4) == (e.text, d.reused_tokens > 0 or n == 4)
+        assert d.text == e.text
     assert len(kept.sessions) == 2  # one state per (session, original)
     # the two kept states read different originals: their next-token distributions differ
     states = [kept.sessions.get(session_key("w", reply_context(model, TOK, o))) for o in (ORIGINAL, OTHER)]

@@ -29,7 +29,7 @@ from typing import Any
 from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
-from seqlab.evaluation.run import check_same_tokenizer, completion_texts
+from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.runs.files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
@@ -61,7 +61,8 @@ def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split
     store = TokenStore(data, split)
     texts = completion_texts(store, tok, emails, seed)
     quality = completion_quality(model, tok, texts, max_words=max_words, positions_per_email=positions_per_email,
-                                 seed=seed, target_coverage=coverage)
+                                 seed=seed, target_coverage=coverage,
+                                 contexts=completion_contexts(model, store, emails, seed))  # read as served
     if quality["positions"] == 0:
         raise UserError(f"the {split} split of {data} has no word boundaries to calibrate on; "
                         f"use a larger split or a larger data folder.")
