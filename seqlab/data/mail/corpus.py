@@ -131,7 +131,7 @@ class Deduper:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the digest arrays (each set also buffers up to 65,536 recent keys)."""
+        """Bytes held by the digest arrays (each set also buffers up to 16,384 recent keys)."""
         return self._exact.nbytes + self._bodies.nbytes
 
     @property

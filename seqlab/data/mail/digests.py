@@ -41,7 +41,7 @@ class DigestSet:
     keys costs O(n^2 / buffer) element moves, a few seconds for tens of millions.
     """
 
-    def __init__(self, buffer: int = 1 << 16) -> None:
+    def __init__(self, buffer: int = 1 << 14) -> None:
         if buffer < 1:
             raise ValueError(f"buffer must be at least 1, not {buffer}")
         self._buffer = buffer
