@@ -85,7 +85,11 @@ def _digest(*parts: str) -> bytes:
     for part in parts:
         # Lone surrogates cannot be UTF-8 encoded; they never reach here from the reader, but a
         # hand-built record must not crash the deduper.
-        h.update(_SURROGATES.sub("\ufffd", part).encode("utf-8"))
+        try:
+            data = part.encode("utf-8")
+        except UnicodeEncodeError:
+            data = _SURROGATES.sub("\ufffd", part).encode("utf-8")
+        h.update(data)
         h.update(b"\0")
     return h.digest()
 

@@ -44,9 +44,13 @@ def date_key(date: str | None) -> int:
     strftime writes years below 1000 without leading zeros ("999-01-01T..."), so string order is not
     time order there: the year's digits are compared one by one, a missing digit (the "-" that follows
     a shorter year) below every digit. So the year is 4 base-11 digits (0 for a missing one, digit + 1
-    otherwise), followed by the fixed-width MMDDhhmmss as a decimal number.
+    otherwise), followed by the fixed-width MMDDhhmmss as a decimal number. A date that cannot be moved
+    to UTC (assign_threads would raise) counts as undated.
     """
-    d = _utc_date(date)
+    try:
+        d = _utc_date(date)
+    except OverflowError:  # a date near year 1 or 9999 moved out of range by its UTC offset
+        return _UNDATED
     if d is None:
         return _UNDATED
     m = _DATE.fullmatch(d)
