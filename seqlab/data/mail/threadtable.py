@@ -103,9 +103,10 @@ class _Column:
             self.items = []
 
     def array(self) -> np.ndarray:
+        """All the values as one array; the column is left empty (its memory goes to the caller)."""
         self.flush()
         out = np.concatenate(self.chunks) if self.chunks else np.empty(0, dtype=self.dtype)
-        self.chunks = [out]
+        self.chunks = []
         return out
 
     @property
@@ -166,41 +167,51 @@ class ThreadTable:
     def finish(self, seed: int, fractions: Sequence[float]) -> ThreadSplit:
         """Thread key and split of every email added, as `assign_threads` and `split_for_thread` give them."""
         self.close()
-        node, date = self._node.array(), self._date.array()
-        parent, child = self._parent.array(), self._child.array()
-        subject, subject_node = self._subject.array(), self._subject_node.array()
-        mention = self._mention.array()
-        universe = np.unique(np.concatenate((node, parent, child, subject, mention)))
-        index = universe.searchsorted  # digest -> node index (every digest looked up is in the universe)
-        label = _components(len(universe), np.concatenate((index(parent), index(subject))),
-                            np.concatenate((index(child), index(subject_node))))
-        n = len(universe)
+        n, at = self._index()
+        label = _components(n, np.concatenate((at["parent"], at["subject"])),
+                            np.concatenate((at["child"], at["subject_node"])))
+        del at["parent"], at["subject_node"]
         flag = np.zeros(n, dtype=np.int8)  # 1: named as a child by some header link (not a root)
-        flag[index(child)] = 1
+        flag[at.pop("child")] = 1
+        date = self._date.array()
         best_date = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         dated = date != _UNDATED
-        np.minimum.at(best_date, index(node[dated]), date[dated])
+        np.minimum.at(best_date, at["node"][dated], date[dated])
+        del date, dated
         best_date[best_date == np.iinfo(np.int64).max] = _UNDATED
         name_off = np.zeros(n, dtype=np.int64)
         name_len = np.zeros(n, dtype=np.uint32)
-        at = index(mention)
-        name_off[at], name_len[at] = self._name_off.array(), self._name_len.array()
+        name_off[at["mention"]], name_len[at["mention"]] = self._name_off.array(), self._name_len.array()
+        del at["mention"]
         candidate = np.ones(n, dtype=bool)
-        candidate[index(subject)] = False  # "s:" nodes are never keys
+        candidate[at.pop("subject")] = False  # "s:" nodes are never keys
         names = _Names(self.names_path)
         try:
             key = _choose_keys(label, flag, best_date, candidate, names, name_off, name_len)
-            email_label = label[index(node)]
-            comps, email_comp = np.unique(email_label, return_inverse=True)
+            del flag, best_date, candidate
+            comps, email_comp = np.unique(label[at.pop("node")], return_inverse=True)
             comp_key = key[comps]
             split = np.array([SPLITS.index(split_for_thread(names.get(name_off[k], name_len[k]), seed, fractions))
-                              for k in comp_key], dtype=np.uint8)
+                              for k in comp_key.tolist()], dtype=np.uint8)
         except BaseException:
             names.close()
             raise
-        for column in self._columns:
-            column.chunks = []
-        return ThreadSplit(names, email_comp.astype(np.int64), name_off[comp_key], name_len[comp_key], split)
+        return ThreadSplit(names, email_comp.astype(np.int32), name_off[comp_key], name_len[comp_key], split)
+
+    def _index(self) -> tuple[int, dict[str, np.ndarray]]:
+        """The number of distinct nodes, and each column of digests as node indices (digest order).
+
+        Each digest column is freed as soon as it is indexed, so the peak is the digests once, their
+        sorted distinct values, and the (4-byte) indices.
+        """
+        columns = {"node": self._node, "parent": self._parent, "child": self._child, "subject": self._subject,
+                   "mention": self._mention, "subject_node": self._subject_node}
+        digests = {name: column.array() for name, column in columns.items()}
+        # subject_node repeats digests of "node"; every digest looked up below is in the universe.
+        universe = np.unique(np.concatenate([d for name, d in digests.items() if name != "subject_node"]))
+        dtype = np.int32 if len(universe) < 2**31 else np.int64
+        at = {name: universe.searchsorted(digests.pop(name)).astype(dtype) for name in list(digests)}
+        return len(universe), at
 
 
 def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -210,7 +221,7 @@ def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     labels jump to their label's label until they point at roots. Each round at least halves the number
     of components an edge still spans, so the rounds are few (threads are short).
     """
-    label = np.arange(n, dtype=np.int64)
+    label = np.arange(n, dtype=u.dtype)
     while True:
         lu, lv = label[u], label[v]
         split_edges = lu != lv
@@ -278,7 +289,7 @@ class ThreadSplit:
     def __init__(self, names: _Names, email_comp: np.ndarray, key_off: np.ndarray, key_len: np.ndarray,
                  split: np.ndarray) -> None:
         self._names = names
-        self.email_comp = email_comp  # (emails,) component number of each email
+        self.email_comp = email_comp  # (emails,) int32 component number of each email
         self._key_off, self._key_len = key_off, key_len  # (components,) where each key's name is
         self.split_codes = split  # (components,) index into SPLITS
         self.threads = _Threads(self)
