@@ -71,22 +71,18 @@ def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: 
     table = ThreadTable(spool.with_name(NAMES))
     stream = StreamStats()
     spent = 0.0
-    try:
-        with SpoolWriter(spool) as writer, tqdm(desc="reading mail", unit=" msg", disable=not progress) as bar:
-            for kept in parse_stream(source_items(messages, limit), opts, report, workers=workers, stats=stream):
-                t0 = time.perf_counter()
-                for k in kept:
-                    reason = deduper.check_keys(k.exact, k.body_key)
-                    if reason is not None:
-                        duplicates[reason] += 1
-                        continue
-                    table.add(k.links)
-                    writer.write(k.record)
-                spent += time.perf_counter() - t0
-                bar.update(report.seen - bar.n)
-    except BaseException:
-        table.close()
-        raise
+    with SpoolWriter(spool) as writer, tqdm(desc="reading mail", unit=" msg", disable=not progress) as bar:
+        for kept in parse_stream(source_items(messages, limit), opts, report, workers=workers, stats=stream):
+            t0 = time.perf_counter()
+            for k in kept:
+                reason = deduper.check_keys(k.exact, k.body_key)
+                if reason is not None:
+                    duplicates[reason] += 1
+                    continue
+                table.add(k.links)
+                writer.write(k.record)
+            spent += time.perf_counter() - t0
+            bar.update(report.seen - bar.n)
     stats.update(dedupe_spool_s=spent, raw_bytes=stream.raw_bytes, workers_used=stream.workers,
                  pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes(),
                  table_bytes=table.nbytes + deduper.nbytes, kept_emails=table.emails)
@@ -279,7 +275,6 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         table, duplicates = _spool_emails(messages, opts, report, limit, spool, workers, progress, stats)
         lap("read_s")
         if not table.emails:
-            table.close()
             raise UserError(f"no usable email was found in {source} ({report.seen} messages seen)")
         assignment = _split_threads(table, seed, split)
         del table  # its arrays are freed; the assignment keeps 4 bytes an email and 13 a thread

@@ -26,7 +26,7 @@ import mmap
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -117,12 +117,14 @@ class _Column:
 class ThreadTable:
     """Collects `Links` in input order (`add`), then assigns threads and splits (`finish`).
 
-    `names_path` is the file the names go to; the caller removes it once the `ThreadSplit` is closed.
+    `names_path` is the file the names go to (appended to in batches, so no file stays open); the caller
+    removes it once the `ThreadSplit` is closed.
     """
 
     def __init__(self, names_path: Path) -> None:
         self.names_path = Path(names_path)
-        self._names: BinaryIO = open(self.names_path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in finish
+        self.names_path.write_bytes(b"")
+        self._names: list[bytes] = []  # names not yet appended to the file
         self._offset = 0
         self.emails = 0
         u64, i64, u32 = np.uint64, np.int64, np.uint32
@@ -148,25 +150,27 @@ class ThreadTable:
             self._name_off.items.append(offset)
             self._name_len.items.append(n)
             offset += n
-        self._names.write(links.names)
+        self._names.append(links.names)
         self._offset = offset
         self.emails += 1
         if len(self._mention.items) >= _FLUSH:
-            for column in self._columns:
-                column.flush()
+            self._flush()
+
+    def _flush(self) -> None:
+        for column in self._columns:
+            column.flush()
+        with open(self.names_path, "ab") as f:
+            f.write(b"".join(self._names))
+        self._names = []
 
     @property
     def nbytes(self) -> int:
         """Bytes the table holds in memory so far (numpy chunks, and 8 per buffered list entry)."""
         return sum(c.nbytes for c in self._columns)
 
-    def close(self) -> None:
-        """Close the names file (`finish` does; call it when `finish` will not run). Idempotent."""
-        self._names.close()
-
     def finish(self, seed: int, fractions: Sequence[float]) -> ThreadSplit:
         """Thread key and split of every email added, as `assign_threads` and `split_for_thread` give them."""
-        self.close()
+        self._flush()
         n, at = self._index()
         label = _components(n, np.concatenate((at["parent"], at["subject"])),
                             np.concatenate((at["child"], at["subject_node"])))
