@@ -205,14 +205,20 @@ class ThreadTable:
     def _index(self) -> tuple[int, dict[str, np.ndarray]]:
         """The number of distinct nodes, and each column of digests as node indices (digest order).
 
-        Each digest column is freed as soon as it is indexed, so the peak is the digests once, their
-        sorted distinct values, and the (4-byte) indices.
+        Each digest column is freed as soon as it is indexed, so the peak is the digests once, the
+        mentions and subjects sorted, and the (4-byte) indices.
         """
         columns = {"node": self._node, "parent": self._parent, "child": self._child, "subject": self._subject,
                    "mention": self._mention, "subject_node": self._subject_node}
         digests = {name: column.array() for name, column in columns.items()}
-        # subject_node repeats digests of "node"; every digest looked up below is in the universe.
-        universe = np.unique(np.concatenate([d for name, d in digests.items() if name != "subject_node"]))
+        # Every "m:" node (an email's own, either end of a header link) is among the mentions, and the
+        # "s:" nodes are the subjects: the distinct nodes are the distinct values of those two columns.
+        universe = np.concatenate((digests["mention"], digests["subject"]))
+        universe.sort()  # in place, where np.unique would sort a second copy
+        distinct = np.ones(len(universe), dtype=bool)
+        distinct[1:] = universe[1:] != universe[:-1]
+        universe = universe[distinct]
+        del distinct
         dtype = np.int32 if len(universe) < 2**31 else np.int64
         at = {name: universe.searchsorted(digests.pop(name)).astype(dtype) for name in list(digests)}
         return len(universe), at
