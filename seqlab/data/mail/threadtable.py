@@ -325,24 +325,28 @@ class ThreadSplit:
 
 
 class _Threads(Sequence[str]):
+    """`ThreadSplit.thread` as a read-only sequence (integer indices only)."""
+
     def __init__(self, owner: ThreadSplit) -> None:
         self._owner = owner
 
     def __len__(self) -> int:
         return len(self._owner)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
         return self._owner.thread(i)
 
 
 class _Splits(Sequence[str]):
+    """`ThreadSplit.split` as a read-only sequence (integer indices only), iterated in blocks."""
+
     def __init__(self, owner: ThreadSplit) -> None:
         self._owner = owner
 
     def __len__(self) -> int:
         return len(self._owner)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
         return self._owner.split(i)
 
     def __iter__(self) -> Iterator[str]:
