@@ -22,7 +22,7 @@ mail (measured by benchmarks/bench_prepare.py), and about three times that for a
 
 from __future__ import annotations
 
-import mmap
+import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -275,22 +275,25 @@ def _choose_keys(label: np.ndarray, flag: np.ndarray, date: np.ndarray, candidat
 
 
 class _Names:
-    """The names file, memory-mapped for reading single names back."""
+    """The names file, read back one name at a time with `os.pread`.
+
+    Not memory-mapped: the pages of a mapping that have been read count as the process's resident
+    memory, and reading every email's thread key would bring the whole file in (tens of MB a million
+    emails).
+    """
 
     def __init__(self, path: Path) -> None:
-        self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
-        size = Path(path).stat().st_size
-        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        self._fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
 
     def get(self, offset: int, length: int) -> str:
-        if self._map is None or length == 0:
-            return ""
-        return self._map[int(offset):int(offset) + int(length)].decode("utf-8", "surrogatepass")
+        if self._fd is None:
+            raise ValueError("the names file is closed")
+        return os.pread(self._fd, int(length), int(offset)).decode("utf-8", "surrogatepass")
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-        self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 class ThreadSplit:
