@@ -22,7 +22,6 @@ mail (measured by benchmarks/bench_prepare.py), and about three times that for a
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -275,7 +274,7 @@ def _choose_keys(label: np.ndarray, flag: np.ndarray, date: np.ndarray, candidat
 
 
 class _Names:
-    """The names file, read back one name at a time with `os.pread`.
+    """The names file, read back one name at a time (a seek and a read).
 
     Not memory-mapped: the pages of a mapping that have been read count as the process's resident
     memory, and reading every email's thread key would bring the whole file in (tens of MB a million
@@ -283,17 +282,14 @@ class _Names:
     """
 
     def __init__(self, path: Path) -> None:
-        self._fd: int | None = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        self._file = open(path, "rb", buffering=0)  # noqa: SIM115 - closed in close()
 
     def get(self, offset: int, length: int) -> str:
-        if self._fd is None:
-            raise ValueError("the names file is closed")
-        return os.pread(self._fd, int(length), int(offset)).decode("utf-8", "surrogatepass")
+        self._file.seek(int(offset))
+        return self._file.read(int(length)).decode("utf-8", "surrogatepass")
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
 
 
 class ThreadSplit:
