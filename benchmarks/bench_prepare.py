@@ -1,26 +1,33 @@
-"""Throughput and peak memory of `seqlab prepare` on a large synthetic corpus.
+"""Throughput and peak memory of `seqlab prepare` on large synthetic corpora.
 
-Writes the corpus once into a cache folder (default out/bench_prepare_cache): mbox files of N/10, 3N/10
-and N messages from `synthetic_messages` (seed 0; default N = 100,000, about 2 KB each) and a tree of
-N/10 `.eml` files. Each measurement runs `prepare` in a fresh child process, so its peak RSS
-(`ru_maxrss`) belongs to that run alone. Rows:
+Writes the corpora once into a cache folder (default out/bench_prepare_cache): mbox files of N/10, 3N/10
+and N messages from `synthetic_messages` (seed 0; default N = 100,000, about 2 KB each; with --big the
+sizes are 20,000, 100,000 and 500,000, about 1 GB), a tree of N/10 `.eml` files and an Enron-layout tree
+of N/10 messages (`maildir/<user>/<folder>/<n>.`, CRLF line ends, X-From/X-Folder headers, no
+References/In-Reply-To, so threads join by subject as in Enron). Each measurement runs `prepare` in a
+fresh child process. Rows:
 
-  mbox, byte tokenizer, default workers, at N/10, 3N/10, N   throughput and memory against corpus size
-  mbox, byte tokenizer, workers=1, at N/10                   the in-process reference for the speedup
-  .eml tree, byte tokenizer, default workers, at N/10        many small files instead of one mbox
-  mbox, BPE tokenizer (vocab 4096), default workers, N/10    the BPE fit and encode stages
-  mbox of ~7 KB messages (seed 1), byte, at N/10             memory when only the message size changes
+  mbox, byte tokenizer, default workers, at the three sizes   throughput and memory against corpus size
+  mbox, byte tokenizer, workers=1, at the smallest           the in-process reference for the speedup
+  .eml tree and Enron tree, byte tokenizer, smallest size    many small files instead of one mbox
+  mbox, BPE tokenizer (vocab 4096), default workers, smallest the BPE fit and encode stages
+  mbox of ~7 KB messages (seed 1), byte, at the smallest      memory when only the message size changes
 
 Throughput is MB of raw mail (the corpus size on disk) per wall second, overall and per stage:
 read+parse+clean, dedupe/spool (main-process time inside the reading loop, overlapped with the workers),
 thread/split, tokenizer fit, encode+write. (prepare never imports torch.)
 Because this machine may be shared, the table also gives the CPU seconds of the main process and of the
 workers, and "cpu-bound MB/s": the rate two free cores would reach if the run were limited by CPU alone,
-raw MB / max(main CPU, (main + workers CPU) / 2). Memory: peak RSS of the main process (which holds the
-per-email metadata) at the end of reading and overall, and of the largest worker; the growth per email
-between the smallest and largest run is what stays in memory per email.
+raw MB / max(main CPU, (main + workers CPU) / 2). Memory: the peak of the whole process tree (the main
+process and its parsing workers), sampled every 50 ms from /proc as the sum of RSS (an upper bound:
+forked workers share pages with the main process) and of PSS; the main process's own ru_maxrss at the
+end of reading and overall; and the bytes its dedupe and thread tables hold. The growth of the tree's
+peak per kept email between the smallest and largest run is what stays in memory per email.
 
-    python benchmarks/bench_prepare.py [--messages N] [--quick] [--workers W] [--json PATH] [--cache DIR]
+`run(...)` returns the rows and `figures(...)`: a list of {name, value, unit, goal, pass} for a
+benchmark table (`seqlab bench`).
+
+    python benchmarks/bench_prepare.py [--messages N | --big] [--quick] [--workers W] [--json PATH] [--cache DIR]
 """
 
 from __future__ import annotations
@@ -29,10 +36,12 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +106,37 @@ def write_corpus(cache: Path, sizes: list[int], tree_size: int, prefix: str = "s
     return paths
 
 
+_THREAD_HEADERS = re.compile(rb"^(?:In-Reply-To|References):.*\n(?:[ \t].*\n)*", re.M | re.I)
+
+
+def enron_message(raw: bytes, i: int) -> bytes:
+    """A synthetic message in the Enron corpus's form: no threading headers, X- headers, CRLF line ends."""
+    head, _, body = raw.partition(b"\n\n")
+    head = _THREAD_HEADERS.sub(b"", head + b"\n").rstrip(b"\n")
+    user = f"user-{i // 2000:03d}".encode()
+    head += (b"\nX-From: " + user + b"\nX-To: \nX-cc: \nX-bcc: \nX-Folder: \\" + user +
+             b"\\Inbox\nX-Origin: " + user + b"\nX-FileName: " + user + b".nsf")
+    return (head + b"\n\n" + body).replace(b"\n", b"\r\n")
+
+
+def write_enron(cache: Path, n: int) -> Path:
+    """`<cache>/enron-<n>/maildir/<user>/<folder>/<k>.`: n synthetic messages (seed 0) in Enron's layout."""
+    from seqlab.data.synthetic.generator import synthetic_messages
+
+    root = cache / f"enron-{n}"
+    if root.is_dir():
+        return root
+    print(f"writing an Enron-layout tree of {n} messages into {root} ...", flush=True)
+    tmp = cache / f".enron-{n}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for i, (_, raw) in enumerate(synthetic_messages(count=n, seed=0)):
+        folder = tmp / "maildir" / f"user-{i // 2000:03d}" / ("inbox", "sent_items", "discussion_threads")[i % 3]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i // 3 % 1000 + 1}.").write_bytes(enron_message(raw, i))
+    os.replace(tmp, root)
+    return root
+
+
 def corpus_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
@@ -104,6 +144,59 @@ def corpus_bytes(path: Path) -> int:
 
 
 # ---------------------------------------------------------------- one measured run, in a child process
+
+
+class TreeMemory:
+    """Peak memory of a process and all its descendants, sampled from /proc every `interval` seconds.
+
+    RSS summed over the tree counts pages that forked workers share with the main process once per
+    process (an upper bound); PSS (smaps_rollup) divides shared pages among their sharers. On a system
+    without /proc both stay 0.
+    """
+
+    def __init__(self, pid: int, interval: float = 0.05) -> None:
+        self.pid, self.interval = pid, interval
+        self.peak_rss = self.peak_pss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _tree(self) -> list[int]:
+        pids, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            try:
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                continue
+        return pids
+
+    @staticmethod
+    def _kb(path: str, field: str) -> int:
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith(field):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            pids = self._tree()
+            self.peak_rss = max(self.peak_rss, sum(self._kb(f"/proc/{p}/status", "VmRSS:") for p in pids))
+            self.peak_pss = max(self.peak_pss, sum(self._kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids))
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +217,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "main_cpu_s": me.ru_utime + me.ru_stime, "workers_cpu_s": kids.ru_utime + kids.ru_stime,
         "rss_start_bytes": rss_start, "peak_rss_bytes": me.ru_maxrss * 1024,
         "worker_peak_rss_bytes": kids.ru_maxrss * 1024,
+        "table_bytes_per_email": stats["table_bytes"] / max(stats["kept_emails"], 1),
     }
 
 
@@ -132,11 +226,15 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
     shutil.rmtree(out, ignore_errors=True)
     spec = {"source": str(source), "out": str(out), "tokenizer": tokenizer, "workers": workers}
     load = os.getloadavg()[0]
-    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    with TreeMemory(proc.pid) as tree:
+        stdout, stderr = proc.communicate()
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
-        raise SystemExit(f"{name} failed:\n{proc.stderr[-3000:]}")
-    row = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{name} failed:\n{stderr[-3000:]}")
+    row = json.loads(stdout.strip().splitlines()[-1])
+    row.update(tree_peak_rss_bytes=tree.peak_rss, tree_peak_pss_bytes=tree.peak_pss)
     raw = corpus_bytes(source)
     cpu_bound = max(row["main_cpu_s"], (row["main_cpu_s"] + row["workers_cpu_s"]) / 2)
     row.update(name=name, source=str(source), tokenizer=tokenizer, workers=workers, messages=messages,
@@ -144,7 +242,8 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
                load_before=load)
     row["stage_mb_per_s"] = {key: raw / MB / max(row["stats"][key], 1e-9) for _, key in STAGES}
     print(f"  {name:<22} {raw / MB:7.1f} MB  {row['wall_s']:6.2f} s  {row['mb_per_s']:5.2f} MB/s  "
-          f"peak {row['peak_rss_bytes'] / MB:6.0f} MB  (load {load:.1f})", flush=True)
+          f"peak {row['peak_rss_bytes'] / MB:6.0f} MB, tree {row['tree_peak_rss_bytes'] / MB:6.0f} MB  "
+          f"(load {load:.1f})", flush=True)
     return row
 
 
@@ -152,24 +251,28 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'run':<22} {'MB':>7} {'wall s':>7} {'MB/s':>6} {'cpu-bound':>9} {'main cpu':>8} {'wkr cpu':>8} "
-            f"{'peak MB':>8} {'wkr MB':>7} " + " ".join(f"{label[:12]:>12}" for label, _ in STAGES))
-    lines = [head, f"{'(2 cores)':>55}{'stage seconds (MB/s of raw mail)':>112}", "-" * len(head)]
+    head = (f"{'run':<22} {'msgs':>7} {'MB':>7} {'wall s':>7} {'MB/s':>6} {'cpu-bound':>9} {'main cpu':>8} "
+            f"{'wkr cpu':>8} {'main MB':>7} {'tree MB':>7} {'PSS MB':>7} {'tbl B/msg':>9} "
+            + " ".join(f"{label[:12]:>12}" for label, _ in STAGES))
+    lines = [head, f"{'(2 cores)':>63}{'stage seconds (MB/s of raw mail)':>130}", "-" * len(head)]
     for r in rows:
         stages = " ".join(f"{r['stats'][key]:5.2f}({min(r['stage_mb_per_s'][key], 9999):5.0f})"
                           for _, key in STAGES)
-        lines.append(f"{r['name']:<22} {r['raw_bytes'] / MB:7.1f} {r['wall_s']:7.2f} {r['mb_per_s']:6.2f} "
-                     f"{r['cpu_bound_mb_per_s_2cores']:9.2f} {r['main_cpu_s']:8.2f} {r['workers_cpu_s']:8.2f} "
-                     f"{r['peak_rss_bytes'] / MB:8.0f} {r['worker_peak_rss_bytes'] / MB:7.0f} {stages}")
+        lines.append(f"{r['name']:<22} {r['messages']:7d} {r['raw_bytes'] / MB:7.1f} {r['wall_s']:7.2f} "
+                     f"{r['mb_per_s']:6.2f} {r['cpu_bound_mb_per_s_2cores']:9.2f} {r['main_cpu_s']:8.2f} "
+                     f"{r['workers_cpu_s']:8.2f} {r['peak_rss_bytes'] / MB:7.0f} {r['tree_peak_rss_bytes'] / MB:7.0f} "
+                     f"{r['tree_peak_pss_bytes'] / MB:7.0f} {r['table_bytes_per_email']:9.0f} {stages}")
     return "\n".join(lines)
 
 
 def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Peak RSS against corpus size (byte/mbox/default-workers runs) and the growth per kept email.
+    """Peak memory against corpus size (byte/mbox/default-workers runs) and the growth per kept email.
 
-    The reading stage's peak is the one that shows streaming (the encode stage adds its write buffers and
-    the tokenizer to the final peak). The run on messages about 3.5x longer, at the same
-    count as the smallest run, shows what memory does when only message size changes.
+    The whole tree's peak (main process and workers) is the figure that matters; the main process's
+    peak at the end of reading shows the streaming stage alone. The dedupe and thread tables are what
+    must grow with the corpus; their bytes per email are given beside the growth. The run on messages
+    about 3.5x longer, at the same count as the smallest run, shows what memory does when only message
+    size changes.
     """
     runs = sorted((r for r in rows if r["name"].startswith("mbox-byte-") and r["workers"] != 1),
                   key=lambda r: r["messages"])
@@ -177,11 +280,15 @@ def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     emails = max(large["kept"] - small["kept"], 1)
     long = next((r for r in rows if r["name"].startswith("long-")), None)
     return {
+        "tree_peak_rss_mb": {r["messages"]: r["tree_peak_rss_bytes"] / MB for r in runs},
+        "tree_peak_pss_mb": {r["messages"]: r["tree_peak_pss_bytes"] / MB for r in runs},
         "read_peak_rss_mb": {r["messages"]: r["stats"]["read_peak_rss_bytes"] / MB for r in runs},
         "peak_rss_mb": {r["messages"]: r["peak_rss_bytes"] / MB for r in runs},
+        "tree_bytes_per_email": (large["tree_peak_rss_bytes"] - small["tree_peak_rss_bytes"]) / emails,
         "read_bytes_per_email":
             (large["stats"]["read_peak_rss_bytes"] - small["stats"]["read_peak_rss_bytes"]) / emails,
         "bytes_per_email": (large["peak_rss_bytes"] - small["peak_rss_bytes"]) / emails,
+        "table_bytes_per_email": large["table_bytes_per_email"],
         "raw_bytes_per_email": large["raw_bytes"] / large["messages"],
         "long": None if long is None else {
             "messages": long["messages"], "raw_bytes_per_email": long["raw_bytes"] / long["messages"],
@@ -189,9 +296,105 @@ def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+GOAL_MB_PER_S = 10.0  # on 2 cores (issues 13 and 14)
+GOAL_GROWTH_BYTES_PER_EMAIL = 256  # tables of ~100 B an email, and their copies while threads are found
+
+
+def figures(rows: list[dict[str, Any]], growth: dict[str, Any]) -> list[dict[str, Any]]:
+    """The benchmark's headline figures: {name, value, unit, goal, pass} each."""
+    largest = max((r for r in rows if r["name"].startswith("mbox-byte-") and r["workers"] != 1),
+                  key=lambda r: r["messages"])
+    enron = next((r for r in rows if r["name"].startswith("enron-")), None)
+
+    def fig(name: str, value: float, unit: str, goal: str | None, ok: bool | None) -> dict[str, Any]:
+        return {"name": name, "value": round(value, 3), "unit": unit, "goal": goal, "pass": ok}
+
+    n = largest["messages"]
+    out = [
+        fig(f"prepare mbox {n:,} msgs", largest["mb_per_s"], "MB/s", f">= {GOAL_MB_PER_S:g}",
+            largest["mb_per_s"] >= GOAL_MB_PER_S),
+        fig(f"prepare mbox {n:,} msgs, cpu-bound on 2 cores", largest["cpu_bound_mb_per_s_2cores"], "MB/s", None,
+            None),
+        fig(f"prepare mbox {n:,} msgs, peak memory (process tree RSS)", largest["tree_peak_rss_bytes"] / MB, "MB",
+            None, None),
+        fig("prepare process-tree peak growth per kept email", growth["tree_bytes_per_email"], "B",
+            f"<= {GOAL_GROWTH_BYTES_PER_EMAIL}", growth["tree_bytes_per_email"] <= GOAL_GROWTH_BYTES_PER_EMAIL),
+        fig("prepare main-process peak growth per kept email", growth["bytes_per_email"], "B", None, None),
+        fig("prepare dedupe + thread tables per kept email", growth["table_bytes_per_email"], "B", None, None),
+    ]
+    if enron is not None:
+        out += [fig(f"prepare Enron layout {enron['messages']:,} msgs", enron["mb_per_s"], "MB/s",
+                    f">= {GOAL_MB_PER_S:g}", enron["mb_per_s"] >= GOAL_MB_PER_S),
+                fig(f"prepare Enron layout {enron['messages']:,} msgs, cpu-bound on 2 cores",
+                    enron["cpu_bound_mb_per_s_2cores"], "MB/s", f">= {GOAL_MB_PER_S:g}",
+                    enron["cpu_bound_mb_per_s_2cores"] >= GOAL_MB_PER_S)]
+    return out
+
+
+def corpus_sizes(messages: int, big: bool) -> list[int]:
+    """The three corpus sizes: N/10, 3N/10 and N; with `big`, 20,000, 100,000 and 500,000."""
+    if big:
+        return [20_000, 100_000, 500_000]
+    if messages < 100:
+        raise SystemExit("--messages must be at least 100")
+    return sorted({messages // 10, 3 * messages // 10, messages})
+
+
+def run(messages: int = 100_000, big: bool = False, quick: bool = False, workers: int | None = None,
+        cache: Path = Path("out/bench_prepare_cache")) -> dict[str, Any]:
+    """Write the corpora (once), measure every row, and return rows, memory growth and figures."""
+    from seqlab.data.mail.workers import default_workers
+
+    sizes = corpus_sizes(10_000 if quick else messages, big and not quick)
+    workers = workers or default_workers()
+    small = sizes[0]
+    paths = write_corpus(cache, sizes, small)
+    long_path = write_corpus(cache, [small], 0, prefix="long", seed=1, min_words=400, max_words=800)
+    enron = write_enron(cache, small)
+    scratch = cache / "runs"
+    print(f"prepare on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, workers={workers}")
+    rows = [measure(f"mbox-byte-{m}", paths[f"mbox-{m}"], "byte", workers, m, scratch) for m in sizes]
+    rows.append(measure(f"mbox-byte-{small}-w1", paths[f"mbox-{small}"], "byte", 1, small, scratch))
+    rows.append(measure(f"tree-byte-{small}", paths[f"tree-{small}"], "byte", workers, small, scratch))
+    rows.append(measure(f"enron-byte-{small}", enron, "byte", workers, small, scratch))
+    rows.append(measure(f"mbox-bpe-{small}", paths[f"mbox-{small}"], "bpe", workers, small, scratch))
+    rows.append(measure(f"long-byte-{small}", long_path[f"mbox-{small}"], "byte", workers, small, scratch))
+    growth = memory_growth(rows)
+    settings = {"messages": sizes[-1], "sizes": sizes, "workers": workers, "cpus": os.cpu_count(),
+                "python": platform.python_version(), "platform": platform.platform()}
+    return {"settings": settings, "rows": rows, "memory": growth,
+            "speedup_vs_1_worker": rows[0]["mb_per_s"] / rows[len(sizes)]["mb_per_s"],
+            "figures": figures(rows, growth)}
+
+
+def report(result: dict[str, Any]) -> str:
+    rows, growth, sizes = result["rows"], result["memory"], result["settings"]["sizes"]
+    small = sizes[0]
+    lg = growth["long"]
+    lines = ["", table(rows), "",
+             "peak memory of the process tree (RSS sum / PSS sum) and of the main process while reading: " + ", ".join(
+                 f"{m:,} msgs {growth['tree_peak_rss_mb'][m]:.0f} / {growth['tree_peak_pss_mb'][m]:.0f} MB, "
+                 f"main {growth['read_peak_rss_mb'][m]:.0f} MB" for m in sizes),
+             f"growth per kept email: {growth['tree_bytes_per_email']:.0f} bytes (process tree), "
+             f"{growth['read_bytes_per_email']:.0f} bytes (main, while reading); the dedupe and thread tables "
+             f"hold {growth['table_bytes_per_email']:.0f} bytes per email (raw mail: "
+             f"{growth['raw_bytes_per_email']:.0f} bytes per message)",
+             f"{small:,} messages of {lg['raw_bytes_per_email']:.0f} instead of "
+             f"{rows[0]['raw_bytes'] / small:.0f} bytes: main peak while reading {lg['read_peak_rss_mb']:.0f} MB "
+             f"vs {growth['read_peak_rss_mb'][small]:.0f} MB",
+             f"workers={result['settings']['workers']} vs 1 at {small:,} messages: "
+             f"{result['speedup_vs_1_worker']:.2f}x wall", ""]
+    for f in result["figures"]:
+        verdict = "" if f["pass"] is None else ("PASS" if f["pass"] else "MISS")
+        lines.append(f"{f['name']:<58} {f['value']:>10.2f} {f['unit']:<5} {f['goal'] or '':>8} {verdict}")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--messages", type=int, default=100_000, help="largest corpus (default 100,000)")
+    p.add_argument("--big", action="store_true",
+                   help="corpora of 20,000, 100,000 and 500,000 messages (about 1 GB; takes many minutes)")
     p.add_argument("--quick", action="store_true", help="a 10,000-message largest corpus, for a fast check")
     p.add_argument("--workers", type=int, default=None, help="parsing processes (default: the CPUs available)")
     p.add_argument("--json", type=Path, default=Path("out/bench_prepare.json"), help="where to write results")
@@ -205,45 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(json.loads(args.child))))
         return 0
-    from seqlab.data.mail.workers import default_workers
-
-    n = 10_000 if args.quick else args.messages
-    if n < 100:
-        raise SystemExit("--messages must be at least 100")
-    sizes = sorted({n // 10, 3 * n // 10, n})
-    workers = args.workers or default_workers()
-    small = sizes[0]
-    paths = write_corpus(args.cache, sizes, small)
-    long_path = write_corpus(args.cache, [small], 0, prefix="long", seed=1, min_words=400, max_words=800)
-    scratch = args.cache / "runs"
-    print(f"prepare on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, workers={workers}")
-    rows = [measure(f"mbox-byte-{m}", paths[f"mbox-{m}"], "byte", workers, m, scratch) for m in sizes]
-    rows.append(measure(f"mbox-byte-{small}-w1", paths[f"mbox-{small}"], "byte", 1, small, scratch))
-    rows.append(measure(f"tree-byte-{small}", paths[f"tree-{small}"], "byte", workers, small, scratch))
-    rows.append(measure(f"mbox-bpe-{small}", paths[f"mbox-{small}"], "bpe", workers, small, scratch))
-    rows.append(measure(f"long-byte-{small}", long_path[f"mbox-{small}"], "byte", workers, small, scratch))
-    growth = memory_growth(rows)
-    speedup = rows[0]["mb_per_s"] / rows[len(sizes)]["mb_per_s"]
-    largest = rows[len(sizes) - 1]
-    print()
-    print(table(rows))
-    print()
-    print("peak RSS of the main process while reading / overall: " + ", ".join(
-        f"{m:,} msgs {growth['read_peak_rss_mb'][m]:.0f} / {growth['peak_rss_mb'][m]:.0f} MB" for m in sizes))
-    print(f"growth per kept email: {growth['read_bytes_per_email']:.0f} bytes while reading, "
-          f"{growth['bytes_per_email']:.0f} bytes overall (raw mail: {growth['raw_bytes_per_email']:.0f} bytes "
-          f"per message)")
-    lg = growth["long"]
-    print(f"{small:,} messages of {lg['raw_bytes_per_email']:.0f} instead of {rows[0]['raw_bytes'] / small:.0f} bytes: "
-          f"peak while reading {lg['read_peak_rss_mb']:.0f} MB vs {growth['read_peak_rss_mb'][small]:.0f} MB")
-    print(f"workers={workers} vs 1 at {small:,} messages: {speedup:.2f}x wall; goal >= 10 MB/s on 2 cores: "
-          f"measured {largest['mb_per_s']:.2f} MB/s, cpu-bound {largest['cpu_bound_mb_per_s_2cores']:.2f} MB/s "
-          f"at {n:,} messages")
-    settings = {"messages": n, "sizes": sizes, "workers": workers, "cpus": os.cpu_count(),
-                "python": platform.python_version(), "platform": platform.platform()}
+    result = run(messages=args.messages, big=args.big, quick=args.quick, workers=args.workers, cache=args.cache)
+    print(report(result))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": settings, "rows": rows, "memory": growth,
-                                     "speedup_vs_1_worker": speedup}, indent=2) + "\n")
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
 

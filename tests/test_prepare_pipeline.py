@@ -1,6 +1,6 @@
 """The pieces of `prepare`'s one pass: a worker pool gives byte-identical output to workers=1 (also when a
-worker dies), small inputs stay in process, the slimmed thread metadata the workers send back joins the same
-threads as the full one, the spool format round-trips, and the byte fast path equals `encode_email`.
+worker dies), small inputs stay in process, the thread links the workers send back (digests) join the same
+threads as the full metadata, the spool format round-trips, and the byte fast path equals `encode_email`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from seqlab.data.mail.corpus import ThreadMeta, assign_threads
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.mail.records import Email
 from seqlab.data.mail.spool import SpoolWriter, iter_spool, pack_record
+from seqlab.data.mail.threadtable import ThreadTable, thread_links
 from seqlab.data.prepare import encode_texts, prepare
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import ByteTokenizer, clean_text, fit_tokenizer
@@ -113,7 +114,7 @@ def test_spool_round_trip(tmp_path_factory: pytest.TempPathFactory, records: lis
         (clean_text(e.id), clean_text(e.source), clean_text(e.text()).encode("utf-8")) for e in emails]
 
 
-def test_slim_metadata_gives_the_same_threads() -> None:
+def test_thread_links_give_the_same_threads(tmp_path: Path) -> None:
     opts = CleanOptions()
     emails = [parse_message(raw, label, opts) for label, raw in synthetic_messages(count=80, seed=11)]
     # Header-less mail (no Message-ID, In-Reply-To, References): joined by subject + participants only.
@@ -125,7 +126,12 @@ def test_slim_metadata_gives_the_same_threads() -> None:
         emails.append(parse_message(raw, f"h{i}", opts))
     metas = [ThreadMeta.from_email(e) for e in emails if isinstance(e, Email)]
     full = assign_threads(metas)
-    assert full == assign_threads([parallel.slim_meta(m) for m in metas])
+    table = ThreadTable(tmp_path / "names")
+    for m in metas:
+        table.add(thread_links(m))
+    assignment = table.finish(0, (0.9, 0.05, 0.05))
+    assert full == list(assignment.threads)
+    assignment.close()
     h = full[-len(headerless):]
-    assert h[0] == h[1] != h[2] and h[3] != h[4] and h[5] == h[6] != h[0]  # the joins the slim form must keep
+    assert h[0] == h[1] != h[2] and h[3] != h[4] and h[5] == h[6] != h[0]  # the joins the links must keep
     assert len(set(full[:80])) < 80  # replies among the synthetic mail joined their threads too

@@ -28,7 +28,7 @@ import numpy as np
 
 from seqlab.data.durable import StreamFile
 from seqlab.data.mail.context import MAX_CONTEXT_CHARS, keep_end
-from seqlab.data.mail.corpus import SPLITS, ThreadMeta, _norm_id
+from seqlab.data.mail.corpus import SPLITS
 from seqlab.data.mail.spool import iter_spool
 from seqlab.data.store import IDX_DTYPE, _dtype_from_meta, token_dtype
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
@@ -71,15 +71,22 @@ def iter_context_spool(path: Path) -> Iterator[bytes]:
             yield f.read(n)
 
 
-def thread_parents(metas: Sequence[ThreadMeta]) -> np.ndarray:
-    """(N,) int64: the index of the email each email's In-Reply-To names, -1 when the corpus lacks it."""
-    where = {}
-    for i, meta in enumerate(metas):
-        where.setdefault(meta.node, i)
-    parents = np.full(len(metas), -1, dtype=np.int64)
-    for i, meta in enumerate(metas):
-        parent = where.get(_norm_id(meta.in_reply_to), -1) if meta.in_reply_to else -1
-        parents[i] = parent if parent != i else -1
+def thread_parents(nodes: np.ndarray, replies: np.ndarray) -> np.ndarray:
+    """(N,) int64: the index of the email each email's In-Reply-To names, -1 when the corpus lacks it.
+
+    `nodes` (N,) uint64 digests of each email's node (`Links.node`), `replies` (N,) uint64 digests of its
+    In-Reply-To node (0 without one): compact tables, 16 bytes an email, so a large corpus never holds its
+    metadata. The first email with a node is the one named (as the thread table counts it)."""
+    parents = np.full(len(nodes), -1, dtype=np.int64)
+    if not len(nodes):
+        return parents
+    order = np.argsort(nodes, kind="stable")  # (N,) ties keep corpus order: the first is found first
+    ranked = nodes[order]
+    at = np.searchsorted(ranked, replies, side="left")  # (N,) the first slot whose node could match
+    found = (replies != 0) & (at < len(ranked))
+    found[found] = ranked[at[found]] == replies[found]
+    parents[found] = order[at[found]]
+    parents[parents == np.arange(len(nodes))] = -1  # a message that names itself has no parent
     return parents
 
 

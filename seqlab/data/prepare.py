@@ -1,7 +1,7 @@
 """`seqlab prepare`: one streaming pass from a mail source to a DATA_DIR.
 
     read (mail/files.py) -> parse + clean + dedupe digests (mail/reader.py, in worker processes: mail/workers.py)
-    -> dedupe (corpus.Deduper) -> spool cleaned text to disk (mail/spool.py) -> thread (corpus.assign_threads)
+    -> dedupe (corpus.Deduper) -> spool cleaned text to disk (mail/spool.py) -> thread (mail/threadtable.py)
     -> split by thread hash -> fit tokenizer on train only -> encode every email
     -> {split}.bin/.idx, emails.jsonl, tokenizer.json, meta.json
 
@@ -11,11 +11,13 @@ The DATA_DIR is complete or absent: everything is written into a hidden sibling 
 `--out` and "no space left". `--out` may be new, empty, or an earlier prepare's folder; a folder holding
 anything else is refused rather than replaced.
 
-Memory stays bounded on large corpora: bodies go to a spool file as they are read, and only small
-per-email metadata (about 1 KB: ids, references, date, two dedupe digests) stays in memory for threading;
-benchmarks/bench_prepare.py measures it. Everything written is a function of the input and the seed (not
-of the number of workers): no timestamps, no absolute paths, so the same input and seed give
-byte-identical files.
+Memory stays bounded on large corpora: bodies go to a spool file as they are read; what must be kept
+per email for dedupe and threading is numbers in numpy arrays (8-byte digests, dates, links: about 100
+bytes an email, `mail/digests.py`, `mail/threadtable.py`), and the ids a thread key may be chosen from go
+to a names file beside the spool; a BPE tokenizer is fitted on a bounded sample of train
+(`bpe_sample.BPE_SAMPLE_BYTES`). benchmarks/bench_prepare.py measures it. Everything written is a
+function of the input and the seed (not of the number of workers): no timestamps, no absolute paths, so
+the same input and seed give byte-identical files.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import secrets
 import shutil
 import time
+from array import array
 from collections.abc import Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -34,13 +37,15 @@ import numpy as np
 from tqdm import tqdm
 
 from seqlab import __version__
+from seqlab.data.bpe_sample import ByteSample
 from seqlab.data.contexts import ContextSpool, thread_parents, write_contexts
 from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full, kill_point
-from seqlab.data.mail.corpus import Deduper, ThreadMeta, assign_threads, split_for_thread
+from seqlab.data.mail.corpus import Deduper
 from seqlab.data.mail.reader import CleanOptions
 from seqlab.data.mail.records import SkipReport
 from seqlab.data.mail.sources import resolve_source
 from seqlab.data.mail.spool import SpoolRecord, SpoolWriter, iter_spool
+from seqlab.data.mail.threadtable import ThreadSplit, ThreadTable
 from seqlab.data.mail.workers import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
 from seqlab.data.store import TokenWriter, token_dtype
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
@@ -49,6 +54,7 @@ from seqlab.errors import UserError
 SPLITS = ("train", "val", "test")
 SPOOL = "emails.spool"
 CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (seqlab.data.contexts)
+NAMES = "threads.names"  # the ids thread keys are chosen from (mail/threadtable.py)
 # What an earlier prepare may have left in --out (older versions wrote in place, temporaries included):
 # a folder holding only these may be replaced.
 _EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
@@ -59,18 +65,21 @@ ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
 def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: int | None, spool: Path,
-                  workers: int, progress: bool, stats: dict[str, Any]) -> tuple[list[ThreadMeta], dict[str, int]]:
-    """Read, clean and dedupe; spool each kept email; return thread metadata and dedupe counts.
+                  workers: int, progress: bool, stats: dict[str, Any],
+                  ) -> tuple[ThreadTable, dict[str, int], tuple[np.ndarray, np.ndarray]]:
+    """Read, clean and dedupe; spool each kept email; return the thread links, the dedupe counts, and each
+    kept email's node and In-Reply-To digests (uint64, 0 without one: its parent, for its context).
 
     `stats` gets the seconds the main process spent on dedupe and spool writes (the rest of this stage's
     wall time is reading and parsing, mostly overlapped with it when workers parse).
     """
     deduper = Deduper()
     duplicates = {"duplicate": 0, "duplicate_body": 0}
-    metas: list[ThreadMeta] = []
+    table = ThreadTable(spool.with_name(NAMES))
     stream = StreamStats()
     spent = 0.0
     contexts = ContextSpool(spool.with_name(CTX_SPOOL))
+    nodes, replies = array("Q"), array("Q")  # each kept email's node and In-Reply-To digests: its parent, later
     with SpoolWriter(spool) as writer, tqdm(desc="reading mail", unit=" msg", disable=not progress) as bar:
         for kept in parse_stream(source_items(messages, limit), opts, report, workers=workers, stats=stream):
             t0 = time.perf_counter()
@@ -79,20 +88,27 @@ def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: 
                 if reason is not None:
                     duplicates[reason] += 1
                     continue
-                metas.append(k.meta)
+                table.add(k.links)
                 writer.write(k.record)
                 contexts.write(k.context)
+                nodes.append(k.links.node)
+                replies.append(k.reply_to)
             spent += time.perf_counter() - t0
             bar.update(report.seen - bar.n)
     contexts.close()
     stats.update(dedupe_spool_s=spent, raw_bytes=stream.raw_bytes, workers_used=stream.workers,
-                 pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes())
-    return metas, duplicates
+                 pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes(),
+                 table_bytes=table.nbytes + deduper.nbytes, kept_emails=table.emails)
+    return table, duplicates, (np.frombuffer(nodes, dtype=np.uint64), np.frombuffer(replies, dtype=np.uint64))
 
 
-def _train_texts(spool: Path, splits: Sequence[str]) -> Iterator[str]:
+def _train_texts(spool: Path, splits: Sequence[str], seed: int) -> Iterator[str]:
+    """The train texts a BPE tokenizer is fitted on: all of them, or a seeded sample of about
+    `BPE_SAMPLE_BYTES` when train is larger (bpe_sample.py). The byte tokenizer never reads them."""
+    total = sum(len(rec.text) for rec, split in zip(iter_spool(spool), splits) if split == "train")
+    sample = ByteSample(total, seed)
     for rec, split in zip(iter_spool(spool), splits):
-        if split == "train":
+        if split == "train" and sample.take(len(rec.text)):
             yield rec.text.decode("utf-8")
 
 
@@ -115,7 +131,7 @@ def encode_texts(tok: Tokenizer, texts: Sequence[bytes]) -> list[np.ndarray]:
 
 
 def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], splits: Sequence[str],
-                progress: bool) -> tuple[dict[str, dict[str, int]], str]:
+                progress: bool, thread_counts: dict[str, int]) -> tuple[dict[str, dict[str, int]], str]:
     """Encode every spooled email into its split's token store and write emails.jsonl.
 
     Returns the counts per split and the name of the on-disk token dtype.
@@ -127,6 +143,8 @@ def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], 
         for s in SPLITS:
             writers[s] = TokenWriter(out, s, tok.vocab_size)
         _encode_into(spool, writers, index, tok, threads, splits, counts, progress)
+        for s in SPLITS:
+            counts[s]["threads"] = thread_counts[s]
         index.close()
         for w in writers.values():
             w.close()
@@ -142,7 +160,6 @@ def _encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile
                  threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
                  progress: bool) -> None:
     """The encoding loop of `_encode_all`: token stores, emails.jsonl lines and the counts per split."""
-    seen_threads: dict[str, set[str]] = {s: set() for s in SPLITS}
     records = iter_spool(spool)
     i = 0
     with tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
@@ -158,28 +175,16 @@ def _encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile
                 c["emails"] += 1
                 c["tokens"] += len(ids)
                 c["bytes"] += len(rec.text)
-                seen_threads[split].add(thread)
                 lines.append(json.dumps({"id": rec.id, "thread": thread, "split": split, "source": rec.source,
                                          "tokens": len(ids)}, ensure_ascii=False) + "\n")
                 i += 1
             index.write("".join(lines).encode("utf-8"))
             bar.update(len(chunk))
-    for s in SPLITS:
-        counts[s]["threads"] = len(seen_threads[s])
 
 
-def _split_threads(metas: list[ThreadMeta], seed: int, split: tuple[float, float, float]
-                   ) -> tuple[list[str], list[str]]:
+def _split_threads(table: ThreadTable, seed: int, split: tuple[float, float, float]) -> ThreadSplit:
     """Thread key and split of each kept email, in input order (one hash per thread, not per email)."""
-    threads = assign_threads(metas)
-    by_thread: dict[str, str] = {}
-    splits = []
-    for t in threads:
-        s = by_thread.get(t)
-        if s is None:
-            s = by_thread[t] = split_for_thread(t, seed, split)
-        splits.append(s)
-    return threads, splits
+    return table.finish(seed, split)
 
 
 def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int = 4096,
@@ -286,26 +291,32 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         stats[name] = now - clock
         clock = now
 
+    assignment: ThreadSplit | None = None
     try:
-        metas, duplicates = _spool_emails(messages, opts, report, limit, spool, workers, progress, stats)
+        table, duplicates, replies = _spool_emails(messages, opts, report, limit, spool, workers, progress, stats)
         lap("read_s")
-        if not metas:
+        if not table.emails:
             raise UserError(f"no usable email was found in {source} ({report.seen} messages seen)")
-        threads, splits = _split_threads(metas, seed, split)
-        parents = thread_parents(metas)  # for emails that quote nothing: the parent's body as context
-        del metas  # the largest per-email structure; not needed any more
+        parents = thread_parents(*replies)  # for emails that quote nothing: the parent's body as context
+        del replies
+        assignment = _split_threads(table, seed, split)
+        del table  # its arrays are freed; the assignment keeps 4 bytes an email and 13 a thread
+        threads, splits = assignment.threads, assignment.splits
         lap("thread_split_s")
         if "train" not in splits:
             raise UserError("the train split is empty; use more mail or a larger train fraction in --split")
-        tok = fit_tokenizer(tokenizer, _train_texts(spool, splits), vocab_size=vocab_size)
+        tok = fit_tokenizer(tokenizer, _train_texts(spool, splits, seed), vocab_size=vocab_size)
         atomic_write_text(out / "tokenizer.json", tok.to_json())  # the bytes whose sha256 meta.json records
         lap("fit_s")
-        counts, dtype = _encode_all(spool, out, tok, threads, splits, progress)
+        counts, dtype = _encode_all(spool, out, tok, threads, splits, progress, assignment.thread_counts())
         contexts = write_contexts(out, tok, spool, out / CTX_SPOOL, splits, parents)
         lap("encode_s")
     finally:
+        if assignment is not None:
+            assignment.close()
         spool.unlink(missing_ok=True)
         (out / CTX_SPOOL).unlink(missing_ok=True)
+        spool.with_name(NAMES).unlink(missing_ok=True)
     stats.update(messages=report.seen, kept=report.kept)
     meta = _meta(source, seed, split, opts, report, duplicates, counts, tok, dtype)
     meta["contexts"] = contexts

@@ -7,8 +7,8 @@ and repeats its parent, so a reply in val whose parent is in train leaks.
 Everything here works on streams and on small per-email metadata so that `prepare` keeps memory
 bounded on large mailboxes:
 
-- `Deduper` remembers only a 16-byte digest per kept email (two digests when the body is long enough
-  to count as a duplicate body).
+- `Deduper` remembers only 8 bytes per kept email (16 when the body is long enough to count as a
+  duplicate body): the first 8 bytes of its 16-byte digests, in `digests.DigestSet`s.
 - `ThreadMeta` is the few header fields threading needs; `assign_threads` links them with union-find.
 - `split_for_thread` maps a thread key to a split with a hash of (seed, key) alone, so a thread's split
   never depends on which other threads exist.
@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from seqlab.data.mail.digests import DigestSet, bytes_key
 from seqlab.data.mail.records import Email
 
 SPLITS: tuple[str, str, str] = ("train", "val", "test")
@@ -84,7 +85,11 @@ def _digest(*parts: str) -> bytes:
     for part in parts:
         # Lone surrogates cannot be UTF-8 encoded; they never reach here from the reader, but a
         # hand-built record must not crash the deduper.
-        h.update(_SURROGATES.sub("\ufffd", part).encode("utf-8"))
+        try:
+            data = part.encode("utf-8")
+        except UnicodeEncodeError:
+            data = _SURROGATES.sub("\ufffd", part).encode("utf-8")
+        h.update(data)
         h.update(b"\0")
     return h.digest()
 
@@ -93,13 +98,14 @@ def _digest(*parts: str) -> bytes:
 class Deduper:
     """Streaming duplicate filter: feed emails in input order, keep those for which `check` is None.
 
-    Memory per kept email is one or two 16-byte digests; bodies are never stored.
+    Memory per kept email is 8 or 16 bytes (see `digests.py` for the chance that two different emails
+    share a 64-bit key: about 3e-8 in a million); bodies are never stored.
     """
 
     min_body_chars: int = MIN_DUPLICATE_BODY_CHARS
     counts: Counter = field(default_factory=Counter)  # keys: "kept", "duplicate", "duplicate_body"
-    _exact: set[bytes] = field(default_factory=set, repr=False)
-    _bodies: set[bytes] = field(default_factory=set, repr=False)
+    _exact: DigestSet = field(default_factory=DigestSet, repr=False)
+    _bodies: DigestSet = field(default_factory=DigestSet, repr=False)
 
     def check(self, email: Email) -> str | None:
         """None for a new email (and remember it), else the reason it is a duplicate."""
@@ -113,17 +119,24 @@ class Deduper:
 
     def check_keys(self, exact: bytes, body_key: bytes | None) -> str | None:
         """`check` on digests from `keys`: None for a new email (remembered), else the duplicate reason."""
-        if exact in self._exact:
+        exact_key = bytes_key(exact)
+        if exact_key in self._exact:
             self.counts["duplicate"] += 1
             return "duplicate"
-        if body_key is not None and body_key in self._bodies:
+        body = None if body_key is None else bytes_key(body_key)
+        if body is not None and body in self._bodies:
             self.counts["duplicate_body"] += 1
             return "duplicate_body"
-        self._exact.add(exact)
-        if body_key is not None:
-            self._bodies.add(body_key)
+        self._exact.add(exact_key)
+        if body is not None:
+            self._bodies.add(body)
         self.counts["kept"] += 1
         return None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the digest arrays (each set also buffers up to 16,384 recent keys)."""
+        return self._exact.nbytes + self._bodies.nbytes
 
     @property
     def removed(self) -> int:

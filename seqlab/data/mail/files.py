@@ -138,18 +138,22 @@ def _iter_file(path: Path) -> Iterator[Item]:
     """One message file (an mbox-style envelope line at its start is dropped), or an mbox."""
     label = str(path)
     try:
-        if detect_source_kind(path) == "mbox":
-            yield from _iter_mbox(path)
-            return
-        if path.stat().st_size > MAX_MESSAGE_BYTES:
-            yield label, "too_large"
-            return
-        with path.open("rb") as f:
-            data = f.read(MAX_MESSAGE_BYTES + 1)
-    except (OSError, UserError):
+        # One open and one read for an ordinary message (a tree of small files is read at the rate of
+        # these system calls); the mbox test is `detect_source_kind`'s, on the same first 4096 bytes.
+        with open(label, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(MAX_MESSAGE_BYTES + 1 if size <= MAX_MESSAGE_BYTES else 4096)
+    except OSError:
         yield label, "unreadable"
         return
-    yield label, data
+    suffix = path.suffix.lower()
+    if suffix in _MBOX_SUFFIXES or (suffix != ".csv" and _is_envelope(data[:4096].lstrip(b"\r\n"))):
+        try:
+            yield from _iter_mbox(path)
+        except (OSError, UserError):
+            yield label, "unreadable"
+        return
+    yield label, ("too_large" if size > MAX_MESSAGE_BYTES or len(data) > MAX_MESSAGE_BYTES else data)
 
 
 def _tree_entry_reason(path: Path) -> str | None:

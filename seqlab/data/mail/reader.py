@@ -53,6 +53,7 @@ from seqlab.data.mail.mime import (
     prescan,
 )
 from seqlab.data.mail.records import Email, SkipReport
+from seqlab.data.mail.simple import simple_message
 
 SKIP_REASONS = frozenset(
     "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary "
@@ -196,10 +197,12 @@ def _raw_fallback(raw: bytes) -> tuple[dict[str, list[str]], str | None]:
 
 
 def _parse_parts(raw: bytes, keep_nested: bool) -> tuple[dict[str, list[str]], str | None]:
-    """Headers and body text: the stdlib parser with (raw-header) policy.default, then compat32, then raw text."""
+    """Headers and body text: the stdlib parser with (raw-header) policy.default (or its result for a simple
+    message, built directly: simple.py), then compat32, then raw text."""
     for pol in (read_policy(), policy.compat32):
         try:
-            msg = BytesParser(policy=pol).parsebytes(raw)
+            simple = simple_message(raw, pol) if pol is not policy.compat32 else None
+            msg = simple if simple is not None else BytesParser(policy=pol).parsebytes(raw)
             return _collect_headers(msg.raw_items()), _body_from_message(msg, keep_nested)
         except _Skip:
             raise

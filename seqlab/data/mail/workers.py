@@ -3,7 +3,7 @@
 Reading mail is CPU-bound Python (the stdlib parser, decoding, cleaning: about 0.3 ms per ordinary
 message), so `prepare` spreads it over processes. The main process reads the source (mbox splitting,
 file reads) and cuts the raw messages into chunks; workers parse, clean, compute the dedupe digests and
-the threading metadata, and pack the spool record, so the main process only checks digests and writes.
+the threading links (as digests), and pack the spool record, so the main process only checks digests and writes.
 
 Determinism: chunks are submitted and collected in input order, and the work per message is the same
 function in-process and in a worker (`parse_chunk`), so any number of workers gives byte-identical output.
@@ -22,16 +22,18 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
-from seqlab.data.mail.corpus import Deduper, ThreadMeta
+from seqlab.data.mail.corpus import Deduper, ThreadMeta, _norm_id
+from seqlab.data.mail.digests import digest64
 from seqlab.data.mail.files import iter_source_items
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.mail.records import SkipReport
 from seqlab.data.mail.spool import pack_record
+from seqlab.data.mail.threadtable import Links, thread_links
 
 Item = tuple[str, "bytes | str"]  # (label, raw bytes or the skip reason the source already found)
 
@@ -51,9 +53,10 @@ class Kept(NamedTuple):
 
     exact: bytes  # Deduper.keys digests
     body_key: bytes | None
-    meta: ThreadMeta  # slimmed, see `slim_meta`
+    links: Links  # what threading needs, as digests (threadtable.py)
     record: bytes  # spool.pack_record
     context: bytes = b""  # Email.context as UTF-8 (the replied-to text; seqlab.data.contexts)
+    reply_to: int = 0  # digest64 of the In-Reply-To node (as Links.node digests nodes), 0 without one
 
 
 @dataclass
@@ -83,21 +86,6 @@ def peak_rss_bytes() -> int | None:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
 
 
-def slim_meta(meta: ThreadMeta) -> ThreadMeta:
-    """The same thread links in less memory: what `assign_threads` reads of a message, nothing more.
-
-    `subject_norm` and `participants` matter only through `subject_key()`. A message with threading
-    headers has no subject key, so both are dropped; for one without, both are replaced by the key itself
-    (subject_key(key, {}) is a hash of the key: equal keys stay equal, different ones stay different).
-    Thread keys written to disk are Message-IDs or record ids, never subject keys, so output is unchanged.
-    A long participant list (a mailing to hundreds of people) then costs one short string.
-    """
-    key = meta.subject_key()
-    if key is None:
-        return replace(meta, subject_norm="", participants=frozenset())
-    return replace(meta, subject_norm=key, participants=frozenset())
-
-
 def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
     """Each item -> `Kept` or its skip reason. The unit of work of a worker and of the in-process path."""
     out: list[Kept | str] = []
@@ -107,8 +95,10 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
             out.append(result)
             continue
         exact, body_key = _DEDUPE.keys(result)
-        out.append(Kept(exact, body_key, slim_meta(ThreadMeta.from_email(result)), pack_record(result),
-                        result.context.encode("utf-8", "replace")))
+        meta = ThreadMeta.from_email(result)
+        reply_to = _norm_id(meta.in_reply_to)  # the parent a reply that quotes nothing takes its context from
+        out.append(Kept(exact, body_key, thread_links(meta), pack_record(result),
+                        result.context.encode("utf-8", "replace"), digest64("m:" + reply_to) if reply_to else 0))
     return out
 
 

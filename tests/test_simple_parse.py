@@ -1,0 +1,84 @@
+"""simple.py builds, for a simple message, exactly the message the stdlib feed parser builds (and declines
+everything else): compared on generated office mail, the test corpus, damaged mail, and
+hypothesis-built header blocks, both as `EmailMessage`s and as what `reader._parse_parts` makes of them.
+"""
+
+from __future__ import annotations
+
+from email.parser import BytesParser
+from pathlib import Path
+
+from hostile_mail import write_many_malformed
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mail_samples import corpus_messages
+
+from seqlab.data.mail import reader
+from seqlab.data.mail.reader import _parse_parts, _strip_envelope, read_policy
+from seqlab.data.mail.simple import simple_message
+from seqlab.data.synthetic.generator import synthetic_messages
+
+
+def _same_as_parser(raw: bytes) -> bool:
+    """True when simple_message took the message; asserts it equals the parser's then."""
+    data = _strip_envelope(raw)
+    fast = simple_message(data, read_policy())
+    if fast is None:
+        return False
+    full = BytesParser(policy=read_policy()).parsebytes(data)
+    assert list(fast.raw_items()) == list(full.raw_items())
+    assert fast.get_payload() == full.get_payload()
+    assert fast.get_payload(decode=True) == full.get_payload(decode=True)
+    assert (fast.get_content_type(), fast.get_content_charset(), fast.is_multipart()) == (
+        full.get_content_type(), full.get_content_charset(), full.is_multipart())
+    return True
+
+
+def _parts_without_fast_path(data: bytes, monkeypatch) -> tuple:  # noqa: ANN001 - pytest's MonkeyPatch
+    with monkeypatch.context() as m:
+        m.setattr(reader, "simple_message", lambda data, policy: None)
+        return _parse_parts(data, False)
+
+
+def _messages(tmp_path: Path) -> list[bytes]:
+    msgs = [raw for _, raw in synthetic_messages(count=60, seed=3)] + corpus_messages()
+    write_many_malformed(tmp_path / "damaged", n=150)
+    msgs += [p.read_bytes() for p in sorted((tmp_path / "damaged").rglob("*")) if p.is_file()]
+    return msgs
+
+
+def test_simple_messages_equal_the_parsers_and_parse_the_same(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    msgs = _messages(tmp_path)
+    taken = [_same_as_parser(raw) for raw in msgs]
+    assert sum(taken[:60]) == 60  # ordinary office mail always takes the fast path
+    assert 0 < sum(taken[60:]) < len(msgs) - 60  # hostile mail mostly does not
+    for raw in msgs:
+        data = _strip_envelope(raw)
+        try:
+            want = _parts_without_fast_path(data, monkeypatch)
+        except reader._Skip as skip:
+            want = skip.reason
+        try:
+            got = _parse_parts(data, False)
+        except reader._Skip as skip:
+            got = skip.reason
+        assert got == want
+
+
+_name = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"), min_size=1, max_size=8)
+_value = st.text(st.sampled_from(list("ab :;\t=\"/<>@x") + ["\udc80", "é"]), max_size=12)
+_line = st.one_of(
+    st.builds(lambda n, v: f"{n}:{v}", _name, _value),
+    st.builds(lambda v: " " + v, _value),  # continuation
+    st.builds(lambda v: "From " + v, _value),  # envelope-like
+    st.sampled_from(["Content-Type: multipart/mixed; boundary=b", "Content-Type: message/rfc822",
+                     "Content-Type: text/plain; charset=utf-8", "Content-Transfer-Encoding: base64",
+                     "Content-Type:text/html", ":no name", "no colon here", "Subject: x"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_line, min_size=1, max_size=6), st.text(st.sampled_from(list("ab\n:=-")), max_size=30))
+def test_generated_header_blocks(lines: list[str], body: str) -> None:
+    raw = ("\n".join(lines) + "\n\n" + body).encode("utf-8", "surrogateescape")
+    _same_as_parser(raw)
