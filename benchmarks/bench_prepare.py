@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(json.loads(args.child))))
         return 0
+    from seqlab.bench.results import write_json  # no torch: prepare never needs it
     from seqlab.data.mail.workers import default_workers
 
     n = 10_000 if args.quick else args.messages
@@ -241,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
           f"at {n:,} messages")
     settings = {"messages": n, "sizes": sizes, "workers": workers, "cpus": os.cpu_count(),
                 "python": platform.python_version(), "platform": platform.platform()}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": settings, "rows": rows, "memory": growth,
-                                     "speedup_vs_1_worker": speedup}, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, {"settings": settings, "rows": rows, "memory": growth, "speedup_vs_1_worker": speedup})
     return 0
 
 

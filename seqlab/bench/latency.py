@@ -21,7 +21,8 @@ compared with the `latency_ms` the server reports for the same request; overhead
 GET /health on the same connection (no model work) shows what the transport alone costs.
 Goal: the server adds <= 3 ms at p50.
 
-Prints tables with PASS/MISS per goal and writes JSON (default out/bench_latency.json).
+Prints tables with PASS/MISS per goal and writes JSON (default out/bench_latency.json); in `seqlab bench`
+its goals are the "latency" rows.
 
     python benchmarks/bench_latency.py [--quick] [--cache DIR] [--keystrokes K] [--json PATH]
 """
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import queue
 import re
 import shutil
@@ -45,6 +45,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from seqlab.bench.common import machine_info, row
+from seqlab.bench.results import write_json
 
 CONTEXTS = (64, 256, 1024, 2048)
 KEPT_P90_MS = 15.0
@@ -294,16 +297,6 @@ def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[in
 # ---------------------------------------------------------------- report
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def goals(model_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for name in MODELS:
@@ -368,37 +361,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Train (or reuse) the two runs, time them, print the tables; the JSON payload."""
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     t_start = time.perf_counter()
-    print(f"data and runs in {args.cache}", flush=True)
-    data, runs = ensure_runs(args.cache, args.quick)
-    subject, body = test_text(data, max(args.contexts) + 4 * args.keystrokes)
-    print("model time ...", flush=True)
-    model_rows, infos = [], {}
-    for name, run in runs.items():
-        rows, infos[name] = bench_model(name, run, subject, body, args.contexts, args.keystrokes)
-        model_rows += rows
-    http_rows: list[dict[str, Any]] = []
-    if not args.no_http:
-        print("HTTP ...", flush=True)
-        log_dir = args.cache / "serve-log"
-        shutil.rmtree(log_dir, ignore_errors=True)
+    try:
+        print(f"data and runs in {args.cache}", flush=True)
+        data, runs = ensure_runs(args.cache, args.quick)
+        subject, body = test_text(data, max(args.contexts) + 4 * args.keystrokes)
+        print("model time ...", flush=True)
+        model_rows, infos = [], {}
         for name, run in runs.items():
-            http_rows += bench_http(name, run, subject, body, args.contexts, args.keystrokes, log_dir)
+            rows_of, infos[name] = bench_model(name, run, subject, body, args.contexts, args.keystrokes)
+            model_rows += rows_of
+        http_rows: list[dict[str, Any]] = []
+        if not args.no_http:
+            print("HTTP ...", flush=True)
+            log_dir = args.cache / "serve-log"
+            shutil.rmtree(log_dir, ignore_errors=True)
+            for name, run in runs.items():
+                http_rows += bench_http(name, run, subject, body, args.contexts, args.keystrokes, log_dir)
+        settings = {**machine_info(), "quick": args.quick, "keystrokes": args.keystrokes,
+                    "contexts": list(args.contexts), "max_words": MAX_WORDS, "cache": str(args.cache),
+                    "runs": {n: str(r) for n, r in runs.items()}, "models": infos}
+    finally:
+        torch.set_num_threads(before)
     goal_rows = goals(model_rows, http_rows)
     print_tables(model_rows, http_rows, goal_rows)
-    settings = {"threads": torch.get_num_threads(), "quick": args.quick, "torch": torch.__version__,
-                "python": platform.python_version(), "cpu": cpu_model(), "machine": platform.machine(),
-                "keystrokes": args.keystrokes, "contexts": list(args.contexts), "max_words": MAX_WORDS,
-                "cache": str(args.cache), "runs": {n: str(r) for n, r in runs.items()}, "models": infos,
-                "wall_s": round(time.perf_counter() - t_start, 1)}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": settings, "model_rows": model_rows, "http_rows": http_rows,
-                                     "goals": goal_rows}, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    settings["wall_s"] = round(time.perf_counter() - t_start, 1)
+    return {"settings": settings, "model_rows": model_rows, "http_rows": http_rows, "goals": goal_rows}
+
+
+def bench_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The goals of a `measure` payload as rows of `seqlab bench`."""
+    out = []
+    for g in payload["goals"]:
+        op = ">=" if ">=" in g["goal"] else "<="
+        bound = g["goal"].split(op, 1)[1].split()[0].rstrip("x")
+        out.append(row("latency", f"{g['model']} {g['goal'].split(op)[0].strip()}", g["goal"], g["value"],
+                       g["unit"], f"{op} {bound}"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    write_json(args.json, measure(args))
     return 0
 
 

@@ -1,15 +1,15 @@
-"""Layer speed ratios against PyTorch built-ins, measured side by side in one run.
+"""Layer speed ratios against PyTorch built-ins, measured side by side in one run (`seqlab bench`, "layers").
 
 Rows (each a training step: forward, a scalar loss, backward):
   attention  our MultiHeadAttention vs torch.nn.MultiheadAttention, causal     goal: ours/torch <= 1.0
   gru_fused  our RecurrentMixer('gru'), fused path, vs torch.nn.GRU             goal: throughput ratio >= 0.95
   mingru     minGRU parallel scan vs the explicit GRU time loop, L = 512        goal: >= 10x faster
-  mingru_L*  the minGRU mixer vs the fused GRU mixer at L = 512, 2048, 8192     goal: >= 5x faster at 2048
+  mingru_L*  the minGRU mixer vs the fused GRU mixer at L = 512, 2048, 8192,    goal: >= 5x faster at 2048
+             on 1 thread
   mingru_scan  the chunked linear-space scan vs the log-space scan at L = 2048  goal: not slower
 
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
-repeats is kept, so both see the same machine load. Prints a table with PASS/MISS per goal and writes
-JSON (default out/bench_layers.json).
+repeats is kept, so both see the same machine load (`seqlab.bench.common.time_pair`).
 
     python benchmarks/bench_layers.py [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
 """
@@ -17,64 +17,36 @@ JSON (default out/bench_layers.json).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from seqlab.bench.common import backward_step, machine_info, row, time_pair
+from seqlab.bench.results import write_json
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.mingru import MinGRUMixer, mingru_scan_log
 from seqlab.models.rnn import RecurrentMixer
 
-Step = Callable[[], None]
+train_step = backward_step
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _timer(args: argparse.Namespace, device: torch.device):  # noqa: ANN202 - a small adapter
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
 
+    def timed(a, b, repeats: int, warmup: int):  # noqa: ANN001, ANN202
+        return time_pair(a, b, repeats, warmup, sync)
 
-def train_step(module: nn.Module, run: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> Step:
-    """A closure doing forward, mean-square loss, backward, and dropping the gradients again."""
-
-    def step() -> None:
-        y = run(x)
-        y.float().pow(2).mean().backward()
-        module.zero_grad(set_to_none=True)
-        x.grad = None
-
-    return step
-
-
-def time_pair(a: Step, b: Step, repeats: int, warmup: int, device: torch.device) -> tuple[float, float]:
-    """Median seconds of a and b, timed alternately (a b, b a, ...) after `warmup` runs of each."""
-    for _ in range(warmup):
-        a(), b()
-    _sync(device)
-    times: dict[int, list[float]] = {0: [], 1: []}
-    for r in range(repeats):
-        order = (0, 1) if r % 2 == 0 else (1, 0)
-        for which in order:
-            fn = a if which == 0 else b
-            _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            times[which].append(time.perf_counter() - t0)
-    return statistics.median(times[0]), statistics.median(times[1])
+    return timed
 
 
 def _row(name: str, ours: str, ref: str, t_ours: float, t_ref: float, metric: str, goal: str, ok: bool,
          value: float, sizes: dict[str, int]) -> dict[str, Any]:
-    return {"name": name, "ours": ours, "reference": ref, "ours_ms": t_ours * 1e3, "reference_ms": t_ref * 1e3,
-            "metric": metric, "value": value, "goal": goal, "pass": ok, "sizes": sizes}
+    del ok  # the goal decides (common.check_goal)
+    return row("layers", name, f"{ours} vs {ref}: {metric}", value, "x", "" if goal == "-" else goal,
+               ours_ms=t_ours * 1e3, reference_ms=t_ref * 1e3, sizes=sizes)
 
 
 def bench_attention(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -88,8 +60,8 @@ def bench_attention(args: argparse.Namespace, device: torch.device) -> dict[str,
     def run_ref(t: torch.Tensor) -> torch.Tensor:
         return ref(t, t, t, attn_mask=causal, is_causal=True, need_weights=False)[0]
 
-    t_ours, t_ref = time_pair(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, run_ref, x),
-                              args.repeats, args.warmup, device)
+    t_ours, t_ref = _timer(args, device)(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, run_ref, x),
+                              args.repeats, args.warmup)
     ratio = t_ours / t_ref
     return _row("attention", "MultiHeadAttention (causal)", "torch.nn.MultiheadAttention (causal)", t_ours,
                 t_ref, "time ours / torch", "<= 1.0", ratio <= 1.0, ratio, {"B": B, "L": L, "n_embd": C, "n_head": H})
@@ -103,8 +75,8 @@ def bench_gru_fused(args: argparse.Namespace, device: torch.device) -> dict[str,
     ref = nn.GRU(C, C, batch_first=True).to(device)
     x = torch.randn(B, L, C, device=device, requires_grad=True)
     assert ours.uses_fused()
-    t_ours, t_ref = time_pair(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, lambda t: ref(t)[0], x),
-                              args.repeats, args.warmup, device)
+    t_ours, t_ref = _timer(args, device)(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, lambda t: ref(t)[0], x),
+                              args.repeats, args.warmup)
     throughput = t_ref / t_ours  # tokens/s ours over tokens/s torch
     return _row("gru_fused", "RecurrentMixer('gru') fused path", "torch.nn.GRU", t_ours, t_ref,
                 "throughput ours / torch", ">= 0.95", throughput >= 0.95, throughput, {"B": B, "L": L, "n_embd": C})
@@ -119,11 +91,11 @@ def bench_mingru(args: argparse.Namespace, device: torch.device) -> dict[str, An
     mingru.mode = "scan"
     x = torch.randn(B, L, C, device=device, requires_grad=True)
     assert not loop.uses_fused()
-    t_scan, t_loop = time_pair(train_step(mingru, lambda t: mingru(t)[0], x),
-                               train_step(loop, lambda t: loop(t)[0], x), args.repeats, args.warmup, device)
+    t_scan, t_loop = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x),
+                               train_step(loop, lambda t: loop(t)[0], x), args.repeats, args.warmup)
     speedup = t_loop / t_scan
     return _row("mingru", "MinGRUMixer parallel scan", "RecurrentMixer('gru') explicit loop", t_scan, t_loop,
-                "speedup loop / scan", ">= 10x", speedup >= 10.0, speedup, {"B": B, "L": L, "n_embd": C})
+                "speedup loop / scan", ">= 10.0", speedup >= 10.0, speedup, {"B": B, "L": L, "n_embd": C})
 
 
 def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
@@ -141,19 +113,19 @@ def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[di
     rows = []
     for L in args.long_lens:
         x = torch.randn(B, L, C, device=device, requires_grad=True)
-        t_min, t_gru = time_pair(train_step(mingru, lambda t: mingru(t)[0], x),
-                                 train_step(fused, lambda t: fused(t)[0], x), args.long_repeats, 1, device)
+        t_min, t_gru = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x),
+                                 train_step(fused, lambda t: fused(t)[0], x), args.long_repeats, 1)
         speedup = t_gru / t_min
         goal = L == 2048
         rows.append(_row(f"mingru_L{L}", "MinGRUMixer linear scan", "RecurrentMixer('gru') fused (torch.nn.GRU)",
-                         t_min, t_gru, "speedup fused GRU / minGRU", ">= 5x" if goal else "-",
+                         t_min, t_gru, "speedup fused GRU / minGRU", ">= 5.0" if goal else "-",
                          speedup >= 5.0 if goal else True, speedup, {"B": B, "L": L, "n_embd": C}))
     L = args.long_lens[min(1, len(args.long_lens) - 1)]
     x = torch.randn(B, L, C, device=device, requires_grad=True)
-    t_lin, t_log = time_pair(train_step(mingru, lambda t: mingru(t)[0], x), train_step(mingru, log_space, x),
-                             args.long_repeats, 1, device)
+    t_lin, t_log = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x), train_step(mingru, log_space, x),
+                             args.long_repeats, 1)
     rows.append(_row("mingru_scan", "linear scan (chunked)", "log-space scan (Heinsen 2023)", t_lin, t_log,
-                     "speedup log / linear", ">= 1x", t_log >= t_lin, t_log / t_lin, {"B": B, "L": L, "n_embd": C}))
+                     "speedup log / linear", ">= 1.0", t_log >= t_lin, t_log / t_lin, {"B": B, "L": L, "n_embd": C}))
     return rows
 
 
@@ -184,27 +156,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every row of this benchmark: attention, GRU and minGRU at --threads, the long minGRU rows on 1 thread."""
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for but CUDA is not available")
     device = torch.device(args.device)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    rows = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device),
-            *bench_mingru_long(args, device)]
-    print(f"{'row':<10} {'ours ms':>9} {'ref ms':>9}  {'metric':<24} {'value':>7}  {'goal':<8} result")
-    for r in rows:
-        print(f"{r['name']:<10} {r['ours_ms']:9.2f} {r['reference_ms']:9.2f}  {r['metric']:<24} {r['value']:7.3f}"
-              f"  {r['goal']:<8} {'PASS' if r['pass'] else 'MISS'}")
-    settings = {"threads": args.threads, "device": args.device, "repeats": args.repeats, "warmup": args.warmup,
-                "quick": args.quick, "torch": torch.__version__, "python": platform.python_version(),
-                "machine": platform.machine()}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"settings": settings, "rows": rows}, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(args.threads)
+        torch.manual_seed(0)
+        out = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
+        torch.set_num_threads(1)  # the issue's setting for minGRU against the fused GRU
+        return out + bench_mingru_long(args, device)
+    finally:
+        torch.set_num_threads(before)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = rows(args)
+    print(f"{'row':<12} {'ours ms':>9} {'ref ms':>9} {'value':>7}  {'goal':<8} result")
+    for r in out:
+        d = r["detail"]
+        result = "" if r["pass"] is None else ("PASS" if r["pass"] else "MISS")
+        print(f"{r['name']:<12} {d['ours_ms']:9.2f} {d['reference_ms']:9.2f} {r['value']:7.3f}  {r['goal']:<8} {result}")
+    settings = {**machine_info(), "threads": args.threads, "device": args.device, "repeats": args.repeats,
+                "warmup": args.warmup, "quick": args.quick}
+    write_json(args.json, {"settings": settings, "rows": out})
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -74,3 +74,21 @@ def mfu(tokens_per_s: float, flops_token: float, peak_gflops: float) -> float:
     """Model FLOPs utilisation: achieved model FLOP/s over the measured peak (0..1, above 1 if the peak
     was measured on a busier machine than the step)."""
     return tokens_per_s * flops_token / (peak_gflops * 1e9)
+
+
+class MFUMeter:
+    """MFU of a training run's steps: model FLOPs per processed token (`flops_per_token` at the run's
+    window) against the device's matmul peak, measured once per process on first use. The trainer's probe
+    is a 1024 x 1024 matmul (tens of milliseconds on a CPU, cheap enough for every run; `seqlab bench`
+    measures 2048 x 2048), in bfloat16 where the run trains under bf16 autocast."""
+
+    def __init__(self, model: nn.Module, cfg: ModelConfig, device: torch.device, bf16: bool = False) -> None:
+        self.flops_token = flops_per_token(model, cfg, cfg.block_size)
+        self.device, self.dtype = device, torch.bfloat16 if bf16 else torch.float32
+        self.peak: float | None = None
+
+    def of(self, tokens_per_s: float) -> float:
+        """MFU (0..1) at `tokens_per_s` processed tokens (padding included: the model computes on it)."""
+        if self.peak is None:
+            self.peak = matmul_peak_gflops(1024, str(self.device), self.dtype, torch.get_num_threads())
+        return mfu(tokens_per_s, self.flops_token, self.peak)
