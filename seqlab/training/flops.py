@@ -54,8 +54,9 @@ def matmul_peak_gflops(n: int = 2048, device: str = "cpu", dtype: torch.dtype = 
     """Best GFLOP/s of an (n, n) @ (n, n) matmul in `dtype` with the current thread setting (`threads` is
     only part of the cache key). One warm-up, then the fastest of a few repeats: the peak, not the mean."""
     dev = torch.device(device)
-    a = torch.randn(n, n, device=dev).to(dtype)
-    b = torch.randn(n, n, device=dev).to(dtype)
+    gen = torch.Generator().manual_seed(0)  # its own generator: a run's random streams must not move
+    a = torch.randn(n, n, generator=gen).to(dev, dtype)
+    b = torch.randn(n, n, generator=gen).to(dev, dtype)
     repeats = 3 if n >= 2048 else 5
     best = float("inf")
     for i in range(repeats + 1):
