@@ -72,16 +72,22 @@ def _seqlab(*args: str) -> None:
     print(f"    {last[0]}", flush=True)
 
 
+def ensure_data(cache: Path, count: int = 2000) -> Path:
+    """cache/data: the offline synthetic corpus (`count` emails) prepared on first use, reused afterwards."""
+    cache.mkdir(parents=True, exist_ok=True)
+    data = cache / "data"
+    if not (data / "meta.json").is_file():
+        shutil.rmtree(data, ignore_errors=True)
+        _seqlab("prepare", "synthetic", "--out", str(data), "--count", str(count), "--quiet")
+    return data
+
+
 def ensure_runs(cache: Path, quick: bool) -> tuple[Path, dict[str, Path]]:
     """(DATA_DIR, {model name: RUN_DIR}), prepared and trained on first use, reused afterwards.
 
     A run is trained into NAME.tmp and renamed when `seqlab train` has finished, so an interrupted
     training is started again instead of being measured."""
-    cache.mkdir(parents=True, exist_ok=True)
-    data = cache / "data"
-    if not (data / "meta.json").is_file():
-        shutil.rmtree(data, ignore_errors=True)
-        _seqlab("prepare", "synthetic", "--out", str(data), "--count", "2000", "--quiet")
+    data = ensure_data(cache)
     if quick:
         preset, budget = "tiny", ["train.max_steps=200", "train.eval_every=100"]
     else:

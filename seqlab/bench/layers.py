@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqlab.bench.common import backward_step, machine_info, row, time_pair
+from seqlab.bench.common import Step, backward_step, machine_info, row, time_pair
 from seqlab.bench.results import write_json
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
@@ -33,13 +33,10 @@ from seqlab.models.rnn import RecurrentMixer
 train_step = backward_step
 
 
-def _timer(args: argparse.Namespace, device: torch.device):  # noqa: ANN202 - a small adapter
+def _pair(device: torch.device, a: Step, b: Step, repeats: int, warmup: int) -> tuple[float, float]:
+    """`time_pair` with a CUDA synchronisation after each step when the device is a GPU."""
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-
-    def timed(a, b, repeats: int, warmup: int):  # noqa: ANN001, ANN202
-        return time_pair(a, b, repeats, warmup, sync)
-
-    return timed
+    return time_pair(a, b, repeats, warmup, sync)
 
 
 def _row(name: str, ours: str, ref: str, t_ours: float, t_ref: float, metric: str, goal: str, ok: bool,
@@ -60,7 +57,7 @@ def bench_attention(args: argparse.Namespace, device: torch.device) -> dict[str,
     def run_ref(t: torch.Tensor) -> torch.Tensor:
         return ref(t, t, t, attn_mask=causal, is_causal=True, need_weights=False)[0]
 
-    t_ours, t_ref = _timer(args, device)(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, run_ref, x),
+    t_ours, t_ref = _pair(device, train_step(ours, lambda t: ours(t)[0], x), train_step(ref, run_ref, x),
                               args.repeats, args.warmup)
     ratio = t_ours / t_ref
     return _row("attention", "MultiHeadAttention (causal)", "torch.nn.MultiheadAttention (causal)", t_ours,
@@ -75,7 +72,7 @@ def bench_gru_fused(args: argparse.Namespace, device: torch.device) -> dict[str,
     ref = nn.GRU(C, C, batch_first=True).to(device)
     x = torch.randn(B, L, C, device=device, requires_grad=True)
     assert ours.uses_fused()
-    t_ours, t_ref = _timer(args, device)(train_step(ours, lambda t: ours(t)[0], x), train_step(ref, lambda t: ref(t)[0], x),
+    t_ours, t_ref = _pair(device, train_step(ours, lambda t: ours(t)[0], x), train_step(ref, lambda t: ref(t)[0], x),
                               args.repeats, args.warmup)
     throughput = t_ref / t_ours  # tokens/s ours over tokens/s torch
     return _row("gru_fused", "RecurrentMixer('gru') fused path", "torch.nn.GRU", t_ours, t_ref,
@@ -91,7 +88,7 @@ def bench_mingru(args: argparse.Namespace, device: torch.device) -> dict[str, An
     mingru.mode = "scan"
     x = torch.randn(B, L, C, device=device, requires_grad=True)
     assert not loop.uses_fused()
-    t_scan, t_loop = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x),
+    t_scan, t_loop = _pair(device, train_step(mingru, lambda t: mingru(t)[0], x),
                                train_step(loop, lambda t: loop(t)[0], x), args.repeats, args.warmup)
     speedup = t_loop / t_scan
     return _row("mingru", "MinGRUMixer parallel scan", "RecurrentMixer('gru') explicit loop", t_scan, t_loop,
@@ -113,7 +110,7 @@ def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[di
     rows = []
     for L in args.long_lens:
         x = torch.randn(B, L, C, device=device, requires_grad=True)
-        t_min, t_gru = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x),
+        t_min, t_gru = _pair(device, train_step(mingru, lambda t: mingru(t)[0], x),
                                  train_step(fused, lambda t: fused(t)[0], x), args.long_repeats, 1)
         speedup = t_gru / t_min
         goal = L == 2048
@@ -122,7 +119,7 @@ def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[di
                          speedup >= 5.0 if goal else True, speedup, {"B": B, "L": L, "n_embd": C}))
     L = args.long_lens[min(1, len(args.long_lens) - 1)]
     x = torch.randn(B, L, C, device=device, requires_grad=True)
-    t_lin, t_log = _timer(args, device)(train_step(mingru, lambda t: mingru(t)[0], x), train_step(mingru, log_space, x),
+    t_lin, t_log = _pair(device, train_step(mingru, lambda t: mingru(t)[0], x), train_step(mingru, log_space, x),
                              args.long_repeats, 1)
     rows.append(_row("mingru_scan", "linear scan (chunked)", "log-space scan (Heinsen 2023)", t_lin, t_log,
                      "speedup log / linear", ">= 1.0", t_log >= t_lin, t_log / t_lin, {"B": B, "L": L, "n_embd": C}))
@@ -179,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in out:
         d = r["detail"]
         result = "" if r["pass"] is None else ("PASS" if r["pass"] else "MISS")
-        print(f"{r['name']:<12} {d['ours_ms']:9.2f} {d['reference_ms']:9.2f} {r['value']:7.3f}  {r['goal']:<8} {result}")
+        print(f"{r['name']:<12} {d['ours_ms']:9.2f} {d['reference_ms']:9.2f} {r['value']:7.3f}  {r['goal']:<8} "
+              f"{result}")
     settings = {**machine_info(), "threads": args.threads, "device": args.device, "repeats": args.repeats,
                 "warmup": args.warmup, "quick": args.quick}
     write_json(args.json, {"settings": settings, "rows": out})

@@ -314,9 +314,9 @@ class Trainer:
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
                 session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
                 bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
-                bar.set_postfix(step=s.step, loss=f"{loss:.3f}",
-                                tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}",
-                                mfu=f"{self.mfu.of(self.step_tokens * (s.step - start_step) / max(session_time, 1e-9)):.0%}")
+                rate = session_tokens / max(session_time, 1e-9)
+                fed = self.step_tokens * (s.step - start_step) / max(session_time, 1e-9)  # padding included
+                bar.set_postfix(step=s.step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", mfu=f"{self.mfu.of(fed):.0%}")
             bar.close()
             ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
             if ran and self.last_eval_step != s.step:
