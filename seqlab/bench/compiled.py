@@ -3,8 +3,9 @@ it pays over a 10-minute run.
 
 For each family's `small` preset a training step (as in `seqlab.bench.throughput`) runs eagerly and
 through `torch.compile(model)` (what `train.compile=true` does). Compile seconds = the first compiled
-step (tracing, code generation, the C++ build) minus a steady compiled step. The value of a row is the
-tokens a 10-minute run would train compiled, counting the compile time, over the tokens eagerly:
+step (tracing, code generation, the C++ build, with an empty inductor cache) minus a steady compiled
+step. The value of a row is the tokens a 10-minute run would train compiled, counting the compile time,
+over the tokens eagerly:
 
     ((600 - compile_s) * compiled tokens/s) / (600 * eager tokens/s)
 
@@ -14,7 +15,10 @@ decision is the one kept in `seqlab.config`).
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,7 +31,10 @@ from seqlab.training.optim import make_optimizer
 RUN_S = 600.0
 
 
-def family_row(family: str, repeats: int) -> dict[str, Any]:
+def family_row(family: str, repeats: int, cache: Path) -> dict[str, Any]:
+    # a fresh inductor cache per family: compiled kernels kept from an earlier run would hide the compile time
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / family)
+    torch._dynamo.reset()
     cfg, batch = family_config(family)
     torch.manual_seed(0)
     model = build_model(cfg)
@@ -51,9 +58,14 @@ def family_row(family: str, repeats: int) -> dict[str, Any]:
 
 def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
     """One row per family (quick: attention only, the family most likely to gain)."""
-    before = torch.get_num_threads()
+    before, cache_before = torch.get_num_threads(), os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     torch.set_num_threads(threads)
     try:
-        return [family_row(f, 3 if quick else 5) for f in (("attention",) if quick else FAMILIES)]
+        with tempfile.TemporaryDirectory(prefix="seqlab-bench-inductor-") as cache:
+            return [family_row(f, 3 if quick else 5, Path(cache)) for f in (("attention",) if quick else FAMILIES)]
     finally:
         torch.set_num_threads(before)
+        if cache_before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_before
