@@ -120,7 +120,7 @@ class TrainConfig:
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient
     seed: int = 1337
     device: str = "auto"  # auto | cpu | cuda | mps
-    compile: bool = False
+    compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
 
     def __post_init__(self) -> None:
