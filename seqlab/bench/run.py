@@ -43,10 +43,10 @@ def _layers(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     return layers.rows(args)
 
 
-def _throughput(out: Path, quick: bool, threads: int, peak: float) -> list[dict[str, Any]]:
+def _throughput(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     from seqlab.bench import throughput
 
-    return throughput.rows(peak, quick, threads)
+    return throughput.rows(quick, threads)
 
 
 def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
@@ -108,7 +108,7 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
                                "sections": {}}
     runners: dict[str, Callable[[], list[dict[str, Any]]]] = {
         "layers": lambda: _layers(out, quick, threads),
-        "throughput": lambda: _throughput(out, quick, threads, peak),
+        "throughput": lambda: _throughput(out, quick, threads),
         "evaluation": lambda: _evaluation(out, quick, threads),
         "compile": lambda: _compile(out, quick, threads),
         "threads": lambda: _threads(out, quick, threads),

@@ -9,6 +9,8 @@ no resets, so a recurrent LM runs unbroken sequences).
 Rows:
   <family> small            each family's `small` preset (recurrent ones with model.pos=none):
                             tokens/s, FLOPs per token (`seqlab.training.flops`) and MFU
+MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed in rotation with the steps
+(so both saw the same load; the peak measured once at start heads the table).
   attention LM vs plain     4 layers, 256 wide, 4 heads, learned positions, window 256, batch 32:
                             tokens/s ratio, goal >= 1.0; and seqlab's MFU, goal >= 60%
   GRU LM vs plain           the same shape with a GRU mixer, against an LM on torch.nn.GRU; goal >= 0.95
@@ -79,21 +81,36 @@ def plain_step(model: nn.Module, cfg: ModelConfig, batch: int, fused: bool = Fal
     return lm_step(model, model, opt, x, y)
 
 
-def family_rows(peak: float, repeats: int) -> list[dict[str, Any]]:
+PEAK_N = 2048
+
+
+def matmul_probe() -> Step:
+    """One fp32 (2048, 2048) @ (2048, 2048) matmul, timed in rotation with the training steps so that the
+    peak an MFU is measured against saw the same load of a shared machine as the steps did."""
+    a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
+
+    def step() -> None:
+        torch.mm(a, b)
+
+    return step
+
+
+def family_rows(repeats: int) -> list[dict[str, Any]]:
     """Tokens/s, FLOPs per token and MFU of each family's `small` preset (all timed in rotation)."""
     built = {f: (family_config(f), seqlab_step(*family_config(f))) for f in FAMILIES}
-    secs = time_steps([step for _, (_, step) in built.values()], repeats, 2)
+    *secs, s_mm = time_steps([step for _, (_, step) in built.values()] + [matmul_probe()], repeats, 2)
+    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps (the start peak: machine info)
     out = []
     for (family, ((cfg, batch), (model, _))), s in zip(built.items(), secs):
         rate = batch * cfg.block_size / s
         fpt = flops_per_token(model, cfg, cfg.block_size)
         out.append(row(SECTION, f"{family} small: MFU", f"seqlab {family} LM, `small` preset, training step",
-                       mfu(rate, fpt, peak), "MFU", tokens_per_s=rate, flops_per_token=fpt,
+                       mfu(rate, fpt, peak), "MFU", tokens_per_s=rate, flops_per_token=fpt, peak_gflops=peak,
                        params=sum(p.numel() for p in model.parameters()), batch=batch, window=cfg.block_size))
     return out
 
 
-def versus_plain(mixer: str, peak: float, quick: bool, repeats: int) -> list[dict[str, Any]]:
+def versus_plain(mixer: str, quick: bool, repeats: int) -> list[dict[str, Any]]:
     """seqlab's LM against the plain one of equal shape (and the plain one with the fused AdamW, for scale)."""
     cfg, batch = shape_config(mixer, quick)
     model, ours = seqlab_step(cfg, batch)
@@ -102,8 +119,9 @@ def versus_plain(mixer: str, peak: float, quick: bool, repeats: int) -> list[dic
     plain = plain_cls(cfg)
     torch.manual_seed(0)
     plain_fused = plain_cls(cfg)
-    secs = time_steps([ours, plain_step(plain, cfg, batch), plain_step(plain_fused, cfg, batch, fused=True)],
-                      repeats, 2)
+    *secs, s_mm = time_steps([ours, plain_step(plain, cfg, batch), plain_step(plain_fused, cfg, batch, fused=True),
+                              matmul_probe()], repeats, 2)
+    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps
     rates = [batch * cfg.block_size / s for s in secs]
     fpt = flops_per_token(model, cfg, cfg.block_size)
     shape = f"{cfg.n_layer}x{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, B={batch}"
@@ -112,7 +130,7 @@ def versus_plain(mixer: str, peak: float, quick: bool, repeats: int) -> list[dic
              "params_seqlab": sum(p.numel() for p in model.parameters()),
              "params_plain": sum(p.numel() for p in plain.parameters())}
     detail = {"tokens_per_s_seqlab": rates[0], "tokens_per_s_plain": rates[1], "tokens_per_s_plain_fused_adamw":
-              rates[2], "flops_per_token": fpt, "mfu_plain": mfu(rates[1], fpt, peak), **sizes}
+              rates[2], "flops_per_token": fpt, "mfu_plain": mfu(rates[1], fpt, peak), "peak_gflops": peak, **sizes}
     out = [row(SECTION, f"{name} / plain", f"tokens/s of seqlab's {name} over a plain PyTorch one ({shape}; "
                "plain: torch.optim.AdamW defaults)", rates[0] / rates[1], "x",
                ">= 1.0" if mixer == "attention" else ">= 0.95", **detail),
@@ -126,13 +144,13 @@ def versus_plain(mixer: str, peak: float, quick: bool, repeats: int) -> list[dic
     return out
 
 
-def rows(peak: float, quick: bool, threads: int) -> list[dict[str, Any]]:
+def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
     """Every throughput row, at `threads` torch threads."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         repeats = 3 if quick else 7
-        return [*family_rows(peak, repeats), *versus_plain("attention", peak, quick, repeats),
-                *versus_plain("gru", peak, quick, repeats)]
+        return [*family_rows(repeats), *versus_plain("attention", quick, repeats),
+                *versus_plain("gru", quick, repeats)]
     finally:
         torch.set_num_threads(before)
