@@ -25,10 +25,9 @@ test: venv
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
+# Every benchmark side by side (seqlab bench): out/bench/bench.json and bench.md. BENCH_ARGS=--quick for a short run.
 bench: venv
-	$(PY) benchmarks/bench_layers.py
-	$(PY) benchmarks/bench_prepare.py
-	$(PY) benchmarks/bench_latency.py
+	$(VENV)/bin/seqlab bench --out out/bench $(BENCH_ARGS)
 
 # Coverage-guided fuzzing of the mail reader (atheris, tests/fuzz_mail.py) for FUZZ_SECONDS, on a corpus kept
 # under out/fuzz/mail/ between runs. A failing input lands in out/fuzz/mail/artifacts/: copy it into

@@ -408,11 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(json.loads(args.child))))
         return 0
+    from seqlab.bench.results import write_json  # no torch: prepare never needs it
+
     result = run(messages=args.messages, big=args.big, quick=args.quick, workers=args.workers, cache=args.cache)
     print(report(result))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0
 
 

@@ -153,7 +153,7 @@ class TrainConfig:
     cooldown_frac: float = 0.2  # wsd: share of the budget (steps or minutes) spent cooling down
     ema: float = 0.0  # decay of the weight average used for validation and saved; 0 = off (training/ema.py)
     optimizer: str = "adamw"  # adamw | muon (Muon for the hidden matrices, AdamW for the rest)
-    compile: bool = False
+    compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
 
     def __post_init__(self) -> None:

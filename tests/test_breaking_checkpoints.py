@@ -36,7 +36,7 @@ STEPS = 6
 TRAIN = ["--preset", "tiny", "--quiet", "train.threads=1", "train.log_every=1", "model.dropout=0.1",
          f"train.max_steps={STEPS}", "train.ckpt_every=2", "train.eval_every=2"]
 FILES = ("model.safetensors", "trainer_state.pt", "config.json", "tokenizer.json", "manifest.json")
-TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields of metrics.jsonl: the only ones allowed to differ
+TIMING = ("tokens_per_s", "elapsed", "mfu")  # wall-clock fields of metrics.jsonl: the only ones allowed to differ
 
 
 def _env(**extra: str) -> dict[str, str]:

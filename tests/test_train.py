@@ -52,7 +52,7 @@ def test_tiny_model_loss_drops(tiny_data_dir: Path, tmp_path: Path, mixer: str) 
     assert summary["steps"] == trainer.progress.step == 40
     assert after < before - 0.5, (before, after)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert {"step", "train_loss", "lr", "tokens_per_s", "elapsed"} <= set(lines[0])
+    assert {"step", "train_loss", "lr", "tokens_per_s", "elapsed", "mfu"} <= set(lines[0])
     assert any("val_bpb" in x for x in lines)
     for name in ("config.json", "tokenizer.json", "model.safetensors", "trainer_state.pt", "run.json"):
         assert (tmp_path / "run" / name).exists(), name

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from seqlab import __version__
-from seqlab.cli import data, runs, serving, studies, training
+from seqlab.cli import bench, data, runs, serving, studies, training
 from seqlab.errors import UserError
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "compare": (studies.add_compare, studies.run_compare),
     "demo": (studies.add_demo, studies.run_demo),
     "serve": (serving.add_serve, serving.run_serve),
+    "bench": (bench.add_bench, bench.run_bench),
 }
 
 

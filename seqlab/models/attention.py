@@ -245,8 +245,11 @@ class MultiHeadAttention(nn.Module):
         t = x.size(1)
         if self.kdim != self.n_embd:
             raise ValueError(f"self-attention needs kdim == n_embd, but kdim={self.kdim}, n_embd={self.n_embd}")
-        q = self._heads(self.q_proj(x))  # (B, H, T, D)
-        k, v = (self._heads(z) for z in self.kv_proj(x).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        # Q, K and V in one matmul through [W_Q; W_K | W_V]: the two projections' backward passes would
+        # otherwise each compute a (B, T, C) input gradient and add them (seqlab bench, "throughput")
+        w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C)
+        b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
+        q, k, v = (self._heads(z) for z in F.linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
         q, k = self._qk_norm(q, k)
         offset = state.length if state is not None else 0
         if self.pos is not None:

@@ -277,7 +277,9 @@ class LM(nn.Module):
         start = state.pos if state is not None else torch.zeros(b, dtype=torch.long, device=idx.device)
         positions = position_ids(t, start, reset)  # (B, T)
         x = self.wte(idx)  # (B, T) -> (B, T, C)
-        pe = self.pos.embed(positions)
+        # fresh lanes without resets all sit at 0..T-1: one (1, T, C) row of position vectors broadcasts,
+        # instead of B gathered copies and a B*T-row scatter-add in the backward pass
+        pe = self.pos.embed(positions[:1] if state is None and reset is None else positions)
         if pe is not None:
             x = x + pe.to(x.dtype)
         x = self.drop(x)

@@ -80,11 +80,14 @@ def _scan_piece_linear(a: Tensor, b: Tensor, h0: Tensor | None, chunk: int = CHU
         a = F.pad(a, (0, 0, 0, pad), value=1.0)
         b = F.pad(b, (0, 0, 0, pad))
     n = (T + pad) // chunk
-    A, Bv = a.reshape(B, n, chunk, H), b.reshape(B, n, chunk, H)  # (B, n, c, H)
+    # updated in place (no autograd runs through here: `_LinearScan` is the backward); a copy each, so
+    # the caller's a and b stay as they were
+    A, Bv = a.reshape(B, n, chunk, H).clone(), b.reshape(B, n, chunk, H).clone()  # (B, n, c, H)
     d = 1
     while d < chunk:
-        Bv = torch.cat([Bv[:, :, :d], A[:, :, d:] * Bv[:, :, :-d] + Bv[:, :, d:]], dim=2)
-        A = torch.cat([A[:, :, :d], A[:, :, d:] * A[:, :, :-d]], dim=2)
+        # the right-hand sides are new tensors read from the values before this step (B first: it reads A)
+        Bv[:, :, d:] += A[:, :, d:] * Bv[:, :, :-d]
+        A[:, :, d:] = A[:, :, d:] * A[:, :, :-d]
         d *= 2
     h = a.new_zeros(B, H) if h0 is None else h0
     a_end, b_end = A[:, :, -1].unbind(1), Bv[:, :, -1].unbind(1)  # n x (B, H)
@@ -93,7 +96,36 @@ def _scan_piece_linear(a: Tensor, b: Tensor, h0: Tensor | None, chunk: int = CHU
         entering.append(h)
         h = a_end[k] * h + b_end[k]
     h_in = torch.stack(entering, dim=1)  # (B, n, H): the state entering each chunk
-    return (Bv + A * h_in.unsqueeze(2)).reshape(B, n * chunk, H)[:, :T]
+    return Bv.addcmul_(A, h_in.unsqueeze(2)).reshape(B, n * chunk, H)[:, :T]
+
+
+class _LinearScan(torch.autograd.Function):
+    """`_scan_piece_linear` with its adjoint as the backward pass, instead of autograd through every
+    doubling step (whose slices and concatenations cost a zero-filled buffer and a copy each, about half
+    of the minGRU layer's training step at T = 2048). For h_t = a_t h_{t-1} + b_t and g_t = dL/dh_t, the
+    adjoint lambda_t = dL/dh_t through all later steps obeys the same recurrence backwards in time,
+        lambda_t = a_{t+1} lambda_{t+1} + g_t,
+    so it is the same scan run on the reversed sequence; then dL/db_t = lambda_t,
+    dL/da_t = lambda_t h_{t-1} and dL/dh0 = a_1 lambda_1 (h_0 = h0)."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, a: Tensor, b: Tensor, h0: Tensor) -> Tensor:
+        h = _scan_piece_linear(a, b, h0)  # (B, T, H)
+        ctx.save_for_backward(a, h, h0)
+        return h
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, g: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        a, h, h0 = ctx.saved_tensors
+        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)  # a_{t+1}; nothing after the end
+        lam = _scan_piece_linear(a_next.flip(1), g.flip(1), None).flip(1)  # (B, T, H)
+        h_prev = torch.cat([h0.unsqueeze(1), h[:, :-1]], dim=1)  # h_{t-1} (B, T, H)
+        return lam * h_prev, lam, a[:, 0] * lam[:, 0]
+
+
+def _scan_piece_adjoint(a: Tensor, b: Tensor, h0: Tensor | None) -> Tensor:
+    """The linear scan with the adjoint backward (`_LinearScan`); h0 None is a zero state."""
+    return _LinearScan.apply(a, b, a.new_zeros(a.shape[0], a.shape[2]) if h0 is None else h0)
 
 
 def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
@@ -108,7 +140,7 @@ def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
     else:
         a = torch.sigmoid(-pre_z)  # 1 - z_t without the rounding of 1 - sigmoid(k)
         b = torch.sigmoid(pre_z) * g(pre_h)  # z_t * h~_t
-    piece_fn = _scan_piece if log_space else _scan_piece_linear
+    piece_fn = _scan_piece if log_space else _scan_piece_adjoint
     h = None if h0 is None else h0.to(dt)
     T = pre_z.shape[1]
     bounds = [0, *segment_starts(reset), T]

@@ -50,6 +50,7 @@ from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
 from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage, resume_weights
+from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
 
@@ -153,6 +154,8 @@ class Trainer:
         self.step_model = torch.compile(self.ddp) if t.compile else self.ddp
         amp = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
+        self.mfu = MFUMeter(self.model, cfg.model, self.device, amp)
+        self.step_tokens = t.batch_size * t.grad_accum * cfg.model.block_size  # processed, padding included
 
     # ------------------------------------------------------------ resume and save
 
@@ -315,7 +318,8 @@ class Trainer:
             record = self.guard.bad_step(s, skipped)
         elif not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
             record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
-                      "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2)}
+                      "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2),
+                      "mfu": round(self.mfu.of(self.step_tokens / max(dt, 1e-9)), 4)}
         improved, due = False, force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps
         if self.guard.halt or ((due or s.step % t.ckpt_every == 0) and not self.guard.weights_ok(self.model, s.step)):
             due = False  # halted: nothing is measured or saved after the last good checkpoint
@@ -367,8 +371,9 @@ class Trainer:
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
                 session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
                 bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
-                bar.set_postfix(step=s.step, loss=f"{loss:.3f}",
-                                tok_s=f"{session_tokens / max(session_time, 1e-9):.0f}")
+                rate = session_tokens / max(session_time, 1e-9)
+                fed = self.step_tokens * (s.step - start_step) / max(session_time, 1e-9)  # padding included
+                bar.set_postfix(step=s.step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", mfu=f"{self.mfu.of(fed):.0%}")
             bar.close()
             ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
             if ran and self.last_eval_step != s.step:

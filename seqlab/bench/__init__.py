@@ -1,0 +1,5 @@
+"""Benchmarks: every speed goal of seqlab as a row measured side by side (`seqlab bench`, `run.py`).
+
+Nothing heavy here: the command line reads `SECTIONS` without loading torch."""
+
+SECTIONS = ("layers", "throughput", "evaluation", "compile", "threads", "prepare", "latency")

@@ -1,0 +1,136 @@
+"""`seqlab bench`: every benchmark in one process tree, one bench.json and one bench.md table.
+
+Sections, in order (each a module of this package; `--only` picks some):
+  layers      our layers against PyTorch built-ins; minGRU against the fused GRU at long L (`layers`)
+  throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`)
+  evaluation  evaluation of a whole split against training tokens/s (`heldout`)
+  compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
+  threads     the default thread policy beside a busy process (`contention`)
+  prepare     `benchmarks/bench_prepare.py` in a child process (a source checkout only; its figures
+              become rows)
+  latency     per-keystroke latency of the server, kept state against recompute (`latency`)
+
+The machine (torch, threads, CPUs, CPU model, the fp32 matmul peak at 2048 x 2048 measured at start)
+heads both files. A section that fails is recorded with its error and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqlab.bench import SECTIONS
+from seqlab.bench.common import machine_info, row
+from seqlab.bench.results import markdown, write_json
+from seqlab.training.flops import matmul_peak_gflops
+
+PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prepare.py"
+
+
+def _layers(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import layers
+
+    args = layers.parse_args(["--quick"] if quick else [])
+    args.threads = threads
+    return layers.rows(args)
+
+
+def _throughput(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import throughput
+
+    return throughput.rows(quick, threads)
+
+
+def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import heldout
+    from seqlab.bench.latency import ensure_data
+
+    return heldout.rows(ensure_data(out / "cache"), threads)
+
+
+def _compile(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import compiled
+
+    return compiled.rows(quick, threads)
+
+
+def _threads(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import contention
+
+    return contention.rows(quick)
+
+
+def _prepare(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    """bench_prepare.py's largest byte/mbox run as rows: MB/s (goal >= 10) and the workers' speedup."""
+    if not PREPARE_SCRIPT.is_file():
+        raise RuntimeError(f"{PREPARE_SCRIPT} is not here (an installed package has no benchmarks/ folder)")
+    path = out / "prepare.json"
+    cmd = [sys.executable, str(PREPARE_SCRIPT), "--json", str(path), "--cache", str(out / "cache" / "prepare")]
+    subprocess.run(cmd + (["--messages", "2000"] if quick else []), check=True)
+    payload = json.loads(path.read_text())
+    runs = [r for r in payload["rows"] if r["name"].startswith("mbox-byte-") and r["workers"] != 1]
+    largest = max(runs, key=lambda r: r["messages"])
+    detail = {"messages": largest["messages"], "raw_bytes": largest["raw_bytes"], "wall_s": largest["wall_s"]}
+    return [row("prepare", f"mbox, byte, {largest['messages']:,} msgs: MB/s", "raw mail MB per wall second",
+                largest["mb_per_s"], "MB/s", ">= 10", **detail),
+            row("prepare", "the same if CPU-bound on 2 cores", "raw MB / max(main CPU, all CPU / 2)",
+                largest["cpu_bound_mb_per_s_2cores"], "MB/s", **detail),
+            row("prepare", "workers / 1 worker", "wall-time speedup of the default workers at the smallest size",
+                payload["speedup_vs_1_worker"], "x")]
+
+
+def _latency(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import latency
+
+    args = latency.parse_args(["--quick", "--no-http"] if quick else [])
+    args.cache, args.json = out / "cache" / "latency", out / "latency.json"
+    payload = latency.measure(args)
+    write_json(args.json, payload)
+    return latency.bench_rows(payload)
+
+
+def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
+    """Run the chosen sections; write OUT/bench.json and OUT/bench.md; return the payload."""
+    t_start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    peak = matmul_peak_gflops(2048)
+    print(f"fp32 matmul peak {peak:.0f} GFLOP/s on {threads} threads", flush=True)
+    payload: dict[str, Any] = {"quick": quick, "machine": machine_info(peak), "rows": [], "errors": {},
+                               "sections": {}}
+    runners: dict[str, Callable[[], list[dict[str, Any]]]] = {
+        "layers": lambda: _layers(out, quick, threads),
+        "throughput": lambda: _throughput(out, quick, threads),
+        "evaluation": lambda: _evaluation(out, quick, threads),
+        "compile": lambda: _compile(out, quick, threads),
+        "threads": lambda: _threads(out, quick, threads),
+        "prepare": lambda: _prepare(out, quick, threads),
+        "latency": lambda: _latency(out, quick, threads),
+    }
+    for name in SECTIONS:
+        if name not in only:
+            continue
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            payload["rows"] += runners[name]()
+        except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others' figures
+            traceback.print_exc()
+            payload["errors"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        payload["sections"][name] = {"seconds": round(time.perf_counter() - t0, 1)}
+        torch.set_num_threads(threads)
+    payload["wall_s"] = round(time.perf_counter() - t_start, 1)
+    write_json(out / "bench.json", payload)
+    table = markdown(payload)
+    (out / "bench.md").write_text(table)
+    print(table)
+    print(f"wrote {out / 'bench.md'}")
+    return payload

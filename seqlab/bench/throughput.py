@@ -1,0 +1,156 @@
+"""Training throughput against the machine's limit and against plain PyTorch ("throughput" rows).
+
+One training step is what the trainer does: forward, `lm_loss`, backward, the optimizer step, gradients
+dropped. seqlab's side uses `build_model` and the trainer's `make_optimizer`; the plain side
+(`seqlab.bench.plain`) the models one writes without seqlab and `torch.optim.AdamW` with its defaults.
+The batches are random token ids of the full window (the FLOPs do not depend on the values; no padding,
+no resets, so a recurrent LM runs unbroken sequences).
+
+Rows:
+  <family> small            each family's `small` preset (recurrent ones with model.pos=none):
+                            tokens/s, FLOPs per token (`seqlab.training.flops`) and MFU
+MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed in rotation with the steps
+(so both saw the same load; the peak measured once at start heads the table).
+  attention LM vs plain     4 layers, 256 wide, 4 heads, learned positions, window 256, batch 32:
+                            tokens/s ratio, goal >= 1.0; and seqlab's MFU, goal >= 60%
+  GRU LM vs plain           the same shape with a GRU mixer, against an LM on torch.nn.GRU; goal >= 0.95
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from seqlab.bench.common import Step, row, time_steps
+from seqlab.bench.plain import PlainGRULM, PlainTransformerLM
+from seqlab.config import ModelConfig, get_preset
+from seqlab.evaluation.heldout import lm_loss
+from seqlab.models import build_model
+from seqlab.training.flops import flops_per_token, mfu
+from seqlab.training.optim import make_optimizer
+
+FAMILIES = ("attention", "gru", "mingru", "rnn")
+SECTION = "throughput"
+
+
+def family_config(family: str, preset: str = "small") -> tuple[ModelConfig, int]:
+    """(model config, batch size) of a preset for one mixer family; recurrent mixers take pos=none."""
+    cfg = get_preset(preset)
+    m = cfg.model
+    m.vocab_size, m.mixer = 259, family  # the byte tokenizer's vocabulary
+    if family != "attention":
+        m.pos = "none"
+    return m, cfg.train.batch_size
+
+
+def shape_config(mixer: str, quick: bool) -> tuple[ModelConfig, int]:
+    """The issue's comparison shape: 4 layers, 256 wide, 4 heads, window 256, batch 32 (quick: halved)."""
+    if quick:
+        return ModelConfig(vocab_size=259, block_size=128, n_layer=2, n_embd=128, n_head=4, mixer=mixer,
+                           pos="learned" if mixer == "attention" else "none"), 16
+    return ModelConfig(vocab_size=259, block_size=256, n_layer=4, n_embd=256, n_head=4, mixer=mixer,
+                       pos="learned" if mixer == "attention" else "none"), 32
+
+
+def lm_step(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], opt: torch.optim.Optimizer,
+            x: torch.Tensor, y: torch.Tensor) -> Step:
+    """One training step of an LM: forward, cross-entropy, backward, optimizer step, gradients dropped."""
+
+    def step() -> None:
+        lm_loss(forward(x), y).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def seqlab_step(cfg: ModelConfig, batch: int, seed: int = 0) -> tuple[nn.Module, Step]:
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), torch.device("cpu"))
+    x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
+    return model, lm_step(model, lambda t: model(t)[0], opt, x, y)
+
+
+def plain_step(model: nn.Module, cfg: ModelConfig, batch: int, fused: bool = False) -> Step:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), fused=fused or None)
+    x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
+    return lm_step(model, model, opt, x, y)
+
+
+PEAK_N = 2048
+
+
+def matmul_probe() -> Step:
+    """One fp32 (2048, 2048) @ (2048, 2048) matmul, timed in rotation with the training steps so that the
+    peak an MFU is measured against saw the same load of a shared machine as the steps did."""
+    a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
+
+    def step() -> None:
+        torch.mm(a, b)
+
+    return step
+
+
+def family_rows(repeats: int) -> list[dict[str, Any]]:
+    """Tokens/s, FLOPs per token and MFU of each family's `small` preset (all timed in rotation)."""
+    built = {f: (family_config(f), seqlab_step(*family_config(f))) for f in FAMILIES}
+    *secs, s_mm = time_steps([step for _, (_, step) in built.values()] + [matmul_probe()], repeats, 2)
+    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps (the start peak: machine info)
+    out = []
+    for (family, ((cfg, batch), (model, _))), s in zip(built.items(), secs):
+        rate = batch * cfg.block_size / s
+        fpt = flops_per_token(model, cfg, cfg.block_size)
+        out.append(row(SECTION, f"{family} small: MFU", f"seqlab {family} LM, `small` preset, training step",
+                       mfu(rate, fpt, peak), "MFU", tokens_per_s=rate, flops_per_token=fpt, peak_gflops=peak,
+                       params=sum(p.numel() for p in model.parameters()), batch=batch, window=cfg.block_size))
+    return out
+
+
+def versus_plain(mixer: str, quick: bool, repeats: int) -> list[dict[str, Any]]:
+    """seqlab's LM against the plain one of equal shape (and the plain one with the fused AdamW, for scale)."""
+    cfg, batch = shape_config(mixer, quick)
+    model, ours = seqlab_step(cfg, batch)
+    plain_cls = PlainTransformerLM if mixer == "attention" else PlainGRULM
+    torch.manual_seed(0)
+    plain = plain_cls(cfg)
+    torch.manual_seed(0)
+    plain_fused = plain_cls(cfg)
+    *secs, s_mm = time_steps([ours, plain_step(plain, cfg, batch), plain_step(plain_fused, cfg, batch, fused=True),
+                              matmul_probe()], repeats, 2)
+    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps
+    rates = [batch * cfg.block_size / s for s in secs]
+    fpt = flops_per_token(model, cfg, cfg.block_size)
+    shape = f"{cfg.n_layer}x{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, B={batch}"
+    name = "attention LM" if mixer == "attention" else "GRU LM"
+    sizes = {"n_layer": cfg.n_layer, "n_embd": cfg.n_embd, "window": cfg.block_size, "batch": batch,
+             "params_seqlab": sum(p.numel() for p in model.parameters()),
+             "params_plain": sum(p.numel() for p in plain.parameters())}
+    detail = {"tokens_per_s_seqlab": rates[0], "tokens_per_s_plain": rates[1], "tokens_per_s_plain_fused_adamw":
+              rates[2], "flops_per_token": fpt, "mfu_plain": mfu(rates[1], fpt, peak), "peak_gflops": peak, **sizes}
+    out = [row(SECTION, f"{name} / plain", f"tokens/s of seqlab's {name} over a plain PyTorch one ({shape}; "
+               "plain: torch.optim.AdamW defaults)", rates[0] / rates[1], "x",
+               ">= 1.0" if mixer == "attention" else ">= 0.95", **detail),
+           row(SECTION, f"{name} / plain (fused AdamW)", "the same, the plain one also with AdamW(fused=True)",
+               rates[0] / rates[2], "x", **detail)]
+    if mixer == "attention":
+        out.append(row(SECTION, f"{name}: MFU", f"seqlab's {name} ({shape}), model FLOPs / fp32 matmul peak",
+                       mfu(rates[0], fpt, peak), "MFU", ">= 0.6", **detail))
+        out.append(row(SECTION, f"plain {name}: MFU", f"the plain {name} ({shape})", mfu(rates[1], fpt, peak),
+                       "MFU", **detail))
+    return out
+
+
+def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
+    """Every throughput row, at `threads` torch threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        repeats = 3 if quick else 7
+        return [*family_rows(repeats), *versus_plain("attention", quick, repeats),
+                *versus_plain("gru", quick, repeats)]
+    finally:
+        torch.set_num_threads(before)
