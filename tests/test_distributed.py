@@ -48,7 +48,7 @@ ATOL = 1e-5  # see the module doc
 TRAIN = ["train.threads=1", "train.max_steps=12", "train.grad_accum=2", "train.log_every=1", "train.eval_every=4",
          "train.ckpt_every=4"]
 GRU = ["model.mixer=gru", "model.pos=none"]
-TIMING = ("tokens_per_s", "elapsed")  # wall-clock fields: the only ones allowed to differ
+TIMING = ("tokens_per_s", "elapsed", "mfu")  # wall-clock fields: the only ones allowed to differ
 
 
 def _free_port() -> int:
