@@ -73,6 +73,29 @@ def test_stream_positions_read_their_emails_context(tiny_data_dir: Path) -> None
                 assert _row(rows.ids[b, seg], rows.keep[b, seg]) == _expected(store, int(email), 30)
 
 
+def test_each_rank_reads_the_contexts_of_its_own_rows(tiny_data_dir: Path) -> None:
+    """Data-parallel shards (training/distributed.py): a rank's windows and stream positions get the contexts
+    the same rows get unsharded (found merging: stream contexts were once computed over every rank's lanes)."""
+    store = TokenStore(tiny_data_dir, "train")
+    whole_w = WindowSampler(store, 16, 4, seed=3, pad_id=0)
+    whole_s = StreamSampler(store, 24, 4, seed=1, pad_id=0)
+    for rank in range(2):
+        rows = slice(2 * rank, 2 * rank + 2)  # shard_rows: a contiguous block of the global batch
+        part_w = WindowSampler(store, 16, 4, seed=3, pad_id=0, shard=(rank, 2))
+        part_s = StreamSampler(store, 24, 4, seed=1, pad_id=0, shard=(rank, 2))
+        for step in range(whole_s.steps_per_epoch + 2):
+            assert np.array_equal(part_w.window_starts(step), whole_w.window_starts(step)[rows])
+            mine, all_ = stream_contexts(part_s, step, limit=30), stream_contexts(whole_s, step, limit=30)
+            assert mine.segment is not None and all_.segment is not None
+            assert torch.equal(mine.segment, all_.segment[rows])  # each row counts its own emails
+            for b in range(2):
+                for t in range(mine.segment.shape[1]):
+                    seg, ref = int(mine.segment[b, t]), int(all_.segment[2 * rank + b, t])
+                    if seg >= 0:
+                        assert _row(mine.ids[b, seg], mine.keep[b, seg]) == \
+                            _row(all_.ids[2 * rank + b, ref], all_.keep[2 * rank + b, ref])
+
+
 def test_validation_contexts_match_the_fixed_windows(tiny_data_dir: Path) -> None:
     store = TokenStore(tiny_data_dir, "val")
     batches = fixed_eval_batches(store, 16, 8, 3, seed=5, pad_id=0)
