@@ -189,14 +189,12 @@ class Trainer:
     def _save(self, best: bool = False) -> None:
         if not self.guard.weights_ok(self.model, self.progress.step):
             return
-        with self._averaged() as raw:
-            self._save_files(best, None if raw is None or self.ema is None else self.ema.state(raw))
-
-    def _save_files(self, best: bool, ema_state: dict[str, Any] | None) -> None:
         own = {"rng": capture_rng_state(), "stream_state": self._stream_state_dict()}
         ranks = self.dist.gather_states(own)  # every rank's, on rank 0 (which alone writes)
         if ranks is not None:
-            self._write_checkpoint(best, ranks, own, ema_state)
+            with self._averaged() as raw:  # the file holds the average; trainer_state the raw weights
+                ema_state = None if raw is None or self.ema is None else self.ema.state(raw)
+                self._write_checkpoint(best, ranks, own, ema_state)
         self.last_save_step = self.guard.saved_step = self.progress.step  # on every rank: they decide alike
 
     def _write_checkpoint(self, best: bool, ranks: list[dict[str, Any]], own: dict[str, Any],
