@@ -1,10 +1,14 @@
-"""Counters and stop signals of the training loop: `Progress` (saved with every checkpoint) and `StopFlag`."""
+"""Counters, stop signals and the bar of the training loop: `Progress` (saved with every checkpoint),
+`StopFlag` and `ProgressBar`."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from tqdm import tqdm
 
 
 @dataclass
@@ -45,3 +49,31 @@ class StopFlag:
     def __exit__(self, *exc: Any) -> None:
         for sig, old in self._old.items():
             signal.signal(sig, old)
+
+
+class ProgressBar:
+    """The terminal bar of one training session. With a wall-clock budget it counts seconds (an honest
+    ETA), otherwise steps; its postfix gives tokens/s averaged over this session and MFU."""
+
+    def __init__(self, progress: Progress, max_steps: int, max_minutes: float, show: bool) -> None:
+        self.timed = bool(max_minutes)
+        if self.timed:
+            self.total, done, unit = round(max_minutes * 60), round(progress.elapsed), "s"
+        else:
+            self.total, done, unit = max_steps, progress.step, " step"
+        self.bar = tqdm(total=self.total, initial=done, desc="training", unit=unit, disable=not show)
+        self.start_step = progress.step
+        self.tokens, self.seconds = 0, 0.0  # this session's, for the rate
+
+    def update(self, progress: Progress, tokens: int, dt: float, loss: float, fed_per_step: int,
+               mfu: Callable[[float], float]) -> None:
+        """After one step that read `tokens` (padding excluded) in `dt` seconds; `fed_per_step` counts
+        padding as the model computes it, which is what `mfu` (tokens/s -> fraction of peak) takes."""
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + dt
+        self.bar.update(min(round(progress.elapsed), self.total) - self.bar.n if self.timed else 1)
+        rate = self.tokens / max(self.seconds, 1e-9)
+        fed = fed_per_step * (progress.step - self.start_step) / max(self.seconds, 1e-9)
+        self.bar.set_postfix(step=progress.step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", mfu=f"{mfu(fed):.0%}")
+
+    def close(self) -> None:
+        self.bar.close()

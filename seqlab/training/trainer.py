@@ -7,7 +7,8 @@ carried (detached) from one chunk to the next and reset by the model at every em
 
 Exact resume: the batch of step s is a pure function of (seed, s); the RNG states, the optimizer, the
 stream hidden state and the step are saved in `trainer_state.pt`; so a run killed at any point and resumed
-from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads).
+from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads). What a
+save holds is in `seqlab.training.saving` (a base of `Trainer`); the run's logs in `seqlab.training.run_log`.
 
 Under torchrun the same loop runs on every rank with DistributedDataParallel; what the ranks share, agree
 on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `World` without torchrun).
@@ -16,7 +17,6 @@ on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `Wor
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
-from seqlab import __version__
 from seqlab.config import RunConfig, apply_overrides
 from seqlab.data.batches import WindowSampler, fixed_eval_batches
 from seqlab.data.store import TokenStore, check_tokenizer, load_meta
@@ -35,29 +33,26 @@ from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.heldout import lm_loss, score_heldout, token_byte_lengths
 from seqlab.models import build_model
-from seqlab.models.lm import LMState, map_tensors
 from seqlab.runs.checkpoint import (
     LoadedCheckpoint,
-    capture_rng_state,
     load_latest,
-    restore_rng_state,
-    save_run_checkpoint,
 )
-from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
 from seqlab.training.distributed import NoLock, World
-from seqlab.training.ema import WeightAverage, resume_weights
+from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
-from seqlab.training.progress import Progress, StopFlag
+from seqlab.training.progress import Progress, ProgressBar, StopFlag
+from seqlab.training.run_log import RunLog
+from seqlab.training.saving import SavesState
 
 __all__ = ["Trainer", "train"]
 
 
-class Trainer:
+class Trainer(SavesState):
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
@@ -144,6 +139,7 @@ class Trainer:
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
         self.guard = guards.StepGuard(t.max_bad_steps, speak=self.dist.is_main)
+        self.log = RunLog(self.run_dir, self.dist.is_main)  # metrics.jsonl and run.json
         if self.dist.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt is not None:
@@ -156,73 +152,6 @@ class Trainer:
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
         self.mfu = MFUMeter(self.model, cfg.model, self.device, amp)
         self.step_tokens = t.batch_size * t.grad_accum * cfg.model.block_size  # processed, padding included
-
-    # ------------------------------------------------------------ resume and save
-
-    def _resume(self, ckpt: LoadedCheckpoint) -> None:
-        ckpt.load_into(self.model)
-        ts = ckpt.trainer_state
-        resume_weights(self.model, ts.get("ema"), self.ema)  # the file held the average: raw weights back
-        self.opt.load_state_dict(ts["optimizer"])
-        self.progress = Progress(**ts["progress"])
-        own = self.dist.own_state(ts, self.run_dir)  # this rank's RNG and stream state (all of ts when alone)
-        saved_state = own.get("stream_state")
-        if saved_state is not None:
-            self.stream_state = LMState(**map_tensors(saved_state, lambda x: x.to(self.device)))
-        restore_rng_state(own["rng"])
-        self.guard.saved_step = self.progress.step
-        if self.dist.is_main:
-            self._truncate_metrics(self.progress.step)
-            print(f"resumed {self.run_dir} at step {self.progress.step}")
-
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop log lines written after the checkpoint we resume from, so metrics.jsonl stays one run."""
-        path = self.run_dir / "metrics.jsonl"
-        if path.exists():
-            lines = [ln for ln in path.read_text(errors="replace").splitlines() if _step_of(ln) <= step]
-            atomic_write_text(path, "".join(ln + "\n" for ln in lines))  # a kill here must not lose the log
-
-    def _averaged(self) -> contextlib.AbstractContextManager[dict[str, torch.Tensor] | None]:
-        """The model holds the weight average inside the block (training/ema.py), when train.ema is on."""
-        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
-
-    def _save(self, best: bool = False) -> None:
-        if not self.guard.weights_ok(self.model, self.progress.step):
-            return
-        own = {"rng": capture_rng_state(), "stream_state": self._stream_state_dict()}
-        ranks = self.dist.gather_states(own)  # every rank's, on rank 0 (which alone writes)
-        if ranks is not None:
-            with self._averaged() as raw:  # the file holds the average; trainer_state the raw weights
-                ema_state = None if raw is None or self.ema is None else self.ema.state(raw)
-                self._write_checkpoint(best, ranks, own, ema_state)
-        self.last_save_step = self.guard.saved_step = self.progress.step  # on every rank: they decide alike
-
-    def _write_checkpoint(self, best: bool, ranks: list[dict[str, Any]], own: dict[str, Any],
-                          ema_state: dict[str, Any] | None) -> None:
-        trainer_state = {
-            "step": self.progress.step,
-            "optimizer": self.opt.state_dict(),
-            "progress": self.progress.to_dict(),
-            **own,
-            "data_position": {"mode": self.mode, "step": self.progress.step, "seed": self.cfg.train.seed},
-            **self.dist.state_fields(ranks),
-        }
-        if ema_state is not None:
-            trainer_state["ema"] = ema_state
-        save_run_checkpoint(self.run_dir, self.model, trainer_state, self.cfg.to_json(), self.tok.to_json(),
-                            is_best=best)
-
-    def _stream_state_dict(self) -> dict[str, Any] | None:
-        """The carried hidden state as plain containers of tensors (loadable with weights_only=True)."""
-        if self.stream_state is None:
-            return None
-        st = self.stream_state
-        return map_tensors({"layers": st.layers, "cross": st.cross, "pos": st.pos}, lambda x: x.detach().cpu())
-
-    def _log(self, record: dict[str, Any]) -> None:
-        line = json.dumps(guards.finite_or_none(record))  # NaN and Infinity are not JSON: null
-        if self.dist.is_main:
-            append_text(self.run_dir / "metrics.jsonl", line + "\n")  # whole line or nothing
 
     # ------------------------------------------------------------ steps
 
@@ -331,7 +260,7 @@ class Trainer:
             else:
                 s.evals_since_best += 1
         if record:
-            self._log(record)
+            self.log.append(record)
         if not self.guard.halt and (improved or s.step % t.ckpt_every == 0 or force_eval):
             self._save(best=improved)
 
@@ -347,16 +276,8 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         t, s = self.cfg.train, self.progress
         self._write_run_info()
-        # with a wall-clock budget the bar counts seconds (an honest ETA), otherwise steps
-        timed = bool(t.max_minutes)
-        if timed:
-            total, done, unit = round(t.max_minutes * 60), round(s.elapsed), "s"
-        else:
-            total, done, unit = t.max_steps, s.step, " step"
-        bar = tqdm(total=total, initial=done, desc="training", unit=unit,
-                   disable=not (self.show_progress and self.dist.is_main))
+        bar = ProgressBar(s, t.max_steps, t.max_minutes, show=self.show_progress and self.dist.is_main)
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
-        session_tokens, session_time = 0, 0.0  # for the bar: tokens/s averaged over this session
         with StopFlag() as flag:
             while (reason := self._should_stop(flag)) is None:
                 start, tokens_before = time.perf_counter(), s.tokens
@@ -367,11 +288,7 @@ class Trainer:
                 if skipped is None:
                     loss, s.bad_in_a_row = step_loss, 0
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
-                session_tokens, session_time = session_tokens + s.tokens - tokens_before, session_time + dt
-                bar.update(min(round(s.elapsed), total) - bar.n if timed else 1)
-                rate = session_tokens / max(session_time, 1e-9)
-                fed = self.step_tokens * (s.step - start_step) / max(session_time, 1e-9)  # padding included
-                bar.set_postfix(step=s.step, loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", mfu=f"{self.mfu.of(fed):.0%}")
+                bar.update(s, s.tokens - tokens_before, dt, loss, self.step_tokens, self.mfu.of)
             bar.close()
             ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
             if ran and self.last_eval_step != s.step:
@@ -392,24 +309,9 @@ class Trainer:
         self.dist.close()
 
     def _write_run_info(self, summary: dict[str, Any] | None = None) -> None:
-        """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
-        info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
-                "threads": torch.get_num_threads(), "torch": torch.__version__, "seqlab": __version__,
-                "mode": self.mode, "params": self.model.num_params(), "world_size": self.dist.size}
-        if summary:
-            info["summary"] = summary
-        if self.dist.is_main:
-            atomic_write_text(self.run_dir / "run.json", json.dumps(info, indent=2) + "\n")
-
-
-def _step_of(line: str) -> float:
-    """The step of a metrics.jsonl line; a line torn by a kill mid-append counts as past any step (dropped)."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return float("inf")
-    step = record.get("step", 0) if isinstance(record, dict) else float("inf")
-    return step if isinstance(step, int) else float("inf")
+        """run.json: where the data is and what ran it, then the final summary."""
+        self.log.write_info({"data_dir": str(self.data_dir.resolve()), "device": str(self.device), "mode": self.mode,
+                             "params": self.model.num_params(), "world_size": self.dist.size}, summary)
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
