@@ -53,6 +53,7 @@ from seqlab.training.ema import WeightAverage, resume_weights
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, StopFlag
+from seqlab.training.threads import ThreadChooser
 
 __all__ = ["Trainer", "train"]
 
@@ -93,8 +94,8 @@ class Trainer:
                             "was trained with another tokenizer; resume on the data folder the run started on")
         cfg = self._config(cfg, ckpt, overrides)
         self.cfg, t = cfg, cfg.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        self.threads = ThreadChooser(t.threads)  # train.threads, else OMP_NUM_THREADS, else the free cores
+        self.threads.apply()
         self.device = self.dist.device(resolve_device(t.device))
         self.mode = cfg.data.resolved_mode(cfg.model.mixer)
         if self.mode == "stream" and cfg.model.pos == "learned":
@@ -364,6 +365,7 @@ class Trainer:
                 dt = time.perf_counter() - start
                 s.step += 1
                 s.elapsed += dt
+                self.threads.tick()  # follows the free cores when train.threads is not set (training/threads.py)
                 if skipped is None:
                     loss, s.bad_in_a_row = step_loss, 0
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
@@ -395,6 +397,7 @@ class Trainer:
         """run.json: where the data is, what ran it, and the final summary (not needed to rebuild the model)."""
         info = {"data_dir": str(self.data_dir.resolve()), "device": str(self.device),
                 "threads": torch.get_num_threads(), "torch": torch.__version__, "seqlab": __version__,
+                "thread_choice": self.threads.describe(),  # who set the count, and the free cores it followed
                 "mode": self.mode, "params": self.model.num_params(), "world_size": self.dist.size}
         if summary:
             info["summary"] = summary
