@@ -28,7 +28,7 @@ from seqlab.models.rnn import check_mixer_inputs, segment_starts
 
 def g(v: Tensor) -> Tensor:
     """The paper's positive activation (Feng et al. 2024, Sec. 3.3): v + 0.5 for v >= 0, sigmoid(v) below."""
-    return torch.where(v >= 0, F.relu(v) + 0.5, torch.sigmoid(v))
+    return torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
 
 
 def log_g(v: Tensor) -> Tensor:
@@ -116,40 +116,40 @@ class _LinearScan(torch.autograd.Function):
     -> h (B, T, H), with a = 1 - z = sigmoid(-pre_z), b = z g(pre_h) and h_t = a_t h_{t-1} + b_t.
 
     One function from the pre-activations to h, with a hand-written backward, instead of autograd through
-    the gates and the scan: autograd would keep a, b, z and g's branches for the backward and run a
-    separate kernel for each derivative. Here only pre_z, pre_h, h0 and h are kept, the gates are
-    recomputed, and the adjoint is the same scan backwards in time. For g_t = dL/dh_t, the adjoint
-    lambda_t = dL/dh_t through all later steps obeys
+    the gates and the scan, which would run a separate kernel (and keep a tensor) for each derivative of
+    sigmoid, where, the products and every scan step. Kept for the backward: a (with a zero after the
+    end, so a_{t+1} is a view), z, g(pre_h) and h. For g_t = dL/dh_t, the adjoint lambda_t = dL/dh_t
+    through all later steps obeys the same recurrence backwards in time,
         lambda_t = a_{t+1} lambda_{t+1} + g_t        (lambda after the end: 0)
-    and then, with z = sigmoid(pre_z) (so dz/dpre_z = z a, da/dpre_z = -z a):
+    and then, with dz/dpre_z = z a and da/dpre_z = -z a (z = sigmoid(pre_z), a = 1 - z),
         dL/dpre_z = lambda z a (g(pre_h) - h_{t-1}),   dL/dpre_h = lambda z g'(pre_h),   dL/dh0 = a_1 lambda_1
-    where g'(v) = 1 for v >= 0 and sigmoid'(v) = s (1 - s) below (Feng et al. 2024, sec. 3.3's g)."""
+    where g'(v) = 1 for v >= 0 and sigmoid'(v) = g (1 - g) below (Feng et al. 2024, sec. 3.3's g)."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, pre_z: Tensor, pre_h: Tensor, h0: Tensor) -> Tensor:
-        a = torch.sigmoid(-pre_z)  # 1 - z without the rounding of 1 - sigmoid(k)
-        b = g(pre_h).mul_(torch.sigmoid(pre_z))  # z h~
-        h = _affine_scan(a, b, h0)  # (B, T, H)
-        ctx.save_for_backward(pre_z, pre_h, h0, h)
+        B, T, H = pre_z.shape
+        a_buf = pre_z.new_empty(B, T + 1, H)  # a_t at t and 0 at T: a_{t+1} for the adjoint is a view
+        torch.sigmoid(-pre_z, out=a_buf[:, :T])  # 1 - z without the rounding of 1 - sigmoid(k)
+        a_buf[:, T] = 0
+        positive = pre_h >= 0  # g's branch (B, T, H) bool, kept: g' jumps there
+        z, cand = torch.sigmoid(pre_z), torch.where(positive, pre_h + 0.5, torch.sigmoid(pre_h))  # z, h~ = g(pre_h)
+        h = _affine_scan(a_buf[:, :T], z * cand, h0)  # (B, T, H)
+        ctx.save_for_backward(a_buf, z, cand, positive, h0, h)
         return h
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        pre_z, pre_h, h0, h = ctx.saved_tensors
-        B, T, H = h.shape
-        a_buf = h.new_empty(B, T + 1, H)  # a_t at t, a zero after the end: a_{t+1} is the view one step on
-        torch.sigmoid(-pre_z, out=a_buf[:, :T])
-        a_buf[:, T] = 0
-        a, a_next = a_buf[:, :T], a_buf[:, 1:]
-        lam = _affine_scan(a_next, grad.contiguous(), None, reverse=True)  # (B, T, H)
+        a_buf, z, cand, positive, h0, h = ctx.saved_tensors
+        T = h.shape[1]
+        a = a_buf[:, :T]
+        lam = _affine_scan(a_buf[:, 1:], grad.contiguous(), None, reverse=True)  # (B, T, H)
         d_h0 = a[:, 0] * lam[:, 0]  # a_1 lambda_1
-        lz = lam.mul_(torch.sigmoid(pre_z))  # lambda z, in lambda's place (lambda is not needed alone)
-        s, positive = torch.sigmoid(pre_h), pre_h >= 0
-        diff = torch.where(positive, pre_h + 0.5, s)  # g(pre_h) - h_{t-1}, built in place
-        diff[:, 1:] -= h[:, :-1]
-        diff[:, 0] -= h0
+        lz = lam.mul_(z)  # lambda z, in lambda's place (lambda is not needed alone)
+        d_pre_h = torch.where(positive, 1.0, cand * (1 - cand)).mul_(lz)
+        diff = torch.empty_like(cand)  # g(pre_h) - h_{t-1} (saved tensors stay as they are: backward may rerun)
+        torch.sub(cand[:, 1:], h[:, :-1], out=diff[:, 1:])
+        torch.sub(cand[:, 0], h0, out=diff[:, 0])
         d_pre_z = diff.mul_(lz).mul_(a)
-        d_pre_h = torch.where(positive, 1.0, s.mul_(1 - s)).mul_(lz)
         return d_pre_z, d_pre_h, d_h0
 
 
