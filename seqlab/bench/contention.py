@@ -116,11 +116,17 @@ def family_rows(family: str, seconds: float) -> list[dict[str, Any]]:
     rate = {name: v["tokens_per_s"] for name, v in r.items()}
     one, two = rate["quiet 1 thread"], rate["quiet 2 threads"]
     f = family
+
+    def chose(name: str) -> str:  # "quiet" is only without our busy process: the load says what others ran
+        return f" (it chose {r[name]['choice']['threads']} threads at load {r[name]['load_before']:.1f})"
+
     return [
         row("threads", f"{f}: busy: default / quiet 1 thread", "the default (free cores) beside one busy process, "
-            "against 1 thread on the machine without it", rate["busy default"] / one, "x", ">= 0.5", cases=r),
+            "against 1 thread on the machine without it" + chose("busy default"), rate["busy default"] / one, "x",
+            ">= 0.5", cases=r),
         row("threads", f"{f}: quiet: default / 2 threads", "the default without the busy process, against 2 "
-            "threads (torch's own default on 2 cores)", rate["quiet default"] / two, "x", ">= 0.9", cases=r),
+            "threads (torch's own default on 2 cores)" + chose("quiet default"), rate["quiet default"] / two, "x",
+            ">= 0.9", cases=r),
         row("threads", f"{f}: busy: 2 threads / quiet 1 thread", "torch's own default (the old one) beside the "
             "busy process", rate["busy 2 threads"] / one, "x", cases=r),
         row("threads", f"{f}: busy: 1 thread / quiet 1 thread", "1 thread beside the busy process",
