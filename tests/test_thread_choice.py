@@ -89,6 +89,19 @@ def test_start_follows_the_free_cores() -> None:
     assert many.chooser(cap=1).apply() == 1
 
 
+def test_hyper_threading_counts_two_cpus_as_one_core() -> None:
+    # torch runs one thread per physical core: 2 here, on 4 CPUs
+    idle = [reading((0, 0), (0, 0), (0, 0), (0, 0)), reading((20, 20), (20, 20), (20, 20), (20, 20))]
+    m = FakeMachine(idle)
+    chooser = ThreadChooser(0, env={}, reader=m.reader, cpus={0, 1, 2, 3}, cap=2, sleep=m.advance,
+                            clock=lambda: m.wall, own_cpu=lambda: m.cpu)
+    assert chooser.apply() == 2
+    m = FakeMachine([idle[0], reading((20, 20), (20, 20), (20, 20), (0, 20))])  # one CPU busy: 1.5 cores free
+    chooser = ThreadChooser(0, env={}, reader=m.reader, cpus={0, 1, 2, 3}, cap=2, sleep=m.advance,
+                            clock=lambda: m.wall, own_cpu=lambda: m.cpu)
+    assert chooser.apply() == 1 and chooser.free == pytest.approx(3.0)
+
+
 def test_recheck_counts_own_use_as_free_and_follows_a_change() -> None:
     m = FakeMachine([reading((0, 0), (0, 0)), reading((20, 20), (20, 20)),  # quiet at start: 2 threads
                      reading((20, 520), (20, 520)),  # 5 s later: no idle jiffy, but we used 2 cores: still 2

@@ -11,7 +11,8 @@ follows the cores that are free:
     free cores = sum over the CPUs this process may run on (sched_getaffinity) of their idle share
                  over a short window (/proc/stat: idle + iowait jiffies over all jiffies, steal included)
                  + the CPU time this process itself used in the window / the window's length
-    threads    = floor(free + MARGIN), at least 1, at most torch's default (and a cgroup CPU quota)
+    threads    = floor(free * cores / CPUs + MARGIN), at least 1, at most torch's default (one thread per
+                 physical core: `cores`; with hyper-threading two CPUs make one core) and a cgroup CPU quota
 
 Our own use counts as free (those cores are ours), so the same estimate serves while training runs: every
 `every` seconds the trainer's step calls `tick`, which re-estimates over the time since the last check
@@ -114,8 +115,9 @@ class ThreadChooser:
                  sleep: Callable[[float], None] = time.sleep, recheck: bool = True) -> None:
         self.explicit, self.env, self.reader = explicit, env, reader
         self.cpus = allowed_cpus() if cpus is None else cpus
-        quota = quota_cores()
-        self.cap = min(torch_default_threads() if cap is None else cap, len(self.cpus), quota or len(self.cpus))
+        quota, torch_count = quota_cores(), torch_default_threads() if cap is None else cap
+        self.cap = min(torch_count, len(self.cpus), quota or len(self.cpus))
+        self.per_cpu = min(1.0, torch_count / len(self.cpus))  # cores per CPU: 0.5 with hyper-threading
         self.window, self.every, self.recheck = window, every, recheck
         self.clock, self.own_cpu, self.sleep = clock, own_cpu, sleep
         self.source = ("train.threads" if explicit else
@@ -141,7 +143,7 @@ class ThreadChooser:
             self._look()
             self.sleep(self.window)
             free = self._look()
-            threads = self.cap if free is None else threads_for(free, self.cap)
+            threads = self.cap if free is None else threads_for(free * self.per_cpu, self.cap)
             self.free = free
             torch.set_num_threads(threads)
         self.threads = torch.get_num_threads()
@@ -155,7 +157,7 @@ class ThreadChooser:
         if free is None:
             return
         self.free = free
-        threads = threads_for(free, self.cap)
+        threads = threads_for(free * self.per_cpu, self.cap)
         if threads != self.threads:
             self.changes.append({"after_s": round(self.clock() - self._start, 1), "from": self.threads,
                                  "to": threads, "free_cores": round(free, 2)})
