@@ -3,7 +3,8 @@
 On a machine shared with a busy process, torch's default (one thread per core) runs more threads than
 there are free cores. OpenMP's parallel regions end at a barrier, so each step waits for the thread the
 scheduler parked behind the other process, and spinning idle threads take the core from the one that
-works: `small` attention fell to 0.39-0.44x of its quiet 1-thread speed beside one Python loop on 2 cores
+works: `small` attention fell to 0.39-0.44x of its quiet 1-thread speed beside one Python loop on 2 cores,
+and on 2 cores loaded by others (load 8-13) 2 threads ran at 0.04-0.24x of 1 thread, attention and GRU
 (`seqlab bench --only threads`). Making idle threads sleep (OMP_WAIT_POLICY=PASSIVE) cured that but
 halved GRU training, whose many small per-step regions each pay a wake-up; so instead the thread count
 follows the cores that are free:
