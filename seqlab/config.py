@@ -154,7 +154,7 @@ class TrainConfig:
     ema: float = 0.0  # decay of the weight average used for validation and saved; 0 = off (training/ema.py)
     optimizer: str = "adamw"  # adamw | muon (Muon for the hidden matrices, AdamW for the rest)
     compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
-    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    threads: int = 0  # torch intra-op threads; 0: the cores actually free (training/threads.py)
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every",

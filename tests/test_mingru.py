@@ -121,3 +121,22 @@ def test_layer_modes_agree_and_bad_mode_is_value_error() -> None:
     torch.testing.assert_close(last_scan, last_seq, atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="mode"):
         layer(x, mode="parallel")
+
+
+@pytest.mark.parametrize("T", [1, 2, 7, 24, 97, 1000])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_affine_scan_equals_a_loop_both_ways(T: int, reverse: bool) -> None:
+    """The chunked three-pass scan (whole chunks and the positions left over) against a plain loop:
+    h_t = a_t h_{t-1} + b_t forwards, h_t = a_t h_{t+1} + b_t backwards (the adjoint's direction)."""
+    from seqlab.models.mingru import _affine_scan
+
+    gen = torch.Generator().manual_seed(T)
+    a = torch.rand(2, T, 3, generator=gen, dtype=torch.float64)
+    b = torch.randn(2, T, 3, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    want, h = torch.empty_like(b), h0
+    for t in range(T - 1, -1, -1) if reverse else range(T):
+        h = want[:, t] = a[:, t] * h + b[:, t]
+    torch.testing.assert_close(_affine_scan(a, b, h0, reverse=reverse), want, rtol=1e-12, atol=1e-12)
+    zero = _affine_scan(a, b, None, reverse=reverse)
+    torch.testing.assert_close(zero, _affine_scan(a, b, torch.zeros_like(h0), reverse=reverse), rtol=0, atol=0)

@@ -16,6 +16,8 @@ a_t = 1 - z_t and b_t = z_t h~_t, both positive, which the scan solves for every
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,7 +28,7 @@ from seqlab.models.rnn import check_mixer_inputs, segment_starts
 
 def g(v: Tensor) -> Tensor:
     """The paper's positive activation (Feng et al. 2024, Sec. 3.3): v + 0.5 for v >= 0, sigmoid(v) below."""
-    return torch.where(v >= 0, F.relu(v) + 0.5, torch.sigmoid(v))
+    return torch.where(v >= 0, v + 0.5, torch.sigmoid(v))
 
 
 def log_g(v: Tensor) -> Tensor:
@@ -59,73 +61,96 @@ def _scan_piece(log_a: Tensor, log_b: Tensor, h0: Tensor | None) -> Tensor:
     return h
 
 
-CHUNK = 16  # positions per chunk of the linear scan: measured fastest of 16, 32 and 64 at T = 512..8192
+def _chunk_len(T: int) -> int:
+    """Positions per chunk of `_affine_scan`: about sqrt(2T / 3), which makes its 3c + 2T/c torch calls fewest."""
+    return max(1, round(math.sqrt(2 * T / 3)))
 
 
-def _scan_piece_linear(a: Tensor, b: Tensor, h0: Tensor | None, chunk: int = CHUNK) -> Tensor:
-    """The same as `_scan_piece`, in linear space: a, b (B, T, H) with a_t in (0, 1) -> h (B, T, H).
+def _affine_scan(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool = False) -> Tensor:
+    """h_t = a_t h_{t-1} + b_t for every t (reverse: h_t = a_t h_{t+1} + b_t, from the end), with the state
+    before the first step h0 (B, H) or zero; a, b (B, T, H) -> h (B, T, H). No autograd runs through here.
 
-    Two levels (a chunked scan, as in Blelloch 1990, section 1.4). Inside chunks of `chunk` positions,
-    log2(chunk) doubling steps (Hillis & Steele 1986) turn (a_t, b_t) into (A_t, B_t) with
-    h_t = A_t h_in + B_t, h_in the state entering the chunk: step d combines position t with t - d,
-        (A, B)_t <- (A_t A_{t-d}, A_t B_{t-d} + B_t).
-    Then one short loop over the T / chunk chunks carries the state from each chunk's end to the next.
-    Products of gates in (0, 1) only shrink, so nothing overflows, no log or exp rounds the values
-    (relative error ~4e-7 in float32 at T = 8192, against ~1e-3 for the log-space form), and the work is
-    O(T log chunk) instead of the O(T log T) of doubling over the whole sequence.
+    Three passes over chunks of c = `_chunk_len(T)` positions (a chunked scan, Blelloch 1990, sec. 1.4),
+    each a short loop of whole-tensor torch calls on (B, T/c, H) slices, so the number of calls is about
+    3c + 2T/c instead of the T of a loop over positions:
+      1. each chunk's map from the state entering it to the state leaving it, h_out = P h_in + S,
+         P = prod_j a_j and S = the chunk scanned from a zero state (c steps on every chunk at once);
+      2. the state entering each chunk, carried across the T/c chunks (h_in_{k+1} = P_k h_in_k + S_k);
+      3. every position from its chunk's entering state (c steps on every chunk at once).
+    Positions past the last whole chunk (fewer than c) run one at a time after it. Only products and sums
+    of the values: no log or exp rounds them (relative error ~4e-7 in float32 at T = 8192, against ~1e-3
+    for the log-space form) and gates in (0, 1) only shrink, so nothing overflows or divides.
     """
     B, T, H = a.shape
-    pad = (-T) % chunk
-    if pad:  # a = 1, b = 0 past the end: the state passes through unchanged
-        a = F.pad(a, (0, 0, 0, pad), value=1.0)
-        b = F.pad(b, (0, 0, 0, pad))
-    n = (T + pad) // chunk
-    # updated in place (no autograd runs through here: `_LinearScan` is the backward); a copy each, so
-    # the caller's a and b stay as they were
-    A, Bv = a.reshape(B, n, chunk, H).clone(), b.reshape(B, n, chunk, H).clone()  # (B, n, c, H)
-    d = 1
-    while d < chunk:
-        # the right-hand sides are new tensors read from the values before this step (B first: it reads A)
-        Bv[:, :, d:] += A[:, :, d:] * Bv[:, :, :-d]
-        A[:, :, d:] = A[:, :, d:] * A[:, :, :-d]
-        d *= 2
+    c = _chunk_len(T)
+    n = T // c
+    out = torch.empty(B, T, H, dtype=b.dtype, device=b.device)
     h = a.new_zeros(B, H) if h0 is None else h0
-    a_end, b_end = A[:, :, -1].unbind(1), Bv[:, :, -1].unbind(1)  # n x (B, H)
-    entering = []
-    for k in range(n):
-        entering.append(h)
-        h = a_end[k] * h + b_end[k]
-    h_in = torch.stack(entering, dim=1)  # (B, n, H): the state entering each chunk
-    return Bv.addcmul_(A, h_in.unsqueeze(2)).reshape(B, n * chunk, H)[:, :T]
+    lo = T - n * c if reverse else 0  # whole chunks cover [lo, lo + n c): the positions the scan reaches first
+    if n:
+        av, bv, ov = (t[:, lo:lo + n * c].view(B, n, c, H) for t in (a, b, out))  # chunk k, position j in it
+        js = range(c - 1, -1, -1) if reverse else range(c)
+        S, P = bv[:, :, js[0]].clone(), av[:, :, js[0]].clone()  # (B, n, H) each
+        for j in js[1:]:
+            torch.addcmul(bv[:, :, j], av[:, :, j], S, out=S)  # S <- a_j S + b_j
+            P.mul_(av[:, :, j])
+        h_in = torch.empty_like(S)  # (B, n, H)
+        for k in range(n - 1, -1, -1) if reverse else range(n):
+            h_in[:, k] = h
+            h = torch.addcmul(S[:, k], P[:, k], h)  # the state leaving chunk k
+        prev = h_in
+        for j in js:
+            prev = torch.addcmul(bv[:, :, j], av[:, :, j], prev, out=ov[:, :, j])
+    for t in range(lo - 1, -1, -1) if reverse else range(n * c, T):
+        h = torch.addcmul(b[:, t], a[:, t], h, out=out[:, t])
+    return out
+
+
+def _scan_piece_linear(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None) -> Tensor:
+    """`_LinearScan` on a piece without resets; h0 None is a zero state."""
+    return _LinearScan.apply(pre_z, pre_h, pre_z.new_zeros(pre_z.shape[0], pre_z.shape[2]) if h0 is None else h0)
 
 
 class _LinearScan(torch.autograd.Function):
-    """`_scan_piece_linear` with its adjoint as the backward pass, instead of autograd through every
-    doubling step (whose slices and concatenations cost a zero-filled buffer and a copy each, about half
-    of the minGRU layer's training step at T = 2048). For h_t = a_t h_{t-1} + b_t and g_t = dL/dh_t, the
-    adjoint lambda_t = dL/dh_t through all later steps obeys the same recurrence backwards in time,
-        lambda_t = a_{t+1} lambda_{t+1} + g_t,
-    so it is the same scan run on the reversed sequence; then dL/db_t = lambda_t,
-    dL/da_t = lambda_t h_{t-1} and dL/dh0 = a_1 lambda_1 (h_0 = h0)."""
+    """The minGRU recurrence in linear space from the pre-activations: (pre_z, pre_h (B, T, H), h0 (B, H))
+    -> h (B, T, H), with a = 1 - z = sigmoid(-pre_z), b = z g(pre_h) and h_t = a_t h_{t-1} + b_t.
+
+    One function from the pre-activations to h, with a hand-written backward, instead of autograd through
+    the gates and the scan, which would run a separate kernel (and keep a tensor) for each derivative of
+    sigmoid, where, the products and every scan step. Kept for the backward: a (with a zero after the
+    end, so a_{t+1} is a view), z, g(pre_h) and h. For g_t = dL/dh_t, the adjoint lambda_t = dL/dh_t
+    through all later steps obeys the same recurrence backwards in time,
+        lambda_t = a_{t+1} lambda_{t+1} + g_t        (lambda after the end: 0)
+    and then, with dz/dpre_z = z a and da/dpre_z = -z a (z = sigmoid(pre_z), a = 1 - z),
+        dL/dpre_z = lambda z a (g(pre_h) - h_{t-1}),   dL/dpre_h = lambda z g'(pre_h),   dL/dh0 = a_1 lambda_1
+    where g'(v) = 1 for v >= 0 and sigmoid'(v) = g (1 - g) below (Feng et al. 2024, sec. 3.3's g)."""
 
     @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, a: Tensor, b: Tensor, h0: Tensor) -> Tensor:
-        h = _scan_piece_linear(a, b, h0)  # (B, T, H)
-        ctx.save_for_backward(a, h, h0)
+    def forward(ctx: torch.autograd.function.FunctionCtx, pre_z: Tensor, pre_h: Tensor, h0: Tensor) -> Tensor:
+        B, T, H = pre_z.shape
+        a_buf = pre_z.new_empty(B, T + 1, H)  # a_t at t and 0 at T: a_{t+1} for the adjoint is a view
+        torch.sigmoid(-pre_z, out=a_buf[:, :T])  # 1 - z without the rounding of 1 - sigmoid(k)
+        a_buf[:, T] = 0
+        positive = pre_h >= 0  # g's branch (B, T, H) bool, kept: g' jumps there
+        z, cand = torch.sigmoid(pre_z), torch.where(positive, pre_h + 0.5, torch.sigmoid(pre_h))  # z, h~ = g(pre_h)
+        h = _affine_scan(a_buf[:, :T], z * cand, h0)  # (B, T, H)
+        ctx.save_for_backward(a_buf, z, cand, positive, h0, h)
         return h
 
     @staticmethod
-    def backward(ctx: torch.autograd.function.FunctionCtx, g: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        a, h, h0 = ctx.saved_tensors
-        a_next = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], dim=1)  # a_{t+1}; nothing after the end
-        lam = _scan_piece_linear(a_next.flip(1), g.flip(1), None).flip(1)  # (B, T, H)
-        h_prev = torch.cat([h0.unsqueeze(1), h[:, :-1]], dim=1)  # h_{t-1} (B, T, H)
-        return lam * h_prev, lam, a[:, 0] * lam[:, 0]
-
-
-def _scan_piece_adjoint(a: Tensor, b: Tensor, h0: Tensor | None) -> Tensor:
-    """The linear scan with the adjoint backward (`_LinearScan`); h0 None is a zero state."""
-    return _LinearScan.apply(a, b, a.new_zeros(a.shape[0], a.shape[2]) if h0 is None else h0)
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        a_buf, z, cand, positive, h0, h = ctx.saved_tensors
+        T = h.shape[1]
+        a = a_buf[:, :T]
+        lam = _affine_scan(a_buf[:, 1:], grad.contiguous(), None, reverse=True)  # (B, T, H)
+        d_h0 = a[:, 0] * lam[:, 0]  # a_1 lambda_1
+        lz = lam.mul_(z)  # lambda z, in lambda's place (lambda is not needed alone)
+        d_pre_h = torch.where(positive, 1.0, cand * (1 - cand)).mul_(lz)
+        diff = torch.empty_like(cand)  # g(pre_h) - h_{t-1} (saved tensors stay as they are: backward may rerun)
+        torch.sub(cand[:, 1:], h[:, :-1], out=diff[:, 1:])
+        torch.sub(cand[:, 0], h0, out=diff[:, 0])
+        d_pre_z = diff.mul_(lz).mul_(a)
+        return d_pre_z, d_pre_h, d_h0
 
 
 def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
@@ -137,10 +162,10 @@ def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
     if log_space:
         a = -F.softplus(pre_z)  # log(1 - z_t) = log sigmoid(-k), stable for any k
         b = F.logsigmoid(pre_z) + log_g(pre_h)  # log(z_t * h~_t)
-    else:
-        a = torch.sigmoid(-pre_z)  # 1 - z_t without the rounding of 1 - sigmoid(k)
-        b = torch.sigmoid(pre_z) * g(pre_h)  # z_t * h~_t
-    piece_fn = _scan_piece if log_space else _scan_piece_adjoint
+        piece_fn = _scan_piece
+    else:  # the linear scan takes the pre-activations (`_LinearScan`: the gates inside its own backward)
+        a, b = pre_z, pre_h
+        piece_fn = _scan_piece_linear
     h = None if h0 is None else h0.to(dt)
     T = pre_z.shape[1]
     bounds = [0, *segment_starts(reset), T]

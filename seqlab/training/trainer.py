@@ -48,6 +48,7 @@ from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, ProgressBar, StopFlag
 from seqlab.training.run_log import RunLog
 from seqlab.training.saving import SavesState
+from seqlab.training.threads import ThreadChooser
 
 __all__ = ["Trainer", "train"]
 
@@ -88,8 +89,8 @@ class Trainer(SavesState):
                             "was trained with another tokenizer; resume on the data folder the run started on")
         cfg = self._config(cfg, ckpt, overrides)
         self.cfg, t = cfg, cfg.train
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        self.threads = ThreadChooser(t.threads)  # train.threads, else OMP_NUM_THREADS, else the free cores
+        self.threads.apply()
         self.device = self.dist.device(resolve_device(t.device))
         self.mode = cfg.data.resolved_mode(cfg.model.mixer)
         if self.mode == "stream" and cfg.model.pos == "learned":
@@ -285,6 +286,7 @@ class Trainer(SavesState):
                 dt = time.perf_counter() - start
                 s.step += 1
                 s.elapsed += dt
+                self.threads.tick()  # follows the free cores when train.threads is not set (training/threads.py)
                 if skipped is None:
                     loss, s.bad_in_a_row = step_loss, 0
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
@@ -311,7 +313,9 @@ class Trainer(SavesState):
     def _write_run_info(self, summary: dict[str, Any] | None = None) -> None:
         """run.json: where the data is and what ran it, then the final summary."""
         self.log.write_info({"data_dir": str(self.data_dir.resolve()), "device": str(self.device), "mode": self.mode,
-                             "params": self.model.num_params(), "world_size": self.dist.size}, summary)
+                             "params": self.model.num_params(), "world_size": self.dist.size,
+                             "thread_choice": self.threads.describe()},  # who set the count, the free cores it followed
+                            summary)
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
