@@ -74,6 +74,8 @@ class CompletionEngine:
         self.encoder = PromptEncoder(model)
         self.sessions = SessionStore(max_sessions)
         self.device = model_device(model)
+        # each token's bytes, looked up by id: the cut of a long prompt joins thousands at every keystroke
+        self._bytes = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
 
     def complete(self, prefix: str, subject: str = "", session: str | None = None, *, max_words: int = 3,
                  min_confidence: float | None = None, beam: int = 1, context: str | None = None) -> Suggestion:
@@ -103,7 +105,7 @@ class CompletionEngine:
         """Characters of the prompt before the window (ids[0] is bos, which stands for no text)."""
         if start <= 1:
             return 0
-        cut = b"".join(self.tokenizer.token_bytes(i) for i in ids[1:start])
+        cut = b"".join(map(self._bytes.__getitem__, ids[1:start]))
         return len(cut.decode("utf-8", errors="ignore"))
 
     @property
