@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ class Suggestion:
     threshold: float  # the confidence a suggestion needed to be shown
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # the fields, all plain values: asdict's deep copy costs more at every keystroke
 
 
 def session_key(session: str | None, context: ContextBatch | None) -> str | None:
