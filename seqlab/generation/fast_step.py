@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from seqlab.models.attention import KVCache, MultiHeadAttention
 from seqlab.models.lm import LM, LMState
-from seqlab.models.positional import RotaryPositions, _rotate_half  # the model's own rotation formula
+from seqlab.models.positional import PositionHandler, RotaryPositions, _rotate_half  # _rotate_half: the model's formula
 from seqlab.models.recorder import active_recorder
 
 Norm = tuple[Tensor, "Tensor | None", float]  # a LayerNorm's weight, bias and eps
@@ -60,7 +60,9 @@ class _BlockPlan:
     b2: Tensor | None
     mlp: tuple[Norm, Tensor, Tensor | None, Callable[[Tensor], Tensor], Tensor, Tensor | None] | None
     xattn: tuple[nn.Module, nn.Module] | None  # (ln_x, the cross-attention module)
-    record_gates: bool = False
+    rope: RotaryPositions | None = None  # RoPE applied here from its table (no QK-norm before it)
+    pos: PositionHandler | None = None  # any other position kind's hooks (rotate, score_bias)
+    bias: Callable[..., Tensor | None] | None = None  # pos.score_bias where the kind defines one (ALiBi)
 
 
 def _plan_block(block: nn.Module) -> _BlockPlan | None:
@@ -81,7 +83,15 @@ def _plan_block(block: nn.Module) -> _BlockPlan | None:
             return None
         w = torch.cat((mixer.q_proj.weight, mixer.kv_proj.weight)).detach()  # (3C, C)
         b = None if mixer.q_proj.bias is None else torch.cat((mixer.q_proj.bias, mixer.kv_proj.bias)).detach()
-        return _BlockPlan("attention", mixer, ln_1, w, b, mixer.out_proj.weight, mixer.out_proj.bias, mlp, xattn)
+        plan = _BlockPlan("attention", mixer, ln_1, w, b, mixer.out_proj.weight, mixer.out_proj.bias, mlp, xattn)
+        pos = mixer.pos
+        if type(pos) is RotaryPositions and mixer.q_norm is None:
+            plan.rope = pos
+        elif pos is not None:
+            plan.pos = pos
+        if pos is not None and type(pos).score_bias is not PositionHandler.score_bias:
+            plan.bias = pos.score_bias
+        return plan
     if type(mixer) is RecurrentMixer and mixer.kind in ("rnn", "gru"):
         c = mixer.cell
         return _BlockPlan(mixer.kind, mixer, ln_1, c.weight_ih_l0, c.bias_ih_l0, c.weight_hh_l0, c.bias_hh_l0,
@@ -97,6 +107,8 @@ class FastStep:
         self.n_embd, self.n_head = model.cfg.n_embd, model.cfg.n_head
         self.wte, self.head = model.wte.weight, model.head.weight  # (V, C) each (the same one when tied)
         self.ln_f = _norm(model.ln_f)
+        # additive position vectors (learned, sinusoidal); the base handler's embed gives None
+        self.embed = None if type(model.pos).embed is PositionHandler.embed else model.pos.embed
 
     @classmethod
     def of(cls, model: nn.Module) -> FastStep | None:
@@ -117,11 +129,10 @@ class FastStep:
 
     def __call__(self, tokens: Tensor, state: LMState) -> tuple[Tensor, LMState]:
         """tokens (B,) long, state after the earlier tokens -> logits (B, V) float, the new state."""
-        m, c = self.model, (self.n_embd,)
+        c = (self.n_embd,)
         x = F.embedding(tokens, self.wte)  # (B, C): one position per lane, so no time axis
-        pe = m.pos.embed(state.pos[:, None])  # additive positions (B, 1, C), None for rope / alibi / none
-        if pe is not None:
-            x = x + pe[:, 0].to(x.dtype)
+        if self.embed is not None:
+            x = x + self.embed(state.pos[:, None])[:, 0].to(x.dtype)  # (B, 1, C) -> (B, C)
         layers = []
         for plan, layer_state, cross in zip(self.plans, state.layers, state.cross):
             a = F.layer_norm(x, c, *plan.ln_1)
@@ -144,22 +155,23 @@ class FastStep:
 
     def _attend(self, plan: _BlockPlan, a: Tensor, cache: KVCache) -> tuple[Tensor, KVCache]:
         """Self-attention of one new token per lane: a (B, C) -> (B, C); the cache grows by one."""
-        mixer = plan.mixer
         b = a.size(0)
         # (B, 3C) -> 3 x (B, H, 1, D): with one position the head split is a plain view
         qkv = F.linear(a, plan.w, plan.b).view(b, 3, self.n_head, 1, -1)
-        offset, pos = cache.length, mixer.pos
-        if type(pos) is RotaryPositions and mixer.q_norm is None and offset < pos.cos.size(0):
+        offset, rope = cache.length, plan.rope
+        cos = rope.cos if rope is not None else None  # (L, D/2), regrown by the module when L is too short
+        if cos is not None and offset < cos.size(0):
             # RoPE on queries and keys at once, with the position's own table row: (B, 2, H, 1, D)
-            qk = _rotate_half(qkv[:, :2], pos.cos[offset], pos.sin[offset])
+            qk = _rotate_half(qkv[:, :2], cos[offset], rope.sin[offset])
             q, k, v = qk[:, 0], qk[:, 1], qkv[:, 2]
         else:
             q, k, v = qkv.unbind(1)  # 3 x (B, H, 1, D)
-            q, k = mixer._qk_norm(q, k)
+            q, k = plan.mixer._qk_norm(q, k)
+            pos = rope or plan.pos
             if pos is not None:
                 q, k = pos.rotate(q, k, offset)  # RoPE: keys are cached already rotated
         keys, values = cache.append(k, v)  # (B, H, offset + 1, D)
-        bias = pos.score_bias(1, keys.size(2), offset, a.device, q.dtype) if pos is not None else None
+        bias = plan.bias(1, keys.size(2), offset, a.device, q.dtype) if plan.bias is not None else None
         # a single new token attends to every cached key: no causal mask
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias)  # (B, H, 1, D)
         return F.linear(y.reshape(b, self.n_embd), plan.w2, plan.b2), cache
