@@ -100,18 +100,19 @@ class IncrementalDecoder:
 
     @classmethod
     def resume(cls, model: nn.Module, window: Tensor, state: Any, logits: Tensor,
-               limit: int | None = None, context: Any = None) -> IncrementalDecoder:
+               limit: int | None = None, context: Any = None, fast: FastStep | None = None) -> IncrementalDecoder:
         """A decoder whose prompt is already encoded: `state` and next-token `logits` (B, V) after the
         tokens `window` (B, W), the tokens inside the attention window (W <= limit when there is one).
 
         The caller keeps ownership of what it passes: the decoder steps a clone of `state` (attention
         caches are written in place), so the same encoded prompt can be resumed again (a server keeps
-        one per writer and reuses it at the next keystroke)."""
+        one per writer and reuses it at the next keystroke). `fast`: the model's `FastStep`, when the caller
+        keeps one (a server, whose model does not change); else it is made here."""
         if limit is not None and window.shape[1] > limit:
             raise ValueError(f"the encoded window holds {window.shape[1]} tokens, more than the limit {limit}")
         dec = cls.__new__(cls)
         dec.model, dec.limit = model, limit
-        dec.fast = FastStep.of(model)
+        dec.fast = fast if fast is not None else FastStep.of(model)
         dec.context = context.to(model_device(model)) if context is not None else None
         dec.state = state.clone() if hasattr(state, "clone") else state
         dec.window = window if limit is not None else None

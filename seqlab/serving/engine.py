@@ -93,7 +93,7 @@ class CompletionEngine:
             self.sessions.put(key, encoded)
         window = torch.tensor([encoded.ids], dtype=torch.long, device=self.device)  # (1, W)
         decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit,
-                                            context=ctx)
+                                            context=ctx, fast=self.encoder.fast)
         c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
                              threshold=threshold, decoder=decoder)
         return Suggestion(
