@@ -123,3 +123,26 @@ def test_completions_are_the_same_with_and_without_the_fast_step(
     assert [c.text for c in fast] == [c.text for c in slow]
     for a, b in zip(fast, slow):
         assert a.confidence == pytest.approx(b.confidence, rel=1e-4, abs=1e-9)
+
+
+def test_a_block_the_step_does_not_know_keeps_the_model_step() -> None:
+    """A change to the LM's wiring that the step does not mirror (here: one block doubles its output) is
+    caught by the one-step check against the model's forward, and the decoder keeps the model's step."""
+    model = _model("attn-rope")
+    block = model.blocks[1]
+    real = block.forward
+
+    def doubled(*args: object, **kwargs: object) -> tuple:
+        x, state, cross = real(*args, **kwargs)
+        return 2 * x, state, cross
+
+    block.forward = doubled
+    assert FastStep.of(model) is None
+    assert FastStep.of(_model("attn-rope")) is not None
+    with torch.inference_mode():
+        _, state = model(token_ids(1, 4))
+        dec = decode.IncrementalDecoder.resume(model, token_ids(1, 4), state, torch.zeros(1, 37), limit=16)
+        assert dec.fast is None
+        got = dec.step(torch.tensor([5]))
+        want, _ = model(torch.tensor([[5]]), state=state.clone())
+    torch.testing.assert_close(got, want[:, -1])

@@ -20,12 +20,16 @@ blocks' own parameters through the functional ops directly:
 
 Anything else (minGRU, the hybrid, a wrapper such as `PhraseBlend`, training mode, an attention
 recorder or a GRU asked to record its gates) gets None or `usable() == False`, and the decoder calls the
-model as before. The result equals `model(tokens[:, None], state)` up to float rounding (tests compare
-the two, step by step and over whole completions), and the state it returns is the same `LMState`.
+model as before. The first time it meets a model object, `of` also runs one step side by side with the
+model's forward and keeps to the model's own step if they differ: an option added to the LM's blocks
+later, which this step would not mirror, cannot make decoding silently different. The result equals
+`model(tokens[:, None], state)` up to float rounding (tests compare the two, step by step and over whole
+completions), and the state it returns is the same `LMState`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -99,6 +103,11 @@ def _plan_block(block: nn.Module) -> _BlockPlan | None:
     return None
 
 
+# per model object: whether its one-step agrees with its forward (FastStep._agrees); weakly keyed, so a
+# model that is dropped is forgotten
+_AGREES: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
 class FastStep:
     """`step(tokens (B,), state) -> (next-token logits (B, V), state after them)` for one LM."""
 
@@ -116,14 +125,35 @@ class FastStep:
         if type(model) is not LM:  # a subclass or a wrapper may change forward: use it as it is
             return None
         plans = [_plan_block(b) for b in model.blocks]
-        if any(p is None for p in plans):
+        if any(p is None for p in plans) or model.training:
             return None
-        return cls(model, [p for p in plans if p is not None])
+        step = cls(model, [p for p in plans if p is not None])
+        if model not in _AGREES:
+            if not step.usable(None, check_state=False):  # the check would leave records behind
+                return None
+            _AGREES[model] = step._agrees()
+        return step if _AGREES[model] else None
 
-    def usable(self, state: object) -> bool:
+    def _agrees(self) -> bool:
+        """One step side by side with the model's forward, once per model object: a block option this
+        step does not know (added to the LM later) shows up as a difference, and the model's own forward
+        is used instead of a silently different one. Weights may change later; the wiring does not."""
+        m = self.model
+        ids = torch.tensor([[1, 2, 3]], device=self.wte.device) % m.cfg.vocab_size  # (1, 3)
+        cross = getattr(m, "ctx_encoder", None) is not None
+        with torch.inference_mode():
+            extra = {"context": torch.tensor([[1, 2]], device=ids.device)} if cross else {}
+            _, state = m(ids[:, :2], **extra)
+            want, want_state = m(ids[:, 2:], state=state.clone())
+            got, got_state = self(ids[:, 2], state.clone())
+        if not torch.allclose(got, want[:, -1], rtol=1e-4, atol=1e-4):
+            return False
+        return bool(torch.equal(got_state.pos, want_state.pos))
+
+    def usable(self, state: object, check_state: bool = True) -> bool:
         """Whether this step may replace `model(tokens, state)` now: eval mode, a state to continue, and
         nobody recording what the modules compute (inspection goes through the modules)."""
-        if self.model.training or not isinstance(state, LMState) or active_recorder() is not None:
+        if self.model.training or (check_state and not isinstance(state, LMState)) or active_recorder() is not None:
             return False
         return not any(p.kind == "gru" and p.mixer.record_gates for p in self.plans)
 
