@@ -139,13 +139,16 @@ class FastStep:
         step does not know (added to the LM later) shows up as a difference, and the model's own forward
         is used instead of a silently different one. Weights may change later; the wiring does not."""
         m = self.model
-        ids = torch.tensor([[1, 2, 3]], device=self.wte.device) % m.cfg.vocab_size  # (1, 3)
+        n = min(3, m.cfg.block_size)  # a prompt of n - 1 tokens and one step, inside any position table
+        if n < 2:
+            return False
+        ids = torch.arange(1, n + 1, device=self.wte.device)[None] % m.cfg.vocab_size  # (1, n)
         cross = getattr(m, "ctx_encoder", None) is not None
         with torch.inference_mode():
             extra = {"context": torch.tensor([[1, 2]], device=ids.device)} if cross else {}
-            _, state = m(ids[:, :2], **extra)
-            want, want_state = m(ids[:, 2:], state=state.clone())
-            got, got_state = self(ids[:, 2], state.clone())
+            _, state = m(ids[:, :-1], **extra)
+            want, want_state = m(ids[:, -1:], state=state.clone())
+            got, got_state = self(ids[:, -1], state.clone())
         if not torch.allclose(got, want[:, -1], rtol=1e-4, atol=1e-4):
             return False
         return bool(torch.equal(got_state.pos, want_state.pos))
