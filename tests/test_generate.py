@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -261,3 +262,36 @@ def test_token_healing_with_a_bpe_tokenizer() -> None:
                                     n_layer=1, n_embd=16, mlp_ratio=0)).eval()
     c = complete(model, tok, "could you send me the ", max_words=2, beam=2)
     assert len(c.words) <= 2 and not c.text.startswith(" ")
+
+
+def test_greedy_and_sampled_completions_stop_one_step_early_with_the_same_answer(
+        word_run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """WordStop(early=True) ends a single sequence once word N is followed by whitespace instead of once
+    word N+1 starts: the suggestion, its ids and confidence are the same, with fewer decoding steps.
+    A trained model (a random one never ends a word, so both would run to the token budget)."""
+    import seqlab.generation.complete as C
+    from seqlab.runs.load import load_run
+
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    prompts = ["Dear Ann, the report ", "thanks for the notes on the", "a", "Hi Bo,\n\nsee you "]
+    steps = {"early": 0, "late": 0}
+
+    def answers(mode: str) -> list[Completion]:
+        real_step = IncrementalDecoder.step
+
+        def counted(self: IncrementalDecoder, tokens: torch.Tensor) -> torch.Tensor:
+            steps[mode] += 1
+            return real_step(self, tokens)
+
+        with monkeypatch.context() as m:
+            m.setattr(IncrementalDecoder, "step", counted)
+            if mode == "late":
+                real_init = C.WordStop.__init__
+                m.setattr(C.WordStop, "__init__", lambda self, *a, early=False, **k: real_init(self, *a, **k))
+            return [complete(model, tok, p, max_words=w, temperature=t, seed=5, max_new_tokens=40)
+                    for p in prompts for w in (1, 3) for t in (0.0, 1.0)]
+
+    early, late = answers("early"), answers("late")
+    assert [(c.text, c.ids) for c in early] == [(c.text, c.ids) for c in late]
+    assert [c.confidence for c in early] == pytest.approx([c.confidence for c in late], rel=1e-6)
+    assert steps["early"] < steps["late"]

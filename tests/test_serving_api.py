@@ -13,6 +13,7 @@ from serving_helpers import ready_client, wait_ready
 
 from seqlab.serving import app as app_module
 from seqlab.serving.app import ServerConfig, create_app
+from seqlab.serving.routes import CompleteResponse
 
 BODY = "Hi Dana,\n\nCould you send me the report before Friday? I would like to read it"
 
@@ -50,6 +51,7 @@ def test_complete_answers_and_a_session_reuses_its_state(client: TestClient) -> 
     fresh = client.post("/v1/complete", json={"prefix": BODY, "subject": "Report"}).json()
     assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "reused_tokens", "cut_chars",
                           "threshold"}
+    CompleteResponse.model_validate(fresh, strict=True)  # the route answers what its schema documents
     assert fresh["reused_tokens"] == 0 and fresh["threshold"] == 0.0 and 0.0 <= fresh["confidence"] <= 1.0
     assert fresh["words"] == len(fresh["text"].split()) and 1 <= fresh["words"] <= 3
     for n in range(len(BODY) - 6, len(BODY) + 1):  # the last keystrokes of one writer

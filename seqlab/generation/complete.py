@@ -92,18 +92,27 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> tuple[list[int], Tensor 
 class WordStop:
     """`stop(ids)` for generate/beam search: true once a newline appears (if asked) or word N+1 starts.
 
-    Pure in `ids` (beam search calls it on many hypotheses). Whitespace bytes are ASCII, and UTF-8 never
-    uses bytes below 0x80 inside a multi-byte character, so words can be found on the raw bytes.
+    With `early`, also true as soon as word N is followed by whitespace: `finish` keeps nothing after word
+    N, so for one sequence (greedy or sampled: its earlier tokens do not depend on where it stops) the
+    suggestion is the same and one decoding step is saved. Beam search keeps the later rule, since where a
+    hypothesis ends changes its score. Pure in `ids` (beam search calls it on many hypotheses).
+    Whitespace bytes are ASCII, and UTF-8 never uses bytes below 0x80 inside a multi-byte character, so
+    words can be found on the raw bytes.
     """
 
-    def __init__(self, tokenizer: Tokenizer, max_words: int, stop_at_newline: bool, skip: int = 0) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_words: int, stop_at_newline: bool, skip: int = 0,
+                 early: bool = False) -> None:
         self.tokenizer, self.max_words, self.stop_at_newline, self.skip = tokenizer, max_words, stop_at_newline, skip
+        self.early = early
 
     def __call__(self, ids: list[int]) -> bool:
         body = b"".join(self.tokenizer.token_bytes(i) for i in ids)[self.skip:]
         if self.stop_at_newline and b"\n" in body:
             return True
-        return len(_WORD_BYTES.findall(body)) > self.max_words
+        words = len(_WORD_BYTES.findall(body))
+        if self.early and words == self.max_words and body[-1:].isspace():
+            return True
+        return words > self.max_words
 
 
 def _first_word_confidence(starts: list[int], logps: list[float], end: int) -> float:
@@ -181,7 +190,7 @@ def complete_encoded(
     if threshold is not None and not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], not {threshold}")
     budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
-    stop = WordStop(tokenizer, max_words, stop_at_newline, skip)
+    stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
                                       stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder,

@@ -3,7 +3,8 @@
 Every decoder here is incremental (ARCHITECTURE.md, "The model"): the prompt goes through the model once,
 then each new token is fed alone together with the `state` the model returned (RNN/GRU hidden state, minGRU
 last state, attention key/value cache), so generating n tokens costs n single-token forward passes,
-never a re-run over the growing sequence.
+never a re-run over the growing sequence. Those steps go through `seqlab.generation.fast_step` when it
+knows the model (the same arithmetic without most of the per-call overhead), else through the model.
 
 Attention models (and any model with learned positions) see at most `block_size` tokens of context:
 that is the longest window attention was trained on, and with learned positions there is no embedding
@@ -25,6 +26,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from seqlab.generation.fast_step import FastStep
 
 StopFn = Callable[[list[int]], bool]
 
@@ -89,6 +92,7 @@ class IncrementalDecoder:
                              f"got shape {tuple(prompts.shape)}")
         self.model = model
         self.limit = limit
+        self.fast = FastStep.of(model)
         self.context = context.to(model_device(model)) if context is not None else None
         self.state: Any = None
         self.window: Tensor | None = None
@@ -96,17 +100,19 @@ class IncrementalDecoder:
 
     @classmethod
     def resume(cls, model: nn.Module, window: Tensor, state: Any, logits: Tensor,
-               limit: int | None = None, context: Any = None) -> IncrementalDecoder:
+               limit: int | None = None, context: Any = None, fast: FastStep | None = None) -> IncrementalDecoder:
         """A decoder whose prompt is already encoded: `state` and next-token `logits` (B, V) after the
         tokens `window` (B, W), the tokens inside the attention window (W <= limit when there is one).
 
         The caller keeps ownership of what it passes: the decoder steps a clone of `state` (attention
         caches are written in place), so the same encoded prompt can be resumed again (a server keeps
-        one per writer and reuses it at the next keystroke)."""
+        one per writer and reuses it at the next keystroke). `fast`: the model's `FastStep`, when the caller
+        keeps one (a server, whose model does not change); else it is made here."""
         if limit is not None and window.shape[1] > limit:
             raise ValueError(f"the encoded window holds {window.shape[1]} tokens, more than the limit {limit}")
         dec = cls.__new__(cls)
         dec.model, dec.limit = model, limit
+        dec.fast = fast if fast is not None else FastStep.of(model)
         dec.context = context.to(model_device(model)) if context is not None else None
         dec.state = state.clone() if hasattr(state, "clone") else state
         dec.window = window if limit is not None else None
@@ -126,7 +132,7 @@ class IncrementalDecoder:
 
     def step(self, tokens: Tensor) -> Tensor:
         """Feed one token per lane, tokens (B,) -> next-token logits (B, V)."""
-        tokens = tokens.to(model_device(self.model)).view(-1, 1)  # (B,) -> (B, 1)
+        tokens = tokens.to(self.logits.device).view(-1, 1)  # (B,) -> (B, 1), on the model's device
         if self.limit is not None:
             assert self.window is not None
             grown = torch.cat([self.window, tokens], dim=1)  # (B, W+1)
@@ -135,6 +141,10 @@ class IncrementalDecoder:
                 self.logits = self._encode(grown[:, -max(1, self.limit // 2):])
                 return self.logits
             self.window = grown
+        if self.fast is not None and self.fast.usable(self.state):
+            logits, self.state = self.fast(tokens[:, 0], self.state)  # (B, V): the model's step, less overhead
+            self.logits = logits.float()
+            return self.logits
         logits, self.state = self.model(tokens, state=self.state)  # (B, 1, V)
         self.logits = logits[:, -1].float()
         return self.logits
@@ -181,6 +191,15 @@ def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, 
         raise ValueError(f"top_p must be in (0, 1], not {top_p}")
 
 
+def _to_eval(model: nn.Module) -> bool:
+    """Switch the model to eval mode; whether it was training (to switch back after). A model already in
+    eval mode is left alone: `eval()` walks every submodule, a cost a server would pay at each keystroke."""
+    if not model.training:
+        return False
+    model.eval()
+    return True
+
+
 def _mask_first(logits: Tensor, first_allowed: Tensor | None) -> Tensor:
     """Restrict the first generated token to `first_allowed` (V,) bool (token healing: `generation.complete`)."""
     if first_allowed is None:
@@ -206,8 +225,7 @@ def generate_with_logprobs(
         gen.seed()
     else:
         gen.manual_seed(seed)
-    was_training = model.training
-    model.eval()
+    was_training = _to_eval(model)
     out: list[int] = []
     logps: list[float] = []
     try:
@@ -230,7 +248,8 @@ def generate_with_logprobs(
                     break
                 dec.step(torch.tensor([nxt]))
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     return out, logps
 
 
@@ -292,8 +311,7 @@ def beam_search_hypotheses(
         raise ValueError("prompt_ids must hold at least one token (the bos token)")
     if max_new_tokens == 0:
         return [Hypothesis([], [])]
-    was_training = model.training
-    model.eval()
+    was_training = _to_eval(model)
     live, finished = [Hypothesis([], [])], []
     try:
         with torch.inference_mode():
@@ -325,7 +343,8 @@ def beam_search_hypotheses(
                 dec.select(torch.tensor(rows))
                 dec.step(torch.tensor(toks))
     finally:
-        model.train(was_training)
+        if was_training:
+            model.train()
     finished.sort(key=lambda h: h.score(length_penalty), reverse=True)
     return finished[:beam]
 

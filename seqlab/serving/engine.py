@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ class Suggestion:
     threshold: float  # the confidence a suggestion needed to be shown
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(vars(self))  # the fields, all plain values: asdict's deep copy costs more at every keystroke
 
 
 def session_key(session: str | None, context: ContextBatch | None) -> str | None:
@@ -74,6 +74,8 @@ class CompletionEngine:
         self.encoder = PromptEncoder(model)
         self.sessions = SessionStore(max_sessions)
         self.device = model_device(model)
+        # each token's bytes, looked up by id: the cut of a long prompt joins thousands at every keystroke
+        self._bytes = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
 
     def complete(self, prefix: str, subject: str = "", session: str | None = None, *, max_words: int = 3,
                  min_confidence: float | None = None, beam: int = 1, context: str | None = None) -> Suggestion:
@@ -91,7 +93,7 @@ class CompletionEngine:
             self.sessions.put(key, encoded)
         window = torch.tensor([encoded.ids], dtype=torch.long, device=self.device)  # (1, W)
         decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit,
-                                            context=ctx)
+                                            context=ctx, fast=self.encoder.fast)
         c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
                              threshold=threshold, decoder=decoder)
         return Suggestion(
@@ -103,7 +105,7 @@ class CompletionEngine:
         """Characters of the prompt before the window (ids[0] is bos, which stands for no text)."""
         if start <= 1:
             return 0
-        cut = b"".join(self.tokenizer.token_bytes(i) for i in ids[1:start])
+        cut = b"".join(map(self._bytes.__getitem__, ids[1:start]))
         return len(cut.decode("utf-8", errors="ignore"))
 
     @property

@@ -117,7 +117,9 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
     if s.events is not None:
         s.events.record_completion(result.id, result.latency_ms, bool(result.text), result.confidence,
                                    result.words)
-    return result.to_dict()
+    # a response made here skips FastAPI's second validation of it against CompleteResponse (which still
+    # documents it in the OpenAPI schema): a Suggestion has exactly those fields
+    return JSONResponse(result.to_dict())
 
 
 @router.post("/v1/why", responses={413: {"description": "body too large"}, 422: {"description": "bad field"},

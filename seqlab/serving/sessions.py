@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.generation.decode import context_limit, model_device
+from seqlab.generation.fast_step import FastStep
 
 SNAPSHOT_EVERY = 16  # tokens between kept copies of a recurrent state: a backspace re-feeds at most this many
 DENSE_TAIL = 64  # copies are kept that densely only over the newest tokens; further back, one per feed
@@ -84,6 +85,7 @@ class PromptEncoder:
         # every layer attention: the state can be truncated instead of copied (see the module docstring)
         self.truncatable = cfg is not None and cfg.mixer == "attention"
         self.device = model_device(model)
+        self.fast = FastStep.of(model)  # a keystroke usually adds one token: the decoder's one-token step
 
     def encode(self, ids: list[int], previous: Encoded | None = None, context: Any = None) -> tuple[Encoded, int]:
         """(the encoded prompt `ids`, how many of its window's tokens were reused from `previous`).
@@ -139,9 +141,13 @@ class PromptEncoder:
         snapshots = dict(base.snapshots) if base is not None else {}
         for end in self._chunk_ends(done, len(window)):
             idx = torch.tensor([window[done:end]], dtype=torch.long, device=self.device)  # (1, T)
-            extra = {"context": context} if context is not None and state is None else {}
-            out, state = self.model(idx, state=state, **extra)  # (1, T, V)
-            logits = out[:, -1].float()  # (1, V)
+            if end - done == 1 and self.fast is not None and self.fast.usable(state):
+                logits, state = self.fast(idx[:, 0], state)  # (1, V)
+                logits = logits.float()
+            else:
+                extra = {"context": context} if context is not None and state is None else {}
+                out, state = self.model(idx, state=state, **extra)  # (1, T, V)
+                logits = out[:, -1].float()  # (1, V)
             done = end
             if not self.truncatable and done % SNAPSHOT_EVERY == 0:
                 snapshots[done] = (state, logits)
