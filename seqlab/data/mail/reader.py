@@ -38,7 +38,7 @@ from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cle
     strip_quotes,
     strip_signature,
 )
-from seqlab.data.mail.context import quoted_context
+from seqlab.data.mail.context import clean_and_context
 from seqlab.data.mail.files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
 from seqlab.data.mail.mime import (
     MAX_DEPTH,
@@ -288,8 +288,7 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
     if sender.casefold() in opts.exclude_senders:
         return "excluded_sender"
     subject = decode_header_text(first("subject")[: MAX_SUBJECT_CHARS * 8])[:MAX_SUBJECT_CHARS].rstrip()
-    capped = _cap(body)
-    body = clean_body(capped, opts)
+    body, context = clean_and_context(_cap(body), opts)
     if opts.mask_pii:
         subject = mask_pii(subject)
     if not subject and not body:
@@ -312,7 +311,7 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
         in_reply_to=reply[0] if reply else None,
         references=references,
         source=safe_text(source),
-        context=quoted_context(capped, opts),
+        context=context,
     )
 
 
