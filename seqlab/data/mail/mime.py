@@ -176,6 +176,12 @@ def normalize_charset(name: str | None) -> str | None:
     """A usable Python codec name for a MIME charset label, or None when it is missing or unknown."""
     if not name:
         return None
+    if len(name) <= 64:  # the labels real mail uses: a few dozen, each looked up once
+        return _normalize_charset_cached(name)
+    return _normalize_charset(name)
+
+
+def _normalize_charset(name: str) -> str | None:
     label = name.strip().strip("\"'").strip().lower()[:40]
     label = re.split(r"[\s;,]", label, maxsplit=1)[0] if label else label
     if label in CHARSET_ALIASES:
@@ -189,6 +195,9 @@ def normalize_charset(name: str | None) -> str | None:
             return None
         return info.name
     return None
+
+
+_normalize_charset_cached = functools.lru_cache(maxsize=512)(_normalize_charset)
 
 
 @functools.cache

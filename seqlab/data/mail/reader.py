@@ -54,7 +54,7 @@ from seqlab.data.mail.mime import (
     prescan,
 )
 from seqlab.data.mail.records import Email, SkipReport
-from seqlab.data.mail.simple import content_answer, first_value, simple_fields, simple_message
+from seqlab.data.mail.simple import content_answer, simple_fields, simple_message
 
 SKIP_REASONS = frozenset(
     "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary "
@@ -198,6 +198,23 @@ def _raw_fallback(raw: bytes) -> tuple[dict[str, list[str]], str | None]:
 
 
 _UU = ("x-uuencode", "uuencode", "uue", "x-uue")
+_FIRST = frozenset(("content-type", "content-transfer-encoding", "content-disposition"))
+
+
+def _simple_headers(fields: list[tuple[str, str]]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """`_collect_headers(fields)`, and the first value of each _FIRST header (as `Message.get` finds it),
+    in one pass. The names of simple fields hold no blanks, so `.strip()` would change none of them."""
+    headers: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    for name, value in fields:
+        key = name.lower()
+        if key in _WANTED:
+            headers.setdefault(key, []).append(value)
+        elif key in MAIL_HEADERS:
+            headers.setdefault(key, [])
+        if key in _FIRST and key not in first:
+            first[key] = value
+    return headers, first
 
 
 def _simple_parts(raw: bytes) -> tuple[dict[str, list[str]], str | None] | None:
@@ -214,16 +231,16 @@ def _simple_parts(raw: bytes) -> tuple[dict[str, list[str]], str | None] | None:
     if found is None:
         return None
     fields, payload = found
+    headers, first = _simple_headers(fields)
     pol = read_policy()
-    content_type = first_value(fields, "content-type")
+    content_type = first.get("content-type")
     ctype = content_answer(pol, "content-type", content_type, "get_content_type")
     if ctype.split("/")[0] in ("multipart", "message"):
         return None
-    cte = (first_value(fields, "content-transfer-encoding") or "").replace("\n", "").lower()  # as `get` unfolds
+    cte = first.get("content-transfer-encoding", "").replace("\n", "").lower()  # as `get` unfolds it
     if cte == "base64" or cte in _UU:
         return None  # decoded by the message itself (simple_message), with the stdlib's defect handling
-    headers = _collect_headers(fields)
-    disposition = content_answer(pol, "content-disposition", first_value(fields, "content-disposition"),
+    disposition = content_answer(pol, "content-disposition", first.get("content-disposition"),
                                  "get_content_disposition")
     if disposition == "attachment" or ctype not in ("text/plain", "text/html"):
         return headers, None

@@ -24,7 +24,11 @@ from email.policy import EmailPolicy
 
 # email.feedparser.headerRE accepts "From ", `[\041-\071\073-\176]*:` and a leading blank; this accepts
 # only the cases the parser handles plainly: a non-empty field name then ":", or a continuation line.
-_FIELD = re.compile(r"[\041-\071\073-\176]+:")
+_FIELD = r"[\041-\071\073-\176]+:"
+# A header block of such lines, the first one a field (an envelope "From " line never matches: the name
+# cannot hold a blank). Linear: each line is one alternative followed by [^\n]*.
+_BLOCK = re.compile(rf"{_FIELD}[^\n]*(?:\n(?:{_FIELD}|[ \t])[^\n]*)*")
+_FIELD_BREAK = re.compile(r"\n(?![ \t])")  # where a new field starts
 
 Fields = list[tuple[str, str]]
 
@@ -41,24 +45,13 @@ def simple_fields(data: bytes) -> tuple[Fields, bytes] | None:
     end = data.find(b"\n\n")
     if end < 0:
         return None
-    lines = data[:end].decode("ascii", "surrogateescape").split("\n")  # as BytesParser decodes
-    field_match = _FIELD.match
-    if not field_match(lines[0]):
+    head = data[:end].decode("ascii", "surrogateescape")  # as BytesParser decodes
+    if _BLOCK.fullmatch(head) is None:
         return None
     fields: Fields = []
-    name = ""
-    parts: list[str] = []
-    for line in lines:
-        if line[:1] in (" ", "\t"):
-            parts.append(line)
-            continue
-        if not field_match(line) or line.startswith("From "):
-            return None
-        if parts:
-            fields.append((name, "\n".join(parts)))
-        name, value = line.split(":", 1)
-        parts = [value.lstrip(" \t")]
-    fields.append((name, "\n".join(parts)))
+    for field in _FIELD_BREAK.split(head):  # a field: its first line and its continuation lines
+        name, value = field.split(":", 1)
+        fields.append((name, value.lstrip(" \t")))  # stops at the first line's end: "\n" is not stripped
     return fields, data[end + 2:]
 
 
@@ -75,14 +68,6 @@ def simple_message(data: bytes, policy: EmailPolicy) -> Message | None:
         return None
     msg.set_payload(payload.decode("ascii", "surrogateescape"))
     return msg
-
-
-def first_value(fields: Fields, name: str) -> str | None:
-    """The raw value of the first header called `name` (lower case), as `Message.get` finds it; None if absent."""
-    for key, value in fields:
-        if key.lower() == name:
-            return value
-    return None
 
 
 CACHED_VALUE_CHARS = 256  # longer values (rare, hostile) are asked about directly: the cache stays small
