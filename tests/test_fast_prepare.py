@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import quopri
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
