@@ -1,7 +1,7 @@
-"""The cleaning functions as they were before the fast paths of issue 13 (regex scans of the whole text,
-normalizing twice), kept as the reference the fast ones in seqlab/data/mail/clean.py and context.py are
-tested against (tests/test_fast_clean.py). Only the code that changed is here; the patterns it uses are
-the package's own.
+"""The cleaning and header-decoding functions as they were before the fast paths of issue 13 (regex scans
+of the whole text, normalizing twice, no caches), kept as the reference the fast ones in
+seqlab/data/mail/clean.py, context.py and mime.py are tested against (tests/test_fast_clean.py). Only the
+code that changed is here; the patterns it uses are the package's own.
 """
 
 from __future__ import annotations
@@ -23,6 +23,15 @@ from seqlab.data.mail.clean import (
     strip_signature,
 )
 from seqlab.data.mail.context import _HEADER_LINE, _MARKER_LINE, keep_end
+from seqlab.data.mail.mime import (
+    _ADDRESS,
+    _ENCODED_WORD,
+    _FOLD,
+    _QUOTED_OR_COMMENT,
+    _SPACES,
+    _decode_word,
+    undo_surrogateescape,
+)
 
 _QUOTED_LINE = re.compile(r"^[ \t]*>[^\n]*(?:\n|\Z)", re.MULTILINE)
 _UNQUOTE = re.compile(r"^[ \t]*> ?", re.MULTILINE)
@@ -119,3 +128,26 @@ def quoted_context(body: str, opts: CleanOptions) -> str:
         return ""
     cleaned = clean_body(quoted, CleanOptions(keep_quotes=False, keep_signatures=False, mask_pii=opts.mask_pii))
     return keep_end(cleaned)
+
+
+def decode_header_text(value: str) -> str:
+    value = _FOLD.sub("", value)
+    out: list[str] = []
+    pos, last_was_word = 0, False
+    for m in _ENCODED_WORD.finditer(value):
+        gap = value[pos:m.start()]
+        if gap and not (last_was_word and not gap.strip()):
+            out.append(undo_surrogateescape(gap))
+        decoded = _decode_word(m.group(1), m.group(2), m.group(3))
+        out.append(m.group(0) if decoded is None else decoded)
+        last_was_word, pos = True, m.end()
+    out.append(undo_surrogateescape(value[pos:]))
+    return _SPACES.sub(" ", safe_text("".join(out))).strip()
+
+
+def parse_addresses(value: str) -> list[str]:
+    text = _QUOTED_OR_COMMENT.sub(" ", _FOLD.sub("", undo_surrogateescape(value)))
+    seen: dict[str, None] = {}
+    for m in _ADDRESS.finditer(text):
+        seen.setdefault(m.group(0).lower().strip("."), None)
+    return list(seen)

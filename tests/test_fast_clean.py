@@ -13,6 +13,7 @@ from mail_samples import corpus_messages
 
 from seqlab.data.mail.clean import CleanOptions, clean_body, normalize_text, safe_text, strip_quotes
 from seqlab.data.mail.context import clean_and_context, quoted_context
+from seqlab.data.mail.mime import decode_header_text, parse_addresses
 from seqlab.data.synthetic.generator import synthetic_messages
 
 _LINES = [
@@ -59,3 +60,23 @@ def test_real_shaped_mail() -> None:
             assert got == (slow.clean_body(body, opts), slow.quoted_context(body, opts))
             quoted += bool(got[1])
     assert quoted > 50  # many of them reply with a quote, so the context path is exercised
+
+
+_HEADER_PIECES = ["a", "Bob", " ", "  ", "\t", "\n ", "\r\n\t", "\n", "\r", "\x01", "\x0b", "\x0c", "\x1c", "\x1f",
+                  "\x7f", "=?utf-8?q?caf=C3=A9?=", "=?", "?=", "=?iso-8859-1?b?Y2Fm6Q==?=", "\udce9", "é", "\xa0",
+                  "\u2003",
+                  "<bob@x.org>", "\"Smith, Bob\"", "(comment)", ",", "ann@y.example", "@", ".", "Re:"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_HEADER_PIECES), max_size=12).map("".join))
+def test_header_decoding_equals_the_slow_code(value: str) -> None:
+    assert decode_header_text(value) == slow.decode_header_text(value)
+    assert parse_addresses(value) == slow.parse_addresses(value)
+    assert parse_addresses(value) == slow.parse_addresses(value)  # the cached answer is the same list
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_header_decoding_on_any_text(value: str) -> None:
+    assert decode_header_text(value) == slow.decode_header_text(value)

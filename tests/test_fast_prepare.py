@@ -109,6 +109,8 @@ def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(module, "safe_text", slow.safe_text)
     monkeypatch.setattr(clean, "normalize_text", slow.normalize_text)
     monkeypatch.setattr(mime, "normalize_charset", lambda name: mime._normalize_charset(name) if name else None)
+    monkeypatch.setattr(reader, "decode_header_text", slow.decode_header_text)
+    monkeypatch.setattr(reader, "parse_addresses", slow.parse_addresses)
     monkeypatch.setattr(corpus, "normalize_subject", corpus.normalize_subject.__wrapped__)
     monkeypatch.setattr(threadtable, "date_key", _slow_date_key)
 

@@ -58,13 +58,26 @@ def safe_text(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
-_BLANK_ENDS = tuple(_LINE_END_BLANKS)
 _BLANK_BEFORE_NEWLINE = tuple(c + "\n" for c in _LINE_END_BLANKS)
 
 
-def _has_line_end_blanks(text: str) -> bool:
-    """True when some line of `text` ends in one of _LINE_END_BLANKS (substring searches, no regex)."""
-    return text.endswith(_BLANK_ENDS) or any(end in text for end in _BLANK_BEFORE_NEWLINE)
+def _rstrip_lines(text: str) -> str:
+    """`"\\n".join(line.rstrip(_LINE_END_BLANKS) for line in text.split("\\n"))`, touching only the lines
+    that end in a blank (found by substring search; ordinary mail has none or a few)."""
+    ends = []  # offsets of the line breaks that follow a blank
+    for needle in _BLANK_BEFORE_NEWLINE:
+        i = text.find(needle)
+        while i >= 0:
+            ends.append(i + 1)
+            i = text.find(needle, i + 2)
+    if not ends:
+        return text.rstrip(_LINE_END_BLANKS)  # only the last line can end in a blank
+    pieces, pos = [], 0
+    for nl in sorted(ends):
+        pieces.append(text[pos:nl].rstrip(_LINE_END_BLANKS))  # stops at the line's start: "\\n" is no blank
+        pos = nl
+    pieces.append(text[pos:].rstrip(_LINE_END_BLANKS))
+    return "".join(pieces)
 
 
 def normalize_text(text: str) -> str:
@@ -72,8 +85,7 @@ def normalize_text(text: str) -> str:
     text = safe_text(text)
     if "\ufeff" in text:
         text = text.replace("\ufeff", "")
-    if _has_line_end_blanks(text):
-        text = "\n".join([line.rstrip(_LINE_END_BLANKS) for line in text.split("\n")])
+    text = _rstrip_lines(text)
     if "\n\n\n" in text:
         text = _BLANK_RUN.sub("\n\n", text)
     return text.strip("\n")
