@@ -7,6 +7,7 @@ multipart/alternative with quoted-printable parts, HTML only, Latin-1, attachmen
 
 from __future__ import annotations
 
+import os
 import quopri
 import re
 from datetime import datetime, timedelta, timezone
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages
 
-from seqlab.data.mail import clean, corpus, mime, reader, threadtable
+from seqlab.data.mail import clean, corpus, files, mime, reader, threadtable
 from seqlab.data.mail.corpus import _utc_date
 from seqlab.data.prepare import prepare
 from seqlab.data.synthetic.generator import synthetic_messages
@@ -130,3 +131,58 @@ def test_fast_and_slow_paths_write_the_same_data_dir(mixed_tree: Path, tmp_path:
     assert fast["kept"] > 200 and sum(fast["skipped"].values()) > 50  # both kinds of mail are in it
     assert fast["contexts"]["splits"]["train"]["quoted"] > 50  # replies with quotes, so contexts are compared
     assert _files(tmp_path / "fast") == _files(tmp_path / "slow")
+
+
+def _slow_tree_items(root: Path) -> list[tuple[str, object]]:
+    """files._iter_tree as it was: pathlib paths, `is_file()`, then `_iter_file` on each candidate."""
+    def walk(root: Path):  # noqa: ANN202
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            hidden = sorted(d for d in dirnames if d.startswith("."))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            if "cur" in dirnames and "new" in dirnames and "tmp" in dirnames:
+                dirnames.remove("tmp")
+            for d in hidden:
+                yield here / d, "hidden_dir"
+            for name in sorted(filenames):
+                p = here / name
+                reason = ("hidden_file" if p.name.startswith(".")
+                          else "not_mail_file" if p.suffix.lower() in files.NON_MAIL_SUFFIXES else None)
+                yield p, reason
+
+    out: list[tuple[str, object]] = []
+    for p, reason in walk(root):
+        if reason is not None:
+            out.append((str(p), reason))
+        elif not p.is_file():
+            out.append((str(p), "not_a_file"))
+        else:
+            out += list(files._iter_file(p))
+    return out
+
+
+def test_tree_reading_equals_the_pathlib_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "tree"
+    for folder in ("a", "a/b", ".hidden", "Maildir/cur", "Maildir/new", "Maildir/tmp", "c."):
+        (root / folder).mkdir(parents=True)
+    msg = b"From: a@x.org\nSubject: hi\n\nbody\n"
+    for name in ("1.", "2", "a/x.eml", "a/b/.dot", "a/b/y.PNG", "a/b/z.", "a/.q", "c./d.e.f", "Maildir/cur/m1",
+                 "Maildir/tmp/m2", "a/b/tarball.tar.gz", ".hidden/h"):
+        (root / name).write_bytes(msg)
+    (root / "empty").write_bytes(b"")
+    (root / "big").write_bytes(b"Subject: big\n\n" + b"x" * (files.MAX_MESSAGE_BYTES + 10))
+    envelope = b"From a Mon Jan  1 10:00:00 2001\n"
+    (root / "a/inbox.mbox").write_bytes(envelope + msg + b"\n" + envelope + msg)
+    (root / "a/looks-like-mbox").write_bytes(envelope + msg)
+    (root / "link").symlink_to(root / "2")
+    (root / "broken").symlink_to(root / "nowhere")
+    (root / "dirlink").symlink_to(root / "a")
+    os.mkfifo(root / "fifo")
+    want = _slow_tree_items(root)
+    assert list(files.iter_source_items(root)) == want
+    assert {reason for _, reason in want if isinstance(reason, str)} >= {
+        "hidden_dir", "hidden_file", "not_mail_file", "not_a_file", "too_large"}
+    monkeypatch.chdir(root)  # "." as the root: labels are then relative, as Path(".") / name makes them
+    assert list(files.iter_source_items(Path("."))) == _slow_tree_items(Path("."))
+    monkeypatch.chdir(tmp_path)
+    assert list(files.iter_source_items(Path("tree/"))) == _slow_tree_items(Path("tree/"))
