@@ -59,11 +59,16 @@ def safe_text(text: str) -> str:
 
 
 _BLANK_BEFORE_NEWLINE = tuple(c + "\n" for c in _LINE_END_BLANKS)
+_BLANK_BEFORE_NEWLINE_UTF8 = tuple(n.encode("utf-8") for n in _BLANK_BEFORE_NEWLINE)
 
 
 def _rstrip_lines(text: str) -> str:
     """`"\\n".join(line.rstrip(_LINE_END_BLANKS) for line in text.split("\\n"))`, touching only the lines
     that end in a blank (found by substring search; ordinary mail has none or a few)."""
+    if not text.isascii():  # str.find is slow on 2- and 4-byte strings; UTF-8 bytes answer "none?" faster
+        data = text.encode("utf-8", "surrogatepass")
+        if not any(needle in data for needle in _BLANK_BEFORE_NEWLINE_UTF8):
+            return text.rstrip(_LINE_END_BLANKS)
     ends = []  # offsets of the line breaks that follow a blank
     for needle in _BLANK_BEFORE_NEWLINE:
         i = text.find(needle)
@@ -351,7 +356,11 @@ def clean_normalized(text: str, opts: CleanOptions, low: str | None = None, cut:
         text = strip_quotes(text, low, cut)
     if not opts.keep_signatures:
         text = strip_signature(text)
-    text = normalize_text(text)
+    # Both remove whole lines (a cut, attribution and quoted lines, a signature), so what is left is lines
+    # of normalized text: of normalize_text only the blank-run collapse and the end strip can change it.
+    if "\n\n\n" in text:
+        text = _BLANK_RUN.sub("\n\n", text)
+    text = text.strip("\n")
     if opts.mask_pii:
         text = mask_pii(text)
     return text
