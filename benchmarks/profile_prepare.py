@@ -21,6 +21,7 @@ import cProfile
 import pickle
 import pstats
 import quopri
+import re
 import sys
 import time
 from pathlib import Path
@@ -54,9 +55,13 @@ STAGES = {
 }
 
 
+_MIME_HEADERS = re.compile(rb"^(?:MIME-Version|Content-[A-Za-z-]+):.*\n(?:[ \t].*\n)*", re.M | re.I)
+
+
 def mime_message(raw: bytes) -> bytes:
     """`raw` as multipart/alternative: its body as quoted-printable text/plain and as HTML."""
     head, _, body = raw.partition(b"\n\n")
+    head = _MIME_HEADERS.sub(b"", head + b"\n").rstrip(b"\n")
     html = b"<html><body><p>" + body.replace(b"\n\n", b"</p><p>").replace(b"\n", b"<br>\n") + b"</p></body></html>\n"
     parts = [(b"text/plain; charset=\"utf-8\"", quopri.encodestring(body)), (b"text/html; charset=\"utf-8\"",
                                                                             quopri.encodestring(html))]
