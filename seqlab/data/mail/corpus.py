@@ -59,7 +59,7 @@ def _collapse(s: str) -> str:
     return " ".join(s.split())
 
 
-@functools.lru_cache(maxsize=1024)  # a worker asks twice per email (dedupe key, thread meta); subjects repeat
+@functools.lru_cache(maxsize=256)  # a worker asks twice per email (dedupe key, thread meta); subjects repeat
 def normalize_subject(s: str) -> str:
     """Subject for threading and duplicate detection: case folded, whitespace collapsed, reply and
     forward prefixes and [list-tags] stripped repeatedly ("Re: [x] Fwd: Hi" -> "hi").

@@ -347,7 +347,7 @@ def _addresses(value: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-_addresses_cached = functools.lru_cache(maxsize=4096)(_addresses)  # at most ~4 MB of values
+_addresses_cached = functools.lru_cache(maxsize=256)(_addresses)  # about 256 KB: a worker stays small
 
 
 def parse_msg_ids(value: str, limit: int = 200) -> list[str]:

@@ -89,4 +89,4 @@ def _ask(policy: EmailPolicy, name: str, value: str | None, question: str) -> st
     return getattr(msg, question)()
 
 
-_cached_answer = functools.lru_cache(maxsize=1024)(_ask)  # at most ~1024 x 256 characters
+_cached_answer = functools.lru_cache(maxsize=256)(_ask)  # at most 256 values of 256 characters
