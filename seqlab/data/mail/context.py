@@ -22,26 +22,23 @@ from __future__ import annotations
 import re
 
 from seqlab.data.mail.clean import (
-    _QUOTED_LINE,
     CleanOptions,
-    _cut_offset,
     clean_body,
+    clean_normalized,
+    cut_offset,
     normalize_text,
+    quoted_runs,
 )
 
 MAX_CONTEXT_CHARS = 2000  # the model reads at most ctx_block_size tokens of it anyway (its end)
 _MARKER_LINE = re.compile(r"[^\n]*\n?")
 _HEADER_LINE = re.compile(r"[ \t]*(?:From|Sent|To|Cc|Subject|Date)[ \t]*:[^\n]*\n?", re.IGNORECASE)
-_UNQUOTE = re.compile(r"^[ \t]*> ?", re.MULTILINE)
-_CUT_HINTS = ("original message", "forwarded", "_" * 20, "from:", "to:")
+_UNQUOTE_AFTER_NEWLINE = re.compile(r"\n[ \t]*> ?")  # one quoting level, at each line start after a "\n"
 
 
-def _cut_block(text: str) -> str:
-    """The text below a cut marker (original message, forward, header block), its header lines dropped."""
-    low = text.lower()
-    if not any(hint in low for hint in _CUT_HINTS):
-        return ""
-    cut = _cut_offset(text)
+def _cut_block(text: str, cut: int) -> str:
+    """The text below a cut marker (original message, forward, header block) at `cut` (clean.cut_offset),
+    its header lines dropped; "" when there is none."""
     if cut >= len(text):
         return ""
     pos = cut
@@ -57,11 +54,14 @@ def _cut_block(text: str) -> str:
 
 
 def _quoted_lines(text: str) -> str:
-    """The `>` lines of a body, one quoting level removed, in order."""
+    """The `>` lines of a body, one quoting level removed, in order.
+
+    Every line of the runs starts with blanks and ">", so one level goes with a literal-led substitution
+    on "\\n" + the runs (each line start then follows a "\\n"), the added "\\n" dropped after."""
     if ">" not in text:
         return ""
-    lines = [m.group(0) for m in _QUOTED_LINE.finditer(text)]
-    return _UNQUOTE.sub("", "".join(lines))
+    quoted = "".join(text[start:end] for start, end in quoted_runs(text))
+    return _UNQUOTE_AFTER_NEWLINE.sub("\n", "\n" + quoted)[1:]
 
 
 def keep_end(text: str, limit: int = MAX_CONTEXT_CHARS) -> str:
@@ -80,11 +80,26 @@ def quoted_context(body: str, opts: CleanOptions) -> str:
     A cut block (original message, forward) wins over `>` lines: a body with both holds the `>` lines
     inside the block (older quoting levels)."""
     text = normalize_text(body)
-    quoted = _cut_block(text) or _quoted_lines(text)
+    low = text.lower()
+    return _context_of(text, cut_offset(text, low), opts)
+
+
+def _context_of(text: str, cut: int, opts: CleanOptions) -> str:
+    """`quoted_context` of the normalized `text` whose cut offset is `cut`."""
+    quoted = _cut_block(text, cut) or _quoted_lines(text)
     if not quoted.strip():
         return ""
     cleaned = clean_body(quoted, CleanOptions(keep_quotes=False, keep_signatures=False, mask_pii=opts.mask_pii))
     return keep_end(cleaned)
+
+
+def clean_and_context(body: str, opts: CleanOptions) -> tuple[str, str]:
+    """`(clean_body(body, opts), quoted_context(body, opts))`, normalizing the body and finding its cut
+    (the lower-cased text, the marker search) once for both."""
+    text = normalize_text(body)
+    low = text.lower()
+    cut = cut_offset(text, low)
+    return clean_normalized(text, opts, low, cut), _context_of(text, cut, opts)
 
 
 def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:

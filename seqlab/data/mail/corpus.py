@@ -31,6 +31,7 @@ Definitions (the split guarantees below are stated in these terms and tested):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import Counter
@@ -58,6 +59,7 @@ def _collapse(s: str) -> str:
     return " ".join(s.split())
 
 
+@functools.lru_cache(maxsize=256)  # a worker asks twice per email (dedupe key, thread meta); subjects repeat
 def normalize_subject(s: str) -> str:
     """Subject for threading and duplicate detection: case folded, whitespace collapsed, reply and
     forward prefixes and [list-tags] stripped repeatedly ("Re: [x] Fwd: Hi" -> "hi").

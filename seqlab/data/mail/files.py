@@ -13,6 +13,7 @@ import csv
 import mailbox
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -146,6 +147,11 @@ def _iter_file(path: Path) -> Iterator[Item]:
     except OSError:
         yield label, "unreadable"
         return
+    yield from _file_items(path, label, size, data)
+
+
+def _file_items(path: Path, label: str, size: int, data: bytes) -> Iterator[Item]:
+    """The items of a file whose size and first bytes (all of it up to MAX_MESSAGE_BYTES + 1) were read."""
     suffix = path.suffix.lower()
     if suffix in _MBOX_SUFFIXES or (suffix != ".csv" and _is_envelope(data[:4096].lstrip(b"\r\n"))):
         try:
@@ -156,39 +162,88 @@ def _iter_file(path: Path) -> Iterator[Item]:
     yield label, ("too_large" if size > MAX_MESSAGE_BYTES or len(data) > MAX_MESSAGE_BYTES else data)
 
 
-def _tree_entry_reason(path: Path) -> str | None:
-    if path.name.startswith("."):
+def _suffix(name: str) -> str:
+    """`PurePath(name).suffix`: from the last "." on, unless the name starts or ends with that "."."""
+    i = name.rfind(".")
+    return name[i:] if 0 < i < len(name) - 1 else ""
+
+
+def _tree_entry_reason(name: str) -> str | None:
+    if name.startswith("."):
         return "hidden_file"
-    if path.suffix.lower() in NON_MAIL_SUFFIXES:
+    if _suffix(name).lower() in NON_MAIL_SUFFIXES:
         return "not_mail_file"
     return None
 
 
-def _walk(root: Path) -> Iterator[tuple[Path, str | None]]:
-    """Every file under root in sorted order with its skip reason (None for a candidate message file)."""
+def _walk(root: Path) -> Iterator[tuple[str, str | None]]:
+    """Every file under root in sorted order, as its path string (`str(Path(dir) / name)`), with its skip
+    reason (None for a candidate message file). Strings, not Path objects: a tree of small files is read
+    at a few microseconds a file, so building Paths would be a large part of it."""
     for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
+        here = str(Path(dirpath))
+        prefix = "" if here == "." else os.path.join(here, "")  # Path(".") / name is just name
         hidden = sorted(d for d in dirnames if d.startswith("."))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         if "cur" in dirnames and "new" in dirnames and "tmp" in dirnames:
             dirnames.remove("tmp")  # a Maildir's tmp/ holds deliveries in progress
         for d in hidden:
-            yield here / d, "hidden_dir"
+            yield prefix + d, "hidden_dir"
         for name in sorted(filenames):
-            p = here / name
-            yield p, _tree_entry_reason(p)
+            yield prefix + name, _tree_entry_reason(name)
+
+
+def _read_tree_file(label: str) -> Iterator[Item]:
+    """`_iter_file` of a file found in a tree, or "not_a_file" for what is not a regular file (a FIFO, a
+    device, a socket, a broken link), with one open, one fstat and one read for an ordinary message.
+
+    O_NONBLOCK so that opening a FIFO never waits for a writer (it has no effect on regular files); what
+    `Path.is_file` would call no file is told apart from an unreadable file by asking it only when the
+    open fails."""
+    try:
+        fd = os.open(label, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError:
+        yield label, ("unreadable" if os.path.isfile(label) else "not_a_file")
+        return
+    try:
+        size, data = _read_regular(fd)
+    except OSError:
+        size, data = 0, None
+    finally:
+        os.close(fd)
+    if data is None:
+        yield label, "unreadable"
+    elif size < 0:
+        yield label, "not_a_file"
+    else:
+        yield from _file_items(Path(label), label, size, data)
+
+
+def _read_regular(fd: int) -> tuple[int, bytes]:
+    """(size, what `open(...).read(n)` returns) of a regular file, n as `_iter_file` reads; (-1, b"") when the
+    descriptor is not a regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return -1, b""
+    want = MAX_MESSAGE_BYTES + 1 if st.st_size <= MAX_MESSAGE_BYTES else 4096
+    pieces, got = [], 0
+    while got < want:  # BufferedReader.read(want): up to `want` bytes, to the end of the file
+        piece = os.read(fd, min(want - got, max(st.st_size + 1 - got, 1 << 16)))
+        if not piece:
+            break
+        pieces.append(piece)
+        got += len(piece)
+    return st.st_size, pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _iter_tree(root: Path) -> Iterator[Item]:
     if not any(reason is None for _, reason in _walk(root)):
         raise UserError(f"{root} contains no mail files")
-    for p, reason in _walk(root):
+    for label, reason in _walk(root):
         if reason is not None:
-            yield str(p), reason
-        elif not p.is_file():
-            yield str(p), "not_a_file"
+            yield label, reason
         else:
-            yield from _iter_file(p)
+            yield from _read_tree_file(label)
 
 
 def _maildir_items(md: mailbox.Maildir, prefix: str) -> Iterator[Item]:

@@ -176,6 +176,12 @@ def normalize_charset(name: str | None) -> str | None:
     """A usable Python codec name for a MIME charset label, or None when it is missing or unknown."""
     if not name:
         return None
+    if len(name) <= 64:  # the labels real mail uses: a few dozen, each looked up once
+        return _normalize_charset_cached(name)
+    return _normalize_charset(name)
+
+
+def _normalize_charset(name: str) -> str | None:
     label = name.strip().strip("\"'").strip().lower()[:40]
     label = re.split(r"[\s;,]", label, maxsplit=1)[0] if label else label
     if label in CHARSET_ALIASES:
@@ -189,6 +195,9 @@ def normalize_charset(name: str | None) -> str | None:
             return None
         return info.name
     return None
+
+
+_normalize_charset_cached = functools.lru_cache(maxsize=512)(_normalize_charset)
 
 
 @functools.cache
@@ -296,6 +305,11 @@ def _decode_word(charset: str, encoding: str, text: str) -> str | None:
 
 def decode_header_text(value: str) -> str:
     """Unfold a raw header value, decode RFC 2047 encoded words, collapse whitespace."""
+    if value.isascii() and "=?" not in value:
+        # No encoded word and no escaped byte: only safe_text and the whitespace collapse below have any
+        # effect (unfolding removes only line breaks next to a blank, which the collapse merges anyway),
+        # and str.split() splits at exactly the characters _SPACES matches (both use Unicode isspace).
+        return " ".join(safe_text(value).split())
     value = _FOLD.sub("", value)
     out: list[str] = []
     pos, last_was_word = 0, False
@@ -320,11 +334,20 @@ _ANGLE_ID = re.compile(r"<([^<>\s]{1,500})>")
 
 def parse_addresses(value: str) -> list[str]:
     """Lower-case addresses in an address header, in order, without duplicates (display names dropped)."""
+    if len(value) <= 1000:  # senders and recipient lists repeat from message to message
+        return list(_addresses_cached(value))
+    return list(_addresses(value))
+
+
+def _addresses(value: str) -> tuple[str, ...]:
     text = _QUOTED_OR_COMMENT.sub(" ", _FOLD.sub("", undo_surrogateescape(value)))
     seen: dict[str, None] = {}
     for m in _ADDRESS.finditer(text):
         seen.setdefault(m.group(0).lower().strip("."), None)
-    return list(seen)
+    return tuple(seen)
+
+
+_addresses_cached = functools.lru_cache(maxsize=256)(_addresses)  # about 256 KB: a worker stays small
 
 
 def parse_msg_ids(value: str, limit: int = 200) -> list[str]:

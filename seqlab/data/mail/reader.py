@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import quopri
 from collections.abc import Iterable, Iterator
 from email import policy
 from email.message import Message
@@ -37,7 +38,7 @@ from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cle
     strip_quotes,
     strip_signature,
 )
-from seqlab.data.mail.context import quoted_context
+from seqlab.data.mail.context import clean_and_context
 from seqlab.data.mail.files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
 from seqlab.data.mail.mime import (
     MAX_DEPTH,
@@ -53,7 +54,7 @@ from seqlab.data.mail.mime import (
     prescan,
 )
 from seqlab.data.mail.records import Email, SkipReport
-from seqlab.data.mail.simple import simple_message
+from seqlab.data.mail.simple import content_answer, simple_fields, simple_message
 
 SKIP_REASONS = frozenset(
     "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary "
@@ -196,11 +197,73 @@ def _raw_fallback(raw: bytes) -> tuple[dict[str, list[str]], str | None]:
     return _collect_headers(items), decode_bytes(body)
 
 
+_UU = ("x-uuencode", "uuencode", "uue", "x-uue")
+_FIRST = frozenset(("content-type", "content-transfer-encoding", "content-disposition"))
+
+
+def _simple_headers(fields: list[tuple[str, str]]) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """`_collect_headers(fields)`, and the first value of each _FIRST header (as `Message.get` finds it),
+    in one pass. The names of simple fields hold no blanks, so `.strip()` would change none of them."""
+    headers: dict[str, list[str]] = {}
+    first: dict[str, str] = {}
+    for name, value in fields:
+        key = name.lower()
+        if key in _WANTED:
+            headers.setdefault(key, []).append(value)
+        elif key in MAIL_HEADERS:
+            headers.setdefault(key, [])
+        if key in _FIRST and key not in first:
+            first[key] = value
+    return headers, first
+
+
+def _simple_parts(raw: bytes) -> tuple[dict[str, list[str]], str | None] | None:
+    """`_collect_headers(msg.raw_items()), _body_from_message(msg, ...)` of the message the parser would
+    build, for a simple message (simple.py) of one non-multipart part whose transfer encoding is none,
+    7bit, 8bit, binary or quoted-printable, without building `msg`; None for any other message.
+
+    Each step is the one `_body_from_message` takes on such a message (a single leaf, depth 0): the
+    stdlib's content-type, disposition and charset answers for the header values (simple.content_answer),
+    `get_payload(decode=True)`'s bytes (the payload as is, or `quopri.decodestring` of it), then
+    `_part_text`'s binary test and decoding.
+    """
+    found = simple_fields(raw)
+    if found is None:
+        return None
+    fields, payload = found
+    headers, first = _simple_headers(fields)
+    pol = read_policy()
+    content_type = first.get("content-type")
+    ctype = content_answer(pol, "content-type", content_type, "get_content_type")
+    if ctype.split("/")[0] in ("multipart", "message"):
+        return None
+    cte = first.get("content-transfer-encoding", "").replace("\n", "").lower()  # as `get` unfolds it
+    if cte == "base64" or cte in _UU:
+        return None  # decoded by the message itself (simple_message), with the stdlib's defect handling
+    disposition = content_answer(pol, "content-disposition", first.get("content-disposition"),
+                                 "get_content_disposition")
+    if disposition == "attachment" or ctype not in ("text/plain", "text/html"):
+        return headers, None
+    if cte == "quoted-printable":
+        payload = quopri.decodestring(payload)
+    try:
+        charset = content_answer(pol, "content-type", content_type, "get_content_charset")
+    except (UnicodeError, LookupError, ValueError, TypeError):
+        charset = None
+    if looks_binary(payload, charset):
+        raise _Skip("binary")
+    text = decode_bytes(payload, charset)
+    return headers, (text if ctype == "text/plain" else html_to_text(text[:MAX_HTML_CHARS]))
+
+
 def _parse_parts(raw: bytes, keep_nested: bool) -> tuple[dict[str, list[str]], str | None]:
     """Headers and body text: the stdlib parser with (raw-header) policy.default (or its result for a simple
     message, built directly: simple.py), then compat32, then raw text."""
     for pol in (read_policy(), policy.compat32):
         try:
+            parts = _simple_parts(raw) if pol is not policy.compat32 else None
+            if parts is not None:
+                return parts
             simple = simple_message(raw, pol) if pol is not policy.compat32 else None
             msg = simple if simple is not None else BytesParser(policy=pol).parsebytes(raw)
             return _collect_headers(msg.raw_items()), _body_from_message(msg, keep_nested)
@@ -242,8 +305,7 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
     if sender.casefold() in opts.exclude_senders:
         return "excluded_sender"
     subject = decode_header_text(first("subject")[: MAX_SUBJECT_CHARS * 8])[:MAX_SUBJECT_CHARS].rstrip()
-    capped = _cap(body)
-    body = clean_body(capped, opts)
+    body, context = clean_and_context(_cap(body), opts)
     if opts.mask_pii:
         subject = mask_pii(subject)
     if not subject and not body:
@@ -266,7 +328,7 @@ def _build(headers: dict[str, list[str]], body: str, raw: bytes, source: str, op
         in_reply_to=reply[0] if reply else None,
         references=references,
         source=safe_text(source),
-        context=quoted_context(capped, opts),
+        context=context,
     )
 
 
