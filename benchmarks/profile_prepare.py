@@ -36,12 +36,12 @@ from seqlab.data.synthetic.generator import synthetic_messages  # noqa: E402
 
 # Functions whose cumulative time is a stage of the worker path (cProfile's cumulative time per function).
 STAGES = {
-    "strip envelope": ("reader.py", "_strip_envelope"),
+    "strip envelope": ("extract.py", "strip_envelope"),
     "prescan": ("mime.py", "prescan"),
     "simple.py fast path": ("simple.py", "simple_message"),
     "stdlib feed parser": ("parser.py", "parsebytes"),
-    "headers collected": ("reader.py", "_collect_headers"),
-    "MIME walk + decode": ("reader.py", "_body_from_message"),
+    "headers collected": ("extract.py", "collect_headers"),
+    "MIME walk + decode": ("extract.py", "body_from_message"),
     "build (all below)": ("reader.py", "_build"),
     "  clean body": ("clean.py", "clean_body"),
     "  quoted context": ("context.py", "quoted_context"),

@@ -35,7 +35,7 @@ import struct
 import time
 from pathlib import Path
 
-from seqlab.data.mail import reader
+from seqlab.data.mail import extract, reader
 from seqlab.data.mail.clean import normalize_text
 from seqlab.data.mail.mime import MAX_SUBJECT_CHARS
 from seqlab.data.mail.reader import SKIP_REASONS, CleanOptions, parse_message
@@ -134,7 +134,7 @@ def _surface_exception(raw: bytes, opts: CleanOptions) -> FuzzFailure:
     """parse_message said "unparseable", i.e. our code raised: read again without its net to show where."""
     try:
         reader._parse(raw, LABEL, opts)
-    except reader._Skip as skip:
+    except extract.Skip as skip:
         return FuzzFailure("crash", f"unparseable, but a second read skips it as {skip.reason}")
     except Exception as exc:  # noqa: BLE001  the point: whatever it is, it becomes the failure's cause
         failure = FuzzFailure("crash", f"parse_message hid {type(exc).__name__}: {exc}")

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages
 
-from seqlab.data.mail import clean, corpus, files, mime, reader, threadtable
+from seqlab.data.mail import clean, corpus, extract, files, mime, reader, threadtable
 from seqlab.data.mail.corpus import _utc_date
 from seqlab.data.prepare import prepare
 from seqlab.data.synthetic.generator import synthetic_messages
@@ -102,8 +102,8 @@ def mixed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fast path of issue 13 replaced by what it replaced."""
-    monkeypatch.setattr(reader, "_simple_parts", lambda raw: None)
-    monkeypatch.setattr(reader, "simple_message", lambda data, policy: None)
+    monkeypatch.setattr(extract, "simple_parts", lambda raw: None)
+    monkeypatch.setattr(extract, "simple_message", lambda data, policy: None)
     monkeypatch.setattr(reader, "clean_and_context",
                         lambda body, opts: (slow.clean_body(body, opts), slow.quoted_context(body, opts)))
     for module in (clean, mime, reader):

@@ -1,6 +1,6 @@
 """simple.py builds, for a simple message, exactly the message the stdlib feed parser builds (and declines
 everything else): compared on generated office mail, the test corpus, damaged mail, and
-hypothesis-built header blocks, both as `EmailMessage`s and as what `reader._parse_parts` makes of them.
+hypothesis-built header blocks, both as `EmailMessage`s and as what `extract.parse_parts` makes of them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages
 
-from seqlab.data.mail import reader
-from seqlab.data.mail.reader import _body_from_message, _collect_headers, _parse_parts, _strip_envelope, read_policy
+from seqlab.data.mail import extract
+from seqlab.data.mail.extract import body_from_message, collect_headers, parse_parts, read_policy, strip_envelope
 from seqlab.data.mail.simple import simple_fields, simple_message
 from seqlab.data.synthetic.generator import synthetic_messages
 
@@ -23,7 +23,7 @@ def _outcome(parts) -> object:  # noqa: ANN001 - a function of no arguments
     """What `parts()` returns, or the skip reason or exception it raises (the stdlib raises on some charsets)."""
     try:
         return parts()
-    except reader._Skip as skip:
+    except extract.Skip as skip:
         return skip.reason
     except Exception as exc:  # noqa: BLE001
         return type(exc).__name__, str(exc)
@@ -31,12 +31,12 @@ def _outcome(parts) -> object:  # noqa: ANN001 - a function of no arguments
 
 def _same_as_parser(raw: bytes) -> bool:
     """True when simple_message took the message; asserts it equals the parser's then, and that the
-    reader's direct path (`_simple_parts`, no message built) gives what the reader makes of the parser's."""
-    data = _strip_envelope(raw)
+    reader's direct path (`simple_parts`, no message built) gives what the reader makes of the parser's."""
+    data = strip_envelope(raw)
     full = BytesParser(policy=read_policy()).parsebytes(data)
-    direct = _outcome(lambda: reader._simple_parts(data))
+    direct = _outcome(lambda: extract.simple_parts(data))
     if direct is not None:
-        assert direct == _outcome(lambda: (_collect_headers(full.raw_items()), _body_from_message(full, False)))
+        assert direct == _outcome(lambda: (collect_headers(full.raw_items()), body_from_message(full, False)))
     fields = simple_fields(data)
     if fields is not None:
         assert fields[0] == list(full.raw_items())
@@ -53,9 +53,9 @@ def _same_as_parser(raw: bytes) -> bool:
 
 def _parts_without_fast_path(data: bytes, monkeypatch) -> tuple:  # noqa: ANN001 - pytest's MonkeyPatch
     with monkeypatch.context() as m:
-        m.setattr(reader, "simple_message", lambda data, policy: None)
-        m.setattr(reader, "_simple_parts", lambda data: None)
-        return _parse_parts(data, False)
+        m.setattr(extract, "simple_message", lambda data, policy: None)
+        m.setattr(extract, "simple_parts", lambda data: None)
+        return parse_parts(data, False)
 
 
 def _messages(tmp_path: Path) -> list[bytes]:
@@ -71,14 +71,14 @@ def test_simple_messages_equal_the_parsers_and_parse_the_same(tmp_path: Path, mo
     assert sum(taken[:60]) == 60  # ordinary office mail always takes the fast path
     assert 0 < sum(taken[60:]) < len(msgs) - 60  # hostile mail mostly does not
     for raw in msgs:
-        data = _strip_envelope(raw)
+        data = strip_envelope(raw)
         try:
             want = _parts_without_fast_path(data, monkeypatch)
-        except reader._Skip as skip:
+        except extract.Skip as skip:
             want = skip.reason
         try:
-            got = _parse_parts(data, False)
-        except reader._Skip as skip:
+            got = parse_parts(data, False)
+        except extract.Skip as skip:
             got = skip.reason
         assert got == want
 

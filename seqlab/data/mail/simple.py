@@ -5,7 +5,7 @@ Most mail (nearly all of Enron) is one text part under a block of well-formed he
 parsing time (a generator and a regex per line). `simple_fields` gives what the parser would store for
 such a message: the (name, value) pairs `policy.header_source_parse` makes of each header (as
 `Message.raw_items()` returns them) and the payload bytes. `simple_message` builds the `EmailMessage`
-itself from them; the reader uses the fields directly (reader._simple_parts), asking the stdlib's own
+itself from them; the reader uses the fields directly (extract.simple_parts), asking the stdlib's own
 `get_content_type` / `get_content_charset` / `get_content_disposition` about a header value only once
 per distinct value (`content_answer`: Enron has a handful of distinct Content-Type values).
 
@@ -37,7 +37,7 @@ def simple_fields(data: bytes) -> tuple[Fields, bytes] | None:
     """(header pairs as `raw_items()` gives them, payload bytes) of `BytesParser().parsebytes(data)`, or
     None when the header block is not simple (see the module docstring; the content type is not looked at).
 
-    `data` has "\\n" line ends only (reader._strip_envelope), as the parser's line splitting then agrees
+    `data` has "\\n" line ends only (extract.strip_envelope), as the parser's line splitting then agrees
     with `str.split("\\n")`. A value is `header_source_parse`'s: the first line's value without leading
     blanks, then each continuation line, joined by "\\n". The payload as bytes is what
     `get_payload(decode=True)` starts from: the bytes after the blank line.
