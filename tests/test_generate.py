@@ -11,10 +11,10 @@ from torch import nn
 
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
+from seqlab.generation.beam import beam_search
 from seqlab.generation.complete import Completion, complete, split_words
 from seqlab.generation.decode import (
     IncrementalDecoder,
-    beam_search,
     context_limit,
     filter_logits,
     generate,

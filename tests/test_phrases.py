@@ -16,8 +16,8 @@ from seqlab.cli.main import main
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
+from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.complete import complete
-from seqlab.generation.decode import beam_search_hypotheses
 from seqlab.generation.phrases import PHRASES, PhraseBlend, PhraseModel
 from seqlab.models import build_model
 

@@ -39,7 +39,8 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.generation.decode import IncrementalDecoder, beam_search_hypotheses, generate_with_logprobs
+from seqlab.generation.beam import beam_search_hypotheses
+from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")

@@ -1,4 +1,5 @@
-"""Decoding from a trained next-token model: greedy, temperature, top-k, top-p sampling and beam search.
+"""Decoding from a trained next-token model: greedy, temperature, top-k and top-p sampling (beam search,
+on the same incremental decoder, is in `seqlab.generation.beam`).
 
 Every decoder here is incremental (ARCHITECTURE.md, "The model"): the prompt goes through the model once,
 then each new token is fed alone together with the `state` the model returned (RNN/GRU hidden state, minGRU
@@ -191,7 +192,7 @@ def _check_sampling(max_new_tokens: int, temperature: float, top_k: int | None, 
         raise ValueError(f"top_p must be in (0, 1], not {top_p}")
 
 
-def _to_eval(model: nn.Module) -> bool:
+def to_eval(model: nn.Module) -> bool:
     """Switch the model to eval mode; whether it was training (to switch back after). A model already in
     eval mode is left alone: `eval()` walks every submodule, a cost a server would pay at each keystroke."""
     if not model.training:
@@ -200,7 +201,7 @@ def _to_eval(model: nn.Module) -> bool:
     return True
 
 
-def _mask_first(logits: Tensor, first_allowed: Tensor | None) -> Tensor:
+def mask_first(logits: Tensor, first_allowed: Tensor | None) -> Tensor:
     """Restrict the first generated token to `first_allowed` (V,) bool (token healing: `generation.complete`)."""
     if first_allowed is None:
         return logits
@@ -225,7 +226,7 @@ def generate_with_logprobs(
         gen.seed()
     else:
         gen.manual_seed(seed)
-    was_training = _to_eval(model)
+    was_training = to_eval(model)
     out: list[int] = []
     logps: list[float] = []
     try:
@@ -236,7 +237,7 @@ def generate_with_logprobs(
                 # Sampling on the CPU with our own generator: the same seed gives the same tokens on any device.
                 logits = dec.logits.cpu()  # (1, V)
                 if not out:
-                    logits = _mask_first(logits, first_allowed)
+                    logits = mask_first(logits, first_allowed)
                 if greedy:
                     nxt = int(logits.argmax(dim=-1))
                 else:
@@ -269,95 +270,3 @@ def generate(
         model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, greedy=greedy, seed=seed, stop=stop, eos_id=eos_id, first_allowed=first_allowed)
     return ids
-
-
-@dataclasses.dataclass
-class Hypothesis:
-    """One beam-search candidate: the new token ids and the log-probability of each under the model."""
-
-    ids: list[int]
-    logps: list[float]
-
-    @property
-    def logp(self) -> float:
-        """Joint log-probability of the new tokens given the prompt (nats)."""
-        return float(sum(self.logps))
-
-    def score(self, length_penalty: float = 0.0) -> float:
-        """log p / len ** length_penalty: 0 ranks by joint probability, 1 by mean log-probability per
-        token (a simplified form of the length normalisation of Wu et al., 2016, GNMT)."""
-        return self.logp / max(1, len(self.ids)) ** length_penalty
-
-
-def beam_search_hypotheses(
-    model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
-    stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
-    decoder: IncrementalDecoder | None = None, context: Any = None,
-) -> list[Hypothesis]:
-    """Beam search; the finished hypotheses, best score first (at most `beam` of them).
-
-    Each step extends every live hypothesis by every token, ranks the extensions by joint log-probability
-    and keeps the best `beam`; an extension ending in `eos_id`, satisfying `stop`, or reaching
-    `max_new_tokens` is finished if it ranks among the best `beam`. The search ends once `beam`
-    hypotheses are finished. States follow their hypotheses through `select_state`, so every step is one
-    single-token forward pass over the live beams. With `decoder` (an already-encoded prompt, one lane),
-    `prompt_ids` is not used.
-    """
-    if beam < 1:
-        raise ValueError(f"beam must be at least 1, not {beam}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be 0 or more, not {max_new_tokens}")
-    if not prompt_ids and decoder is None:
-        raise ValueError("prompt_ids must hold at least one token (the bos token)")
-    if max_new_tokens == 0:
-        return [Hypothesis([], [])]
-    was_training = _to_eval(model)
-    live, finished = [Hypothesis([], [])], []
-    try:
-        with torch.inference_mode():
-            dec = decoder or IncrementalDecoder(model, torch.tensor([prompt_ids], dtype=torch.long),
-                                                context_limit(model), context)
-            for t in range(max_new_tokens):
-                logits = dec.logits.cpu()  # (n_live, V)
-                logp = (_mask_first(logits, first_allowed) if t == 0 else logits).log_softmax(dim=-1)
-                V = logp.shape[-1]
-                # Joint log-probability of every extension, in float64 so ranking ties stay stable: (n_live, V).
-                total = torch.tensor([h.logp for h in live], dtype=torch.float64)[:, None] + logp.double()
-                vals, flat = total.flatten().topk(min(2 * beam, total.numel()))
-                rows, toks, new_live = [], [], []
-                for rank, (v, f) in enumerate(zip(vals.tolist(), flat.tolist())):
-                    if v == float("-inf") or len(new_live) == beam:
-                        break
-                    r, tok = divmod(f, V)
-                    h = Hypothesis(live[r].ids + [tok], live[r].logps + [float(logp[r, tok])])
-                    if tok == eos_id or (stop is not None and stop(h.ids)) or t == max_new_tokens - 1:
-                        if rank < beam:  # only a top-ranked extension may end the search (HF early stop)
-                            finished.append(h)
-                    else:
-                        new_live.append(h)
-                        rows.append(r)
-                        toks.append(tok)
-                if len(finished) >= beam or not new_live:
-                    break
-                live = new_live
-                dec.select(torch.tensor(rows))
-                dec.step(torch.tensor(toks))
-    finally:
-        if was_training:
-            model.train()
-    finished.sort(key=lambda h: h.score(length_penalty), reverse=True)
-    return finished[:beam]
-
-
-def beam_search(
-    model: nn.Module, prompt_ids: list[int], *, beam: int, max_new_tokens: int, eos_id: int | None = None,
-    stop: StopFn | None = None, length_penalty: float = 0.0, first_allowed: Tensor | None = None,
-) -> list[tuple[list[int], float]]:
-    """Beam search: up to `beam` (new token ids, score) pairs, best first; eos is kept in the ids.
-
-    The score is the joint log-probability of the new tokens divided by len ** length_penalty; with the
-    default length_penalty=0 it is exactly the sum of their log-probabilities, and beam=1 is greedy.
-    """
-    hyps = beam_search_hypotheses(model, prompt_ids, beam=beam, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                                  stop=stop, length_penalty=length_penalty, first_allowed=first_allowed)
-    return [(h.ids, h.score(length_penalty)) for h in hyps]
