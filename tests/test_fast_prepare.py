@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages
 
-from seqlab.data.mail import clean, corpus, extract, files, mime, reader, threadtable
+from seqlab.data.mail import clean, corpus, extract, files, html_text, mime, reader, threadtable
 from seqlab.data.mail.corpus import _utc_date
 from seqlab.data.prepare import prepare
 from seqlab.data.synthetic.generator import synthetic_messages
@@ -109,6 +109,7 @@ def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (clean, mime, reader):
         monkeypatch.setattr(module, "safe_text", slow.safe_text)
     monkeypatch.setattr(clean, "normalize_text", slow.normalize_text)
+    monkeypatch.setattr(html_text, "normalize_text", slow.normalize_text)
     monkeypatch.setattr(mime, "normalize_charset", lambda name: mime._normalize_charset(name) if name else None)
     monkeypatch.setattr(reader, "decode_header_text", slow.decode_header_text)
     monkeypatch.setattr(reader, "parse_addresses", slow.parse_addresses)

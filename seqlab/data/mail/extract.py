@@ -18,7 +18,7 @@ from email.message import Message
 from email.parser import BytesParser
 from email.policy import EmailPolicy
 
-from seqlab.data.mail.clean import html_to_text
+from seqlab.data.mail.html_text import html_to_text
 from seqlab.data.mail.mime import MAX_DEPTH, MAX_HTML_CHARS, MAX_PARTS, decode_bytes, looks_binary
 from seqlab.data.mail.simple import content_answer, simple_fields, simple_message
 

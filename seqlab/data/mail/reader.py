@@ -27,7 +27,6 @@ from pathlib import Path
 from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cleaning API lives here too)
     CleanOptions,
     clean_body,
-    html_to_text,
     mask_pii,
     safe_text,
     strip_quotes,
@@ -36,6 +35,7 @@ from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cle
 from seqlab.data.mail.context import clean_and_context
 from seqlab.data.mail.extract import Skip, parse_parts, strip_envelope
 from seqlab.data.mail.files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
+from seqlab.data.mail.html_text import html_to_text  # noqa: F401  (re-exported with the cleaning API)
 from seqlab.data.mail.mime import (
     MAX_SUBJECT_CHARS,
     MAX_TEXT_CHARS,
