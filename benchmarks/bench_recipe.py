@@ -1,4 +1,5 @@
-"""The small-budget recipe, measured: each option against the baseline at EQUAL TOKENS, in bits per byte.
+"""The small-budget recipe, measured: each option against the baseline at EQUAL TOKENS (or, with
+`--minutes N`, at EQUAL QUIET TIME), in bits per byte.
 
 Every variant is the `small` preset turned into a recipe of `studies/recipes.py` plus overrides, trained
 for the same number of token positions (steps = tokens / (batch_size * block_size)), then scored on the
@@ -22,9 +23,25 @@ block 128, batch 16):
 
     python benchmarks/bench_recipe.py DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
                                       [--only schedule,ema,...] [--threads 1]
+                                      [--minutes N [--ref-tokens-per-s 23600]]
 
-Writes one JSON per run (OUT/results/NAME.json) and the table (OUT/table.md); a finished run is not
-trained again, so an interrupted benchmark continues where it stopped.
+Equal time (`--minutes N`): on 2 cores shared by other work a wall-clock budget would measure the load,
+not the model, so each variant gets the number of steps a QUIET N-minute run of it reaches:
+
+    steps_v = N * 60 * (ref_tokens_per_s / ref_tokens_per_step) * (rate_v / rate_ref)
+
+rate_v / rate_ref is the variant's training speed relative to the baseline ("attn"), measured in this
+process (`step_rates`): every variant's model and optimizer are built, then in each of a few rounds each
+variant runs a few training steps in turn (random tokens of its batch x window; the step's cost does not
+depend on the values), so every variant sees the same load, and the median seconds per step of each is
+compared. The ratio is also given beside the ratio of model FLOPs per token (`training/flops.py`), which
+ignores how efficient each size's matmuls are. ref_tokens_per_s is the baseline's measured quiet rate
+(default 23,600 tokens/s: `make demo`'s attention model, the `small` preset at 2 threads, did 2,428 steps of
+2,048 tokens in 210 s on the quiet machine). Results of an equal-time run go to OUT/results-Nmin/.
+
+Writes one JSON per run (OUT/results/NAME.json, the run itself in OUT/results/runs/NAME) and the table
+(OUT/table.md; OUT/results-Nmin/table.md for equal time); a finished run is not trained again, so an
+interrupted benchmark continues where it stopped.
 """
 
 from __future__ import annotations
@@ -33,8 +50,13 @@ import argparse
 import json
 import multiprocessing as mp
 import shutil
+import statistics
+import time
 from pathlib import Path
 from typing import Any
+
+REF = "attn"  # the baseline whose quiet rate anchors an equal-time budget
+REF_TOKENS_PER_S = 23_600.0  # make demo's attention model on the quiet machine: 2,428 steps x 2,048 tokens / 210 s
 
 BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # a few hundred steps: a short warmup
 # comparison -> [(variant name, recipe, overrides)]; the first variant of most is the baseline "attn"
@@ -72,13 +94,65 @@ def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: 
     return apply_recipe(get_preset("small"), recipe_name, [*BASE, *overrides, *budget])
 
 
+def step_rates(variants: list[tuple[str, str, tuple[str, ...]]], threads: int, rounds: int = 5,
+               steps: int = 3) -> dict[str, dict[str, float]]:
+    """Training steps per second of each variant, measured interleaved in this process (see the module doc),
+    with its tokens per step and model FLOPs per token."""
+    import torch
+    import torch.nn.functional as F
+
+    from seqlab.models import build_model
+    from seqlab.training.flops import flops_per_token
+    from seqlab.training.optim import make_optimizer
+
+    torch.set_num_threads(threads)
+    gen = torch.Generator().manual_seed(0)
+    setups = {}
+    for name, recipe_name, overrides in variants:
+        cfg = _config(recipe_name, overrides, 1, threads)
+        torch.manual_seed(0)
+        model = build_model(cfg.model).train()
+        t = cfg.train
+        opt = make_optimizer(model, t.lr, t.weight_decay, (t.beta1, t.beta2), torch.device("cpu"), t.optimizer)
+        x = torch.randint(0, 256, (t.batch_size, cfg.model.block_size + 1), generator=gen)  # (B, T + 1)
+        setups[name] = (model, opt, x, flops_per_token(model, cfg.model, cfg.model.block_size))
+
+    def step(model: Any, opt: Any, x: Any) -> None:
+        logits, _ = model(x[:, :-1])  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    for r in range(rounds + 1):
+        for name, (model, opt, x, _) in setups.items():
+            t0 = time.perf_counter()
+            for _ in range(steps if r else 1):  # round 0 warms each variant up and is not counted
+                step(model, opt, x)
+            if r:
+                times[name].append((time.perf_counter() - t0) / steps)
+    return {name: {"steps_per_s": 1.0 / statistics.median(times[name]),
+                   "tokens_per_step": float(x.shape[0] * (x.shape[1] - 1)), "flops_per_token": flops}
+            for name, (_, _, x, flops) in setups.items()}
+
+
+def equal_time_steps(rates: dict[str, dict[str, float]], minutes: float, ref_tokens_per_s: float) -> dict[str, int]:
+    """The steps a quiet `minutes` run of each variant reaches (module doc), from `step_rates`."""
+    ref = rates[REF]
+    ref_steps_per_s = ref_tokens_per_s / ref["tokens_per_step"]
+    return {name: max(1, round(minutes * 60 * ref_steps_per_s * r["steps_per_s"] / ref["steps_per_s"]))
+            for name, r in rates.items()}
+
+
 def run_one(job: tuple[str, str, tuple[str, ...], str, str, int, int]) -> dict[str, Any]:
-    """Train one variant and score it on the whole val split (in a worker process)."""
+    """Train one variant and score it on the whole val split (in a worker process); `out` is the folder of
+    this budget's results (OUT/results, or OUT/results-Nmin for equal time)."""
     name, recipe_name, overrides, data, out, tokens, threads = job
     from seqlab.evaluation.run import evaluate_run
     from seqlab.training.trainer import train
 
-    result_path = Path(out) / "results" / f"{name}.json"
+    result_path = Path(out) / f"{name}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
     cfg = _config(recipe_name, overrides, tokens, threads)
@@ -96,17 +170,44 @@ def run_one(job: tuple[str, str, tuple[str, ...], str, str, int, int]) -> dict[s
     return result
 
 
-def table(results: dict[str, dict[str, Any]], chosen: list[str]) -> str:
-    lines = ["| comparison | variant | overrides | params | steps | val bpb | tokens/s |",
-             "|---|---|---|---:|---:|---:|---:|"]
+def table(results: dict[str, dict[str, Any]], chosen: list[str],
+          rates: dict[str, dict[str, float]] | None = None) -> str:
+    """The markdown table; with `rates` (equal time), each variant's speed and FLOPs per token against "attn"."""
+    extra = " speed / attn | FLOPs per token / attn |" if rates else ""
+    lines = ["| comparison | variant | overrides | params | steps | val bpb | tokens/s |" + extra,
+             "|---|---|---|---:|---:|---:|---:|" + ("---:|---:|" if rates else "")]
     for comp in chosen:
         for name, _, overrides in COMPARISONS[comp]:
             r = results.get(name)
             if r is None:
                 continue
-            lines.append(f"| {comp} | {name} | {' '.join(overrides) or '(baseline)'} | {r['params']:,} | "
-                         f"{r['steps']} | {r['val_bpb']:.4f} | {r['tokens_per_s']:.0f} |")
+            row = (f"| {comp} | {name} | {' '.join(overrides) or '(baseline)'} | {r['params']:,} | "
+                   f"{r['steps']} | {r['val_bpb']:.4f} | {r['tokens_per_s']:.0f} |")
+            if rates:
+                v, ref = rates[name], rates[REF]
+                speed = v["steps_per_s"] * v["tokens_per_step"] / (ref["steps_per_s"] * ref["tokens_per_step"])
+                row += f" {speed:.2f} | {v['flops_per_token'] / ref['flops_per_token']:.2f} |"
+            lines.append(row)
     return "\n".join(lines) + "\n"
+
+
+def _equal_time_budgets(variants: list[tuple[str, str, tuple[str, ...]]], args: argparse.Namespace,
+                        results_dir: Path) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """Token budgets (steps x tokens per step) of a quiet --minutes run of each variant, and the measured
+    rates; both kept in results_dir/rates.json so that a continued benchmark keeps its step counts."""
+    path = results_dir / "rates.json"
+    if path.exists():
+        rates = json.loads(path.read_text())["rates"]
+    else:
+        rates = step_rates(variants, args.threads)
+    steps = equal_time_steps(rates, args.minutes, args.ref_tokens_per_s)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": args.ref_tokens_per_s,
+                                "threads": args.threads, "rates": rates, "steps": steps}, indent=2) + "\n")
+    for name, r in rates.items():
+        print(f"{name:14} {r['steps_per_s']:.3f} steps/s here, {steps[name]} steps for a quiet "
+              f"{args.minutes:g} minutes", flush=True)
+    return {name: int(steps[name] * rates[name]["tokens_per_step"]) for name in rates}, rates
 
 
 def main() -> None:
@@ -117,24 +218,39 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="runs side by side")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--only", default=",".join(COMPARISONS), help="comma-separated comparisons")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="equal quiet time instead of equal tokens: the steps a quiet N-minute run reaches")
+    ap.add_argument("--ref-tokens-per-s", type=float, default=REF_TOKENS_PER_S,
+                    help="the baseline's quiet training tokens/s that anchors --minutes")
     args = ap.parse_args()
     chosen = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in COMPARISONS]
     if unknown:
         raise SystemExit(f"unknown comparison(s) {', '.join(unknown)}; choose from {', '.join(COMPARISONS)}")
-    jobs, seen = [], set()
+    variants: dict[str, tuple[str, str, tuple[str, ...]]] = {}
     for comp in chosen:
         for name, recipe_name, overrides in COMPARISONS[comp]:
-            if name not in seen:
-                seen.add(name)
-                jobs.append((name, recipe_name, overrides, args.data_dir, args.out, args.tokens, args.threads))
+            variants.setdefault(name, (name, recipe_name, overrides))
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    rates = None
+    if args.minutes is None:
+        results_dir = Path(args.out) / "results"
+        budgets = {name: args.tokens for name in variants}
+        head = f"{args.tokens:,} token positions per variant"
+    else:
+        results_dir = Path(args.out) / f"results-{args.minutes:g}min"
+        timed = [variants.get(REF, (REF, "attn-rope", ())), *(v for n, v in variants.items() if n != REF)]
+        budgets, rates = _equal_time_budgets(timed, args, results_dir)
+        head = (f"the steps a quiet {args.minutes:g}-minute run of each variant reaches (speeds relative to attn "
+                f"measured interleaved in one process, {args.threads} thread(s), anchored at attn's quiet "
+                f"{args.ref_tokens_per_s:,.0f} tokens/s)")
+    jobs = [(name, recipe_name, overrides, args.data_dir, str(results_dir), budgets[name], args.threads)
+            for name, recipe_name, overrides in variants.values()]
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         results = {r["name"]: r for r in pool.imap(run_one, jobs)}
-    text = (f"{args.tokens:,} token positions per variant, `small` preset + {' '.join(BASE)}, "
-            f"{args.jobs} runs side by side, {args.threads} thread(s) each; val bpb on the whole val split.\n\n"
-            + table(results, chosen))
-    (Path(args.out) / "table.md").write_text(text)
+    text = (f"{head}, `small` preset + {' '.join(BASE)}, {args.jobs} runs side by side, {args.threads} thread(s) "
+            f"each; val bpb on the whole val split.\n\n" + table(results, chosen, rates))
+    (Path(args.out) / "table.md" if rates is None else results_dir / "table.md").write_text(text)
     print(text)
 
 

@@ -103,3 +103,34 @@ def test_init_refuses_model_changes_and_cli_combinations(split_corpus: tuple[Pat
     assert "not a run folder" in capsys.readouterr().err
     assert main([*base, "--quiet", "train.max_steps=2", "model.dropout=0.1"]) == 0  # dropout may change
     assert json.loads((tmp_path / "cli" / "config.json").read_text())["model"]["dropout"] == 0.1
+
+
+def test_prepare_with_a_runs_bpe_tokenizer_lets_init_adapt_to_another_mailbox(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BPE is fitted per DATA_DIR, so a BPE run cannot `--init` onto another mailbox's own BPE data (refused),
+    but can onto that mailbox encoded with the run's tokenizer (`prepare --tokenizer-from RUN_DIR`)."""
+    kw = {"count": 300, "seed": 0, "split": (0.8, 0.1, 0.1), "progress": False, "workers": 1}
+    prepare("synthetic", tmp_path / "rest", tokenizer="bpe", vocab_size=300, exclude_senders=[PERSON], **kw)
+    run = tmp_path / "general"
+    cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=4", "train.threads=1", "train.eval_every=2"])
+    Trainer(tmp_path / "rest", run, cfg, progress=False).run()
+    prepare("synthetic", tmp_path / "own", tokenizer="bpe", vocab_size=300, senders=[PERSON], **kw)
+    assert main(["prepare", "synthetic", "--out", str(tmp_path / "shared"), "--tokenizer-from", str(run),
+                 "--count", "300", "--split", "0.8,0.1,0.1", "--sender", PERSON, "--workers", "1", "--quiet"]) == 0
+    shared, own = _meta(tmp_path / "shared"), _meta(tmp_path / "own")
+    assert shared["tokenizer"]["from"] == str(run / "tokenizer.json") and "from" not in own["tokenizer"]
+    assert (tmp_path / "shared" / "tokenizer.json").read_bytes() == (run / "tokenizer.json").read_bytes()
+    assert shared["kept"] == own["kept"] and shared["tokenizer"]["sha256"] != own["tokenizer"]["sha256"]
+    base = ["train", "--init", str(run), "--quiet", "train.max_steps=2", "train.threads=1"]
+    capsys.readouterr()
+    assert main([*base[:1], str(tmp_path / "own"), "--out", str(tmp_path / "a"), *base[1:]]) == 2
+    assert "another tokenizer" in capsys.readouterr().err
+    assert main([*base[:1], str(tmp_path / "shared"), "--out", str(tmp_path / "b"), *base[1:]]) == 0
+    # bad uses are sentences (exit 2) before any mail is read
+    out = ["prepare", "synthetic", "--out", str(tmp_path / "x"), "--count", "20", "--quiet", "--tokenizer-from"]
+    assert main([*out, str(tmp_path / "nowhere")]) == 2
+    assert main([*out, str(tmp_path)]) == 2  # a folder without tokenizer.json
+    assert main([*out, str(run), "--tokenizer", "byte"]) == 2
+    assert main([*out, str(run / "tokenizer.json"), "--vocab-size", "512"]) == 2
+    assert main([*out, str(run / "tokenizer.json"), "--tokenizer", "bpe", "--vocab-size", "300"]) == 0
+    assert not (tmp_path / "nowhere").exists()

@@ -134,3 +134,39 @@ def test_cli_phrases_then_complete_with_them(word_run_dir: Path, tmp_path: Path,
                  "--phrase-weight", "0.5", "--device", "cpu", "--show-confidence"]) == 0
     assert "confidence" in capsys.readouterr().out
     assert main(["phrases", str(word_run_dir), "--min-context", "7", "--max-context", "6"]) == 2
+
+
+@pytest.mark.parametrize("fixture", ["word_run_dir", "gru_run_dir"])
+def test_served_suggestion_with_phrases_equals_complete_with_phrases(fixture: str, request: pytest.FixtureRequest,
+                                                                     tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve --phrases` answers a keystroke as `complete --phrases` answers the same prompt (the server's
+    prompt is subject, blank line, body), from scratch and from a session kept across an edit (attention:
+    a truncated cache; GRU: a kept copy), and /health says which phrases it blends."""
+    from seqlab.serving.app import ServerConfig
+    from tests.serving_helpers import ready_client
+
+    run = Path(shutil.copytree(request.getfixturevalue(fixture), tmp_path / "run"))
+    PhraseModel.fit(_emails() * 5, TOK).save(run / PHRASES)
+    body = "Thanks,\n\nKind regards,\n"
+    capsys.readouterr()
+    assert main(["complete", str(run), "\n\n" + body, "--phrases", "--phrase-weight", "0.9", "--max-words", "3",
+                 "--device", "cpu"]) == 0
+    expected = capsys.readouterr().out[:-1]  # print's newline
+    served = {}
+    for phrases in (run / PHRASES, None):
+        config = ServerConfig(run_dir=run, min_confidence=0.0, phrases=phrases, phrase_weight=0.9,
+                              log_dir=tmp_path / "log")
+        with ready_client(config) as client:
+            health = client.get("/health").json()["model"]
+            texts = [client.post("/v1/complete", json={"prefix": prefix, "subject": "", "session": session,
+                                                       "max_words": 3}).json()["text"]
+                     for prefix, session in ((body, None), (body + "Tom and D", "s"), (body, "s"))]
+        served[phrases is not None] = texts
+        if phrases is not None:
+            assert health["phrases"]["path"] == str(run / PHRASES) and health["phrases"]["weight"] == 0.9
+        else:
+            assert health["phrases"] is None
+    assert served[True][0] == served[True][2] == expected == "David"
+    assert served[False][0] != "David"  # the phrases made the difference
+    assert main(["serve", str(run), "--phrases", str(tmp_path / "absent.npz")]) == 2

@@ -18,8 +18,11 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic'")
     p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
-    p.add_argument("--tokenizer", choices=("byte", "bpe"), default="byte")
-    p.add_argument("--vocab-size", type=positive_int, default=4096, help="BPE vocabulary size (default 4096)")
+    p.add_argument("--tokenizer", choices=("byte", "bpe"), default=None, help="byte (default) or bpe")
+    p.add_argument("--vocab-size", type=positive_int, default=None, help="BPE vocabulary size (default 4096)")
+    p.add_argument("--tokenizer-from", type=Path, default=None, metavar="PATH",
+                   help="encode with this RUN_DIR's, DATA_DIR's or tokenizer.json's tokenizer instead of fitting "
+                   "one (so that `train --init` from that run accepts this data)")
     p.add_argument("--split", type=split_fractions, default=(0.9, 0.05, 0.05), help="train,val,test fractions")
     p.add_argument("--seed", type=int, default=0, help="seed of the thread-to-split hash (default 0)")
     p.add_argument("--keep-quotes", action="store_true", help="keep quoted replies and forwarded text")
@@ -44,8 +47,9 @@ def run_prepare(args: argparse.Namespace) -> int:
     meta = prepare(
         args.source,
         args.out,
-        tokenizer=args.tokenizer,
-        vocab_size=args.vocab_size,
+        tokenizer=args.tokenizer or "byte",
+        vocab_size=args.vocab_size or 4096,
+        tokenizer_from=_tokenizer_from(args),
         split=args.split,
         seed=args.seed,
         keep_quotes=args.keep_quotes,
@@ -63,3 +67,17 @@ def run_prepare(args: argparse.Namespace) -> int:
     print(format_report(meta))
     print(f"wrote {args.out}")
     return 0
+
+
+def _tokenizer_from(args: argparse.Namespace) -> Path | None:
+    """--tokenizer-from, checked against --tokenizer / --vocab-size when those were also given (UserError)."""
+    if args.tokenizer_from is None:
+        return None
+    from seqlab.data.reuse_tokenizer import reused_tokenizer
+    from seqlab.errors import UserError
+
+    tok = reused_tokenizer(args.tokenizer_from, args.tokenizer)
+    if args.vocab_size is not None and args.vocab_size != tok.vocab_size:
+        raise UserError(f"--vocab-size {args.vocab_size} disagrees with --tokenizer-from {args.tokenizer_from}, "
+                        f"whose vocabulary has {tok.vocab_size} tokens; leave --vocab-size out.")
+    return args.tokenizer_from

@@ -12,6 +12,8 @@ from typing import Any
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 from seqlab.errors import UserError
 
+_RUN_PHRASES = "RUN_DIR/phrases.npz"  # --phrases without FILE: the run's own phrase cache
+
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
     p = add_run_reader(sub, "serve", help="serve suggestions over HTTP and a compose page with ghost text",
@@ -30,6 +32,11 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-sessions", type=positive_int, default=256,
                    help="writers whose model state is kept (least recently used dropped first; default 256)")
     p.add_argument("--log", type=Path, default=None, help="folder of events.jsonl (default RUN_DIR/serve)")
+    p.add_argument("--phrases", nargs="?", type=Path, const=_RUN_PHRASES, default=None, metavar="FILE",
+                   help="blend a person's phrase cache (`seqlab phrases`; default FILE RUN_DIR/phrases.npz) into "
+                   "every suggestion, as `complete --phrases` does")
+    p.add_argument("--phrase-weight", type=unit_float, default=0.3,
+                   help="largest share of the phrase model in the blend (default 0.3)")
 
 
 def _is_loopback(host: str) -> bool:
@@ -56,18 +63,34 @@ def run_serve(args: argparse.Namespace) -> int:
 
     def ready(info: dict[str, Any]) -> None:
         print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above confidence "
-              f"{info['threshold']:.3f} ({info['threshold_source']})", flush=True)
+              f"{info['threshold']:.3f} ({info['threshold_source']})"
+              + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
+                 if info.get("phrases") else ""), flush=True)
 
+    phrases = _phrase_file(args)
     sock = _bind(args.host, args.port)  # bound here so a taken port is a plain error, and port 0 is known
     port = sock.getsockname()[1]
     config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
-                          on_ready=ready)
+                          on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"seqlab serve: loading {args.run_dir}; the compose page is http://{host}:{port}/", flush=True)
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
     server.run(sockets=[sock])
     return 0
+
+
+def _phrase_file(args: argparse.Namespace) -> Path | None:
+    """The --phrases file, checked here (missing, unreadable or of another tokenizer: UserError) so that a
+    bad one stops `serve` with a sentence instead of a server whose /health says it failed."""
+    if args.phrases is None:
+        return None
+    from seqlab.data.tokenizer import load_tokenizer
+    from seqlab.generation.phrases import PHRASES, PhraseModel
+
+    path = args.run_dir / PHRASES if args.phrases == Path(_RUN_PHRASES) else args.phrases
+    PhraseModel.load(path, load_tokenizer(args.run_dir / "tokenizer.json"))
+    return path
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -47,6 +47,7 @@ from seqlab.data.mail.sources import resolve_source
 from seqlab.data.mail.spool import SpoolRecord, SpoolWriter, iter_spool
 from seqlab.data.mail.threadtable import ThreadSplit, ThreadTable
 from seqlab.data.mail.workers import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
+from seqlab.data.reuse_tokenizer import reused_tokenizer, tokenizer_file
 from seqlab.data.store import TokenWriter, token_dtype
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
@@ -192,19 +193,23 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
             keep_signatures: bool = False, mask_pii: bool = False, limit: int | None = None, count: int = 2000,
             groups: Sequence[str] | None = None, cache_dir: Path | None = None, progress: bool = True,
             workers: int | None = None, stats: dict[str, Any] | None = None, senders: Sequence[str] = (),
-            exclude_senders: Sequence[str] = ()) -> dict:
+            exclude_senders: Sequence[str] = (), tokenizer_from: Path | None = None) -> dict:
     """Build DATA_DIR `out` from `source`; return the metadata also written to `out/meta.json`.
 
     `workers` processes parse mail (default: the CPUs available; 1 parses in-process); the output does
     not depend on it. `stats`, when given, is filled with wall seconds per stage, raw bytes parsed and
     the workers used; none of that goes into meta.json, which stays a function of the input and seed.
     `senders` keeps only mail From those addresses, `exclude_senders` drops theirs (counted skips).
+    `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) encodes with that tokenizer instead of fitting
+    one (`reuse_tokenizer.py`; `tokenizer` and `vocab_size` are then not used).
     """
     if workers is None:
         workers = default_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UserError(f"--workers must be a positive integer, not {workers!r}")
     stats = stats if stats is not None else {}
+    # loaded (and checked) before any mail is read; (tokenizer, the file it came from)
+    reused = (reused_tokenizer(tokenizer_from), tokenizer_file(tokenizer_from)) if tokenizer_from is not None else None
     out = Path(out)
     staging = _staging_folder(out)
     try:
@@ -213,7 +218,7 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
                                         mask_pii=mask_pii, senders=_addresses(senders),
                                         exclude_senders=_addresses(exclude_senders)),
                       limit=limit, count=count, groups=groups, cache_dir=cache_dir, progress=progress,
-                      workers=workers, stats=stats)
+                      workers=workers, stats=stats, reused=reused)
         _publish(staging, out)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -278,7 +283,8 @@ def _publish(staging: Path, out: Path) -> None:
 
 def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tuple[float, float, float],
            seed: int, opts: CleanOptions, limit: int | None, count: int, groups: Sequence[str] | None,
-           cache_dir: Path | None, progress: bool, workers: int, stats: dict[str, Any]) -> dict[str, Any]:
+           cache_dir: Path | None, progress: bool, workers: int, stats: dict[str, Any],
+           reused: tuple[Tokenizer, Path] | None = None) -> dict[str, Any]:
     """The one pass of `prepare`, writing into the folder `out` (the staging folder); returns meta."""
     messages = resolve_source(source, cache_dir=cache_dir, groups=groups, count=count, seed=seed)
     report = SkipReport()
@@ -305,7 +311,8 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         lap("thread_split_s")
         if "train" not in splits:
             raise UserError("the train split is empty; use more mail or a larger train fraction in --split")
-        tok = fit_tokenizer(tokenizer, _train_texts(spool, splits, seed), vocab_size=vocab_size)
+        tok = (reused[0] if reused is not None
+               else fit_tokenizer(tokenizer, _train_texts(spool, splits, seed), vocab_size=vocab_size))
         atomic_write_text(out / "tokenizer.json", tok.to_json())  # the bytes whose sha256 meta.json records
         lap("fit_s")
         counts, dtype = _encode_all(spool, out, tok, threads, splits, progress, assignment.thread_counts())
@@ -320,6 +327,8 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
     stats.update(messages=report.seen, kept=report.kept)
     meta = _meta(source, seed, split, opts, report, duplicates, counts, tok, dtype)
     meta["contexts"] = contexts
+    if reused is not None:  # where a reused tokenizer came from; a fitted one adds nothing (same meta as before)
+        meta["tokenizer"]["from"] = str(reused[1])
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 

@@ -19,12 +19,16 @@ a 64-bit hash of the context (`hash_L` uint64, `next_L` int32, `count_L` uint32;
 next token), and `meta` (a JSON string: tokenizer sha256, context lengths, min_count, emails, tokens).
 Contexts are hashed, not stored: two contexts of a length sharing a hash would be merged, which with a
 few million contexts happens with probability about 1e-7. Loaded with `allow_pickle=False`.
+
+Used by `complete --phrases`, `eval --phrases` and `serve --phrases` (`blend_from_file`: the server blends
+the cache into every suggestion and reports it under /health's "phrases").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,7 @@ from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
+from seqlab.generation.decode import context_limit
 
 PHRASES = "phrases.npz"
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit multiplier (the golden ratio's): a polynomial hash
@@ -136,21 +141,52 @@ def _count(seqs: list[np.ndarray], L: int, min_count: int) -> tuple[np.ndarray, 
     return h[keep], nxt[keep].astype(np.int32), pair_counts[keep].astype(np.uint32)
 
 
+@dataclass
+class BlendState:
+    """The state of a `PhraseBlend`: the model's own state, and the ids the phrase lookups still need.
+
+    ids (B, n) are the last n of the `seen` tokens fed so far: at least the longest phrase context, and
+    for a model with a context limit (attention) all of its window, so that `truncated` can go back to
+    any prefix as the server's session encoder does after an edit (`seqlab.serving.sessions`). `clone`
+    and `truncated` keep the model state's own contract (attention caches are written in place)."""
+
+    inner: Any
+    ids: Tensor
+    seen: int
+    context: int  # the longest phrase context: the ids a lookup needs before a new token
+
+    def clone(self) -> BlendState:
+        inner = self.inner.clone() if hasattr(self.inner, "clone") else self.inner
+        return BlendState(inner, self.ids.clone(), self.seen, self.context)
+
+    def truncated(self, length: int) -> BlendState:
+        """The state after only the first `length` tokens (ValueError when its ids are no longer kept)."""
+        first = self.seen - self.ids.shape[1]  # position of ids[:, 0] in the sequence
+        lo = max(0, length - self.context)
+        if lo < first or not 0 < length <= self.seen:
+            raise ValueError(f"cannot truncate a phrase blend state of {self.seen} tokens to {length}")
+        return BlendState(self.inner.truncated(length), self.ids[:, lo - first:length - first], length,
+                          self.context)
+
+
 class PhraseBlend(nn.Module):
     """`model` with `phrases` blended into its next-token distribution; the same model contract.
 
     Its logits are log p of the blend (a valid input to softmax, sampling and beam search), and its state
-    is (the model's state, the last max_context ids (B, <=max_context)) so that incremental decoding and
-    beam search (`select_state` reorders both) see the same history as a full pass.
+    is a `BlendState` (the model's state and the last ids) so that incremental decoding, beam search
+    (`select_state` reorders both) and the server's kept sessions see the same history as a full pass.
     """
 
     def __init__(self, model: nn.Module, phrases: PhraseModel) -> None:
         super().__init__()
         self.model, self.phrases = model, phrases
         self.cfg = getattr(model, "cfg", None)  # `decode.context_limit` reads the model's window from here
+        self.longest = self.phrases.lengths[0] if self.phrases.lengths else 0
+        # a bounded model keeps its whole window of ids, so its state can be truncated (see BlendState)
+        self.keep = max(self.longest, context_limit(self) or 0)
 
-    def forward(self, idx: Tensor, state: Any = None, **kw: Any) -> tuple[Tensor, Any]:
-        inner, history = state if state is not None else (None, idx[:, :0])
+    def forward(self, idx: Tensor, state: BlendState | None = None, **kw: Any) -> tuple[Tensor, BlendState]:
+        inner, history, seen = (state.inner, state.ids, state.seen) if state is not None else (None, idx[:, :0], 0)
         logits, inner = self.model(idx, state=inner, **kw)  # (B, T, V)
         full = torch.cat([history.to(idx.device), idx], dim=1).cpu().numpy()  # (B, H + T)
         H, V = history.shape[1], logits.shape[-1]
@@ -163,8 +199,24 @@ class PhraseBlend(nn.Module):
                 p = torch.softmax(blended[b, pos - H], dim=-1)
                 blended[b, pos - H] = torch.log((1 - lam) * p + lam * q)
         T = idx.shape[1]
-        keep = self.phrases.lengths[0] if self.phrases.lengths else 0
-        return blended, (inner, torch.as_tensor(full[:, max(0, H + T - keep):], device=idx.device))
+        kept = torch.as_tensor(full[:, max(0, H + T - self.keep):], device=idx.device)
+        return blended, BlendState(inner, kept, seen + T, self.longest)
+
+
+def blend_from_file(model: nn.Module, tokenizer: Tokenizer, path: Path | str,
+                    weight: float = 0.3) -> tuple[PhraseBlend, dict[str, Any]]:
+    """`model` blended with the phrase file `path` (`UserError` as `PhraseModel.load`), and a description
+    of the phrases for a report such as the server's /health."""
+    phrases = PhraseModel.load(path, tokenizer, weight=weight)
+    info = {"path": str(path), "weight": weight, "alpha": phrases.alpha,
+            **{k: phrases.meta.get(k) for k in ("emails", "tokens", "min_context", "max_context", "min_count",
+                                                "data_dir")}}
+    return PhraseBlend(model, phrases), info
+
+
+def unblended(model: nn.Module) -> nn.Module:
+    """The model inside a `PhraseBlend` (for probes of its layers, as the server's /v1/why reads), else `model`."""
+    return model.model if isinstance(model, PhraseBlend) else model
 
 
 def fit_phrases(data_dir: Path | str, tokenizer: Tokenizer, **kw: Any) -> PhraseModel:

@@ -32,9 +32,13 @@ __all__ = ["ServerConfig", "create_app", "load_engine"]
 def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]:
     """Load the run and choose the threshold: --min-confidence, else calibration.json, else 0."""
     from seqlab.evaluation.calibration import load_calibration
+    from seqlab.generation.phrases import blend_from_file
     from seqlab.runs.load import load_run
 
     model, tok, _ = load_run(config.run_dir, "cpu")
+    phrases = None
+    if config.phrases is not None:  # the person's phrase cache, blended as `complete --phrases` blends it
+        model, phrases = blend_from_file(model, tok, config.phrases, config.phrase_weight)
     source = "--min-confidence"
     threshold = config.min_confidence
     if threshold is None:
@@ -44,7 +48,7 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
         else:
             threshold, source = 0.0, "none (run `seqlab calibrate` to choose one for a target coverage)"
     engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions)
-    info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir)}
+    info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir), "phrases": phrases}
     return engine, info
 
 

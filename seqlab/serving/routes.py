@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from seqlab.generation.phrases import unblended
 from seqlab.serving.limits import error
 from seqlab.serving.state import ServerState, run_unless_gone
 from seqlab.serving.why import explain
@@ -132,7 +133,7 @@ async def why(req: WhyRequest, request: Request) -> Any:
         return error(503, "the model is busy with suggestions; ask why again in a moment", retry_after=1)
     engine = s.engine
     result = await run_unless_gone(
-        s, request, lambda: explain(engine.model, engine.tokenizer, req.subject, req.prefix, req.text))
+        s, request, lambda: explain(unblended(engine.model), engine.tokenizer, req.subject, req.prefix, req.text))
     if result is None:  # the client left before its turn: nothing to answer
         return JSONResponse({"error": "client disconnected"}, status_code=499)
     return result

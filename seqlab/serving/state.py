@@ -30,6 +30,8 @@ class ServerConfig:
     min_confidence: float | None = None
     log_dir: Path | None = None
     max_sessions: int = 256
+    phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
+    phrase_weight: float = 0.3
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
 
 
