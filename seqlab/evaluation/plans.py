@@ -11,9 +11,13 @@ chosen from the model (`plan_kind`):
   chunk length nor on the lane count.
 - `sliding` (attention with positions that depend on distance only: none, rope, alibi): emails are
   lanes too; each chunk of C = W // 4 tokens (W = block_size) attends causally to itself and to the
-  last W - C keys and values of its email held in a `seqlab.models.attention.SlidingKVCache`. So a
-  target within the email's first W tokens sees its whole prefix, and any later one at least W - C
-  = 3W/4 tokens (never more than W, the training window); no position is computed twice.
+  keys and values of the W - C inputs before it, held in a `seqlab.models.attention.SlidingKVCache`.
+  So target t reads the keys of inputs max(0, t // C * C - (W - C))..t: its whole prefix within the
+  email's first W tokens (C divides W), later at least W - C = 3W/4 inputs and never more than W (the
+  training window). The keys held in deeper layers were computed when their own chunk was read, from their
+  own W - C inputs before, so information from further back in the email reaches a target through
+  them, as in Transformer-XL's segment recurrence (Dai et al. 2019, section 3.2); a fresh window
+  would recompute them from the window alone. Nothing is computed twice.
 - `windows` (learned or sinusoidal positions, whose keys carry absolute positions that cannot slide):
   windows of W tokens inside one email overlapping by half (`seqlab.data.batches._eval_windows`,
   stride W // 2); each window after an email's first scores only targets no earlier window scored,

@@ -149,11 +149,12 @@ class SlidingKVCache:
     """A key/value cache that holds only the last `keep` positions (block-sliding held-out scoring).
 
     Starts empty; each call appends its T keys and values, attends to the `keep` held before them plus
-    its own (causally), then holds the last `keep` again, so a block of C tokens sees at least keep
-    tokens of context and nothing is computed twice (`seqlab.evaluation.plans`). `length` counts every
+    its own (causally), then holds the last `keep` again, so a block of C tokens reads at least `keep`
+    earlier positions and nothing is computed twice (`seqlab.evaluation.plans`). `length` counts every
     position seen (the position of the next token, where RoPE continues), not the keys held. Only for
     positions that depend on distance alone (none, rope, alibi): the keys held keep the positions they
-    were computed at.
+    were computed at. Unlike a fresh window, the keys held in deeper layers still carry what their own
+    earlier positions told them (Transformer-XL's segment recurrence, Dai et al. 2019).
     """
 
     keep: int
