@@ -29,7 +29,7 @@ from seqlab.models.lm import LMState
 
 CPU = torch.device("cpu")
 TOK = ByteTokenizer()
-W = 8  # the window of every model here; sliding chunks are W // 4 = 2 tokens
+W = 8  # the window of every model here; sliding chunks are W // 2 = 4 tokens
 CTX = 6  # context tokens read per email
 
 
@@ -109,7 +109,7 @@ def test_sliding_cache_equals_a_token_by_token_pass(tmp_path: Path, pos: str) ->
     store = make_store(tmp_path / "d", LENGTHS)
     model = tiny_model(pos)
     assert plan_kind(model) == "sliding"
-    # batch_size 1: 4 lanes of 2-token chunks, so two lane groups and lanes dropped as emails end
+    # batch_size 1: 2 lanes of 4-token chunks, so several lane groups and lanes dropped as emails end
     scores = email_scores(model, store, W, 1, CPU, TOK)
     assert np.array_equal(scores.tokens, store.lengths - 1)
     for e in range(store.num_emails):

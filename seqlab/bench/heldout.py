@@ -5,7 +5,7 @@
 targets per second) is compared with the training step's tokens/s of the same model and batch size on
 the same machine, the two timed in turn (median of 3 after a warm-up). Goal: evaluation >= 3x training,
 for attention (the `small` preset's RoPE: a key/value cache slides over whole-email lanes, each chunk
-of W/4 tokens reading the 3W/4 before it) and a GRU (whole-email lanes, the hidden state carried).
+of W/2 tokens reading the W/2 before it) and a GRU (whole-email lanes, the hidden state carried).
 
 A forward pass is about a third of a training step's FLOPs. A second row counts every position the
 model computes (padding included). For attention a third row compares, side by side, the sliding cache

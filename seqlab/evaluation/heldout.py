@@ -8,12 +8,11 @@ loop under `torch.inference_mode()`, so their loss and bits per byte are the sam
 Full evaluation (`score_split`) scores every target of the split once (not a sample), cut into calls
 by `seqlab.evaluation.plans`: recurrent models read whole emails as lanes with the state carried, so a
 chunk cut never costs them context; attention with distance-only positions (none, rope, alibi) reads
-emails as lanes too, each chunk of W/4 tokens attending to the last 3W/4 keys of its email, kept in a
+emails as lanes too, each chunk of W/2 tokens attending to the keys of the W/2 before it, kept in a
 sliding key/value cache; attention with learned or sinusoidal positions reads windows overlapping by
-half. Every scored target therefore sees at least half a window of context (three quarters when the
-cache slides) after the first window of its email, as it would while typing; side-by-side windows
-would make the first tokens of every window guess with almost no context, a handicap of the
-evaluation, not of the model.
+half. Every scored target therefore reads at least half a window of its email after the email's first
+window, as it would while typing; side-by-side windows would make the first tokens of every window guess
+with almost no context, a handicap of the evaluation, not of the model.
 
 Bits per byte (bpb) = (sum of target NLL in nats / ln 2) / (UTF-8 bytes those targets stand for), the
 tokenizer-independent measure of Gao et al. (2020, "The Pile", section 5) and of text compression. The
@@ -158,10 +157,13 @@ def context_rows(model: nn.Module, store: TokenStore, use_context: bool = True) 
 
 
 def score_split(model: nn.Module, store: TokenStore, block_size: int, batch_size: int, device: torch.device,
-                tokenizer: Tokenizer, use_context: bool = True, per_email: EmailSums | None = None) -> HeldOut:
+                tokenizer: Tokenizer, use_context: bool = True, per_email: EmailSums | None = None,
+                slide: bool = True) -> HeldOut:
     """Every target of the split once, cut into calls by `plans.split_plan` (lanes, sliding lanes or
-    windows); each email's reply context read when the model has cross-attention (`context_rows`)."""
-    plan = split_plan(model, store, block_size, batch_size, tokenizer.pad_id, context_rows(model, store, use_context))
+    windows; `slide=False`: windows for every attention model); each email's reply context read when the
+    model has cross-attention (`context_rows`)."""
+    limit = context_rows(model, store, use_context)
+    plan = split_plan(model, store, block_size, batch_size, tokenizer.pad_id, limit, slide)
     return score_heldout(model, plan.chunks, token_byte_lengths(tokenizer), device, fresh=plan.fresh,
                          per_email=per_email)
 
