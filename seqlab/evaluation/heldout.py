@@ -170,7 +170,9 @@ def score_split(model: nn.Module, store: TokenStore, block_size: int, batch_size
 
 def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size: int,
                 device: str | torch.device, tokenizer: Tokenizer, use_context: bool = True) -> dict[str, float | int]:
-    """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split."""
+    """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split
+    (`score_split`: a model with cross-attention reads each email's reply context unless `use_context`
+    is False)."""
     if store.num_emails == 0 or int((store.lengths - 1).sum()) == 0:
         raise UserError(f"the {store.split} split of {store.data_dir} has no tokens to evaluate.")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
