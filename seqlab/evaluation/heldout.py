@@ -1,21 +1,18 @@
 """Held-out scoring of a language model: the loss, the bytes each token counts for, and the one loop.
 
-The trainer's validation (`seqlab.training.trainer.Trainer.evaluate`, on a fixed sample of windows) and
-the full evaluation of a run (`evaluate_lm`, on every target of a split) both go through
-`score_heldout`, so their loss and bits per byte are the same quantity.
+The trainer's validation (`seqlab.training.trainer.Trainer.evaluate`, on a fixed sample of windows),
+the full evaluation of a run (`evaluate_lm`, on every target of a split) and the per-email scores of
+`seqlab eval` (`seqlab.evaluation.context_scores.email_scores`) all go through `score_heldout`, one
+loop under `torch.inference_mode()`, so their loss and bits per byte are the same quantity.
 
-Full evaluation scores every target of the split once (not a sample):
-
-- Attention models (and any model with learned positions) see windows of at most `block_size` tokens
-  inside one email, overlapping by half (`seqlab.data.batches.iter_eval_windows` with stride
-  block_size // 2): each window after an email's first scores only the targets no earlier window
-  scored, so every such target is predicted with at least half a window of context, as it would be
-  while typing. Side-by-side windows would make the first tokens of every window guess with almost no
-  context, a handicap of the evaluation, not of the model. The last window is aligned to the email's end.
-- Recurrent models read each email from its first token to its last in chunks of `block_size`, with
-  the hidden state carried from chunk to chunk (`seqlab.data.streams.iter_eval_streams`: emails are the
-  batch lanes), so a window cut never costs them context; the result does not depend on `block_size`
-  or the batch size.
+Full evaluation (`score_split`) scores every target of the split once (not a sample), cut into calls
+by `seqlab.evaluation.plans`: recurrent models read whole emails as lanes with the state carried, so a
+chunk cut never costs them context; attention with distance-only positions (none, rope, alibi) reads
+emails as lanes too, each chunk of W/2 tokens attending to the keys of the W/2 before it, kept in a
+sliding key/value cache; attention with learned or sinusoidal positions reads windows overlapping by
+half. Every scored target therefore reads at least half a window of its email after the email's first
+window, as it would while typing; side-by-side windows would make the first tokens of every window guess
+with almost no context, a handicap of the evaluation, not of the model.
 
 Bits per byte (bpb) = (sum of target NLL in nats / ln 2) / (UTF-8 bytes those targets stand for), the
 tokenizer-independent measure of Gao et al. (2020, "The Pile", section 5) and of text compression. The
@@ -29,26 +26,27 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqlab.data.batches import IGNORE_INDEX, iter_eval_windows
+from seqlab.data.batches import IGNORE_INDEX
 from seqlab.data.store import TokenStore
-from seqlab.data.streams import iter_eval_streams
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
-from seqlab.generation.decode import context_limit
+from seqlab.evaluation.plans import Chunk, FreshState, split_plan
+from seqlab.models.lm import map_tensors
 from seqlab.runs.load import resolve_device
 
 SEPARATOR = b"\n"  # what an email's eos stands for when bytes are counted and compressors read the split
 
-Batch = tuple[bool, torch.Tensor, torch.Tensor]  # (first, x (B, T), y (B, T)): see `score_heldout`
+EmailSums = tuple[np.ndarray, np.ndarray, np.ndarray]  # per email of a split: NLL (nats), targets, bytes
 
 
 def lm_loss(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -94,14 +92,33 @@ class HeldOut:
         return math.exp(min(self.loss, 700.0))
 
 
-def score_heldout(model: nn.Module, batches: Iterable[Batch], byte_lengths: torch.Tensor, device: torch.device,
-                  autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> HeldOut:
-    """Sum the NLL, the scored targets and their bytes over `batches` of (first, x, y).
+def row_sums(logits: torch.Tensor, y: torch.Tensor,
+             byte_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of (B, T): summed NLL in nats (float64), scored targets and their bytes (int64), each (B,)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to float32, float64 kept
+    nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")  # (B, T)
+    scored = y != IGNORE_INDEX
+    nbytes = torch.where(scored, byte_lengths[y.clamp(min=0)], 0)  # (B, T)
+    return nll.sum(1, dtype=torch.float64), scored.sum(1), nbytes.sum(1)
 
-    x and y are (B, T) int64 with y = IGNORE_INDEX where nothing is scored. The model's returned state
-    is passed to the next batch unless `first` is True (independent windows pass True every time).
-    `autocast` wraps the forward pass only (the trainer's bf16 on CUDA); the loss is float32. The model
-    runs in eval mode and is put back in the mode it was in.
+
+def carry_lanes(state: Any, lanes: torch.Tensor) -> Any:
+    """The state of the lanes `lanes` (B',) only: every tensor in it is batch-first."""
+    return map_tensors(state, lambda t: t.index_select(0, lanes.to(t.device)))
+
+
+def score_heldout(model: nn.Module, batches: Iterable[Chunk | tuple[Any, ...]], byte_lengths: torch.Tensor,
+                  device: torch.device, autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                  fresh: FreshState | None = None, per_email: EmailSums | None = None) -> HeldOut:
+    """Sum the NLL, the scored targets and their bytes over `batches`: the one held-out loop.
+
+    Each batch is a `plans.Chunk` or a tuple of its leading fields (first, x, y[, context]), x and y
+    (B, T) int64 with y = IGNORE_INDEX where nothing is scored. A chunk with `first` starts from
+    `fresh(B, device)` (None by default: the model's own fresh state); any other continues the previous
+    call's state (only its `carry` lanes when given). With `per_email` (nll, tokens, bytes arrays over
+    the split's emails) each row's sums are also added to its chunk's email. `autocast` wraps the
+    forward pass only (the trainer's bf16 on CUDA); the loss is float32. The model runs in eval mode
+    under `torch.inference_mode()` and is put back in the mode it was in.
     """
     byte_lengths = byte_lengths.to(device)  # (V,)
     nll, tokens, nbytes, state = 0.0, 0, 0, None
@@ -109,38 +126,56 @@ def score_heldout(model: nn.Module, batches: Iterable[Batch], byte_lengths: torc
     model.eval()
     try:
         with torch.inference_mode():
-            for first, x, y, *context in batches:  # a 4th element: the batch's contexts (or None)
-                x, y = x.to(device), y.to(device)
-                extra = {"context": context[0].to(device)} if context and context[0] is not None else {}
+            for batch in batches:
+                c = batch if isinstance(batch, Chunk) else Chunk(*batch)
+                if c.first:
+                    state = fresh(c.x.size(0), device) if fresh is not None else None
+                elif c.carry is not None:
+                    state = carry_lanes(state, c.carry)
+                extra = {"context": c.context.to(device)} if c.context is not None else {}
                 with autocast():
-                    logits, state = model(x, state=None if first else state, **extra)  # (B, T, V)
-                nll += float(lm_loss(logits, y, reduction="sum"))
-                scored = y[y != IGNORE_INDEX]  # (N,) ids of the scored targets
-                tokens += int(scored.numel())
-                nbytes += int(byte_lengths[scored].sum())
+                    logits, state = model(c.x.to(device), state=state, **extra)  # (B, T, V)
+                sums = row_sums(logits, c.y.to(device), byte_lengths)
+                nll += float(sums[0].sum())
+                tokens += int(sums[1].sum())
+                nbytes += int(sums[2].sum())
+                if per_email is not None and c.emails is not None:
+                    for field, values in zip(per_email, sums):
+                        np.add.at(field, c.emails, values.cpu().numpy())
     finally:
         model.train(was_training)
     return HeldOut(nll, tokens, nbytes)
 
 
-def heldout_batches(model: nn.Module, store: TokenStore, block_size: int, batch_size: int,
-                    pad_id: int) -> Iterator[Batch]:
-    """Every target of the split once: email lanes for a model that carries state through whole emails,
-    windows overlapping by half for one with a bounded context (module docstring)."""
-    if context_limit(model) is None:
-        return iter_eval_streams(store, block_size, batch_size, pad_id)
-    stride = max(1, block_size // 2)
-    windows = iter_eval_windows(store, block_size, batch_size, pad_id, stride=stride)
-    return ((True, x, y) for x, y in windows)
+def context_rows(model: nn.Module, store: TokenStore, use_context: bool = True) -> int:
+    """How many context tokens each email gives a model that reads reply contexts (model.ctx_block_size),
+    or 0: a model without cross-attention, `use_context=False`, or a DATA_DIR without contexts."""
+    cfg = getattr(model, "cfg", None)
+    if not use_context or store.contexts is None or not getattr(cfg, "cross_attention", False):
+        return 0
+    return int(cfg.ctx_block_size)
+
+
+def score_split(model: nn.Module, store: TokenStore, block_size: int, batch_size: int, device: torch.device,
+                tokenizer: Tokenizer, use_context: bool = True, per_email: EmailSums | None = None,
+                slide: bool = True) -> HeldOut:
+    """Every target of the split once, cut into calls by `plans.split_plan` (lanes, sliding lanes or
+    windows; `slide=False`: windows for every attention model); each email's reply context read when the
+    model has cross-attention (`context_rows`)."""
+    limit = context_rows(model, store, use_context)
+    plan = split_plan(model, store, block_size, batch_size, tokenizer.pad_id, limit, slide)
+    return score_heldout(model, plan.chunks, token_byte_lengths(tokenizer), device, fresh=plan.fresh,
+                         per_email=per_email)
 
 
 def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size: int,
-                device: str | torch.device, tokenizer: Tokenizer) -> dict[str, float | int]:
-    """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split."""
+                device: str | torch.device, tokenizer: Tokenizer, use_context: bool = True) -> dict[str, float | int]:
+    """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split
+    (`score_split`: a model with cross-attention reads each email's reply context unless `use_context`
+    is False)."""
     if store.num_emails == 0 or int((store.lengths - 1).sum()) == 0:
         raise UserError(f"the {store.split} split of {store.data_dir} has no tokens to evaluate.")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    batches = heldout_batches(model, store, block_size, batch_size, tokenizer.pad_id)
-    r = score_heldout(model, batches, token_byte_lengths(tokenizer), dev)
+    r = score_split(model, store, block_size, batch_size, dev, tokenizer, use_context)
     return {"loss": r.loss, "ppl": r.ppl, "bpb": r.bpb, "tokens": r.tokens, "bytes": r.bytes,
             "nll_nats": r.nll_nats}

@@ -9,7 +9,8 @@
 - `MultiHeadAttention`: W_Q, W_K, W_V, an output projection, heads as learned subspaces of width
   d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
   from a context C, slide "Cross-attention gets queries and context from different sequences"); a
-  key/value cache for incremental decoding; weights exposed through `recorder.record_attention()`;
+  key/value cache for incremental decoding (`KVCache`; `SlidingKVCache` keeps only the last positions,
+  for held-out scoring); weights exposed through `recorder.record_attention()`;
   optional QK-norm (`qk_norm=True`): RMSNorm with a learned gain on each head's queries and keys before
   the dot product, which bounds the logits Q K^T / sqrt(d_k) and keeps the softmax from saturating at
   high learning rates (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
@@ -144,6 +145,34 @@ class KVCache:
 
 
 @dataclass
+class SlidingKVCache:
+    """A key/value cache that holds only the last `keep` positions (block-sliding held-out scoring).
+
+    Starts empty; each call appends its T keys and values, attends to the `keep` held before them plus
+    its own (causally), then holds the last `keep` again, so a block of C tokens reads at least `keep`
+    earlier positions and nothing is computed twice (`seqlab.evaluation.plans`). `length` counts every
+    position seen (the position of the next token, where RoPE continues), not the keys held. Only for
+    positions that depend on distance alone (none, rope, alibi): the keys held keep the positions they
+    were computed at. Unlike a fresh window, the keys held in deeper layers still carry what their own
+    earlier positions told them (Transformer-XL's segment recurrence, Dai et al. 2019).
+    """
+
+    keep: int
+    k: Tensor | None = None  # (B, H, <= keep, D)
+    v: Tensor | None = None
+    length: int = 0
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add (B, H, T, D) keys and values; return the held ones followed by them, (B, H, held + T, D)."""
+        self.length += k.size(2)
+        if self.k is not None and self.v is not None:
+            k, v = torch.cat((self.k, k), dim=2), torch.cat((self.v, v), dim=2)
+        cut = max(0, k.size(2) - self.keep)
+        self.k, self.v = k[:, :, cut:], v[:, :, cut:]
+        return k, v
+
+
+@dataclass
 class CrossKV:
     """Keys and values (B, H, Lc, D) of an encoded context, computed once and reused at every step."""
 
@@ -215,11 +244,11 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Tensor,
         context: Tensor | None = None,
-        state: KVCache | CrossKV | None = None,
+        state: KVCache | SlidingKVCache | CrossKV | None = None,
         reset: Tensor | None = None,
         causal: bool = True,
         context_mask: Tensor | None = None,
-    ) -> tuple[Tensor, KVCache | CrossKV]:
+    ) -> tuple[Tensor, KVCache | SlidingKVCache | CrossKV]:
         """x (B, T, C) -> (y (B, T, C), state).
 
         Self-attention when context is None and state is not a CrossKV: state is the KVCache of earlier
@@ -241,7 +270,8 @@ class MultiHeadAttention(nn.Module):
             rec.add(self.layer, kind, a)
         return self._merge(y)
 
-    def _self(self, x: Tensor, state: KVCache | None, causal: bool) -> tuple[Tensor, KVCache]:
+    def _self(self, x: Tensor, state: KVCache | SlidingKVCache | None,
+              causal: bool) -> tuple[Tensor, KVCache | SlidingKVCache]:
         t = x.size(1)
         if self.kdim != self.n_embd:
             raise ValueError(f"self-attention needs kdim == n_embd, but kdim={self.kdim}, n_embd={self.n_embd}")
@@ -251,18 +281,20 @@ class MultiHeadAttention(nn.Module):
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
         q, k, v = (self._heads(z) for z in F.linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
         q, k = self._qk_norm(q, k)
-        offset = state.length if state is not None else 0
+        offset = state.length if state is not None else 0  # position of the first new token
         if self.pos is not None:
             q, k = self.pos.rotate(q, k, offset)  # RoPE: keys are cached already rotated
         if state is None:
             state = KVCache(k, v, t)  # no copy: the cache starts as this call's tensors
         else:
-            k, v = state.append(k, v)  # (B, H, offset + T, D)
+            k, v = state.append(k, v)  # (B, H, past + T, D)
         lk = k.size(2)
+        past = lk - t  # keys before the new ones: offset, or fewer once a SlidingKVCache drops the oldest
         # the plain causal square takes the fused kernel's is_causal route; one new token needs no mask
-        mask = causal_mask(t, x.device, offset) if causal and t > 1 and offset > 0 else None
-        is_causal = causal and t > 1 and offset == 0
-        bias = self.pos.score_bias(t, lk, offset, x.device, q.dtype) if self.pos is not None else None
+        mask = causal_mask(t, x.device, past) if causal and t > 1 and past > 0 else None
+        is_causal = causal and t > 1 and past == 0
+        # ALiBi depends on distance only: queries counted from the first key held
+        bias = self.pos.score_bias(t, lk, past, x.device, q.dtype) if self.pos is not None else None
         if bias is not None:  # ALiBi: fold the per-head bias and the causal mask into one float mask
             if is_causal:
                 mask, is_causal = causal_mask(t, x.device), False

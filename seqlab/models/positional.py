@@ -129,7 +129,10 @@ class RotaryPositions(PositionHandler):
     def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
         t = q.size(-2)
         if offset + t > self.cos.size(0):
-            self._extend(max(offset + t, 2 * self.cos.size(0)))
+            # a normal tensor even when first reached under inference_mode (held-out scoring), so a
+            # later training step may still save it for backward
+            with torch.inference_mode(False):
+                self._extend(max(offset + t, 2 * self.cos.size(0)))
         cos = self.cos[offset : offset + t].to(q.dtype)  # (T, D/2), broadcast over (B, H)
         sin = self.sin[offset : offset + t].to(q.dtype)
         return _rotate_half(q, cos, sin), _rotate_half(k, cos, sin)
