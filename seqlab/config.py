@@ -77,7 +77,8 @@ class ModelConfig:
         _check(self.ctx_layers >= 0, f"model.ctx_layers must be 0 or more, not {self.ctx_layers}")
         _check(self.ctx_block_size >= 1, f"model.ctx_block_size must be at least 1, not {self.ctx_block_size}")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
-        _check(self.ctx_mode in CTX_MODES, f"model.ctx_mode must be one of {', '.join(CTX_MODES)}, not {self.ctx_mode!r}")
+        _check(self.ctx_mode in CTX_MODES,
+               f"model.ctx_mode must be one of {', '.join(CTX_MODES)}, not {self.ctx_mode!r}")
         _check(self.ctx_mode != "init_state" or self.mixer in RECURRENT_MIXERS,
                f"model.ctx_mode=init_state gives recurrent layers their initial state; model.mixer={self.mixer} "
                "has none (use model.ctx_mode=cross)")
