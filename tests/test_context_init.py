@@ -18,6 +18,7 @@ from tiny_models import token_ids as _ids
 
 from seqlab.cli.main import main
 from seqlab.config import ModelConfig, apply_overrides, get_preset
+from seqlab.models import build_model
 from seqlab.models.context import ContextBatch
 from seqlab.training.trainer import train
 
@@ -168,3 +169,29 @@ def test_resume_with_initial_states_is_exact(tiny_data_dir: Path, tmp_path: Path
     a, b = load_file(str(ref / "model.safetensors")), load_file(str(run / "model.safetensors"))
     assert any(k.startswith("ctx_init.") for k in a)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_reply_is_completed_from_the_originals_state_and_has_no_cross_weights() -> None:
+    """`complete --reply-to` and the server pass the original when decoding starts: with init_state the
+    decoder's first call starts the email from it; `attention --reply-to` has nothing to show (UserError)."""
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.errors import UserError
+    from seqlab.generation.decode import IncrementalDecoder
+    from seqlab.generation.reply import reply_context
+    from seqlab.studies.inspection.cross import cross_attention_maps
+
+    tok = ByteTokenizer()
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="gru", pos="none", n_layer=2, n_embd=16,
+                                    n_head=2, cross_attention=True, ctx_mode="init_state")).eval()
+    original = "Shall we meet in room 5 on Tuesday?"
+    ctx = reply_context(model, tok, original)
+    prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room")]])
+    with torch.no_grad():
+        full, _ = model(prompt, context=ctx)
+        dec = IncrementalDecoder(model, prompt[:, :3], context=ctx)
+        for t in range(3, prompt.size(1)):
+            dec.step(prompt[:, t])
+    torch.testing.assert_close(dec.logits, full[:, -1].float(), atol=1e-5, rtol=1e-5)
+    with pytest.raises(UserError, match="init_state"):
+        cross_attention_maps(model, tok, "Yes", original)
