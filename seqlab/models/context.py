@@ -20,9 +20,9 @@ all-padding context: its query rows are fully masked, attention gives exactly ze
 a learned query (zero at the start, so it starts as the mean of the real rows), and each recurrent
 layer l starts every email from h0_l = tanh(W_l pool + b_l) instead of zero (the RNN encoder-decoder's
 h0 = tanh(V c) from the encoder's summary c: Cho et al. 2014, "Learning Phrase Representations using RNN
-Encoder-Decoder", the decoder of its appendix A). Cross-attention reads the
-original at every position; the initial state must carry what matters of it in one C-vector per layer,
-which the recurrence then keeps or forgets through its gates.
+Encoder-Decoder", the decoder of its appendix A). Cross-attention reads the original at every
+position; the initial state must carry what matters of it in one C-vector per layer, which the
+recurrence then keeps or forgets through its gates.
 """
 
 from __future__ import annotations
