@@ -11,12 +11,19 @@ every target of the test split, per email (`seqlab.evaluation.context_scores.ema
 compared with the plain model on the same emails:
 
 - bits per byte on the replies (emails with a context) and on the rest, each model;
-- the difference (context - plain) on the replies with a 95% paired bootstrap interval over emails;
+- the difference (context - plain) on the replies with a 95% paired bootstrap interval over emails, and
+  the same on the emails without a context (a gain there is not the context's: more parameters, the
+  token embedding also trained through the encoder);
+- each context model on the replies fed no context, and the difference (with - without) with its
+  interval: what reading the context itself is worth;
 - ExactMatch@1..3 at every sampled word boundary (no threshold) of up to --em-emails replies, each model
   reading what it can (a context model its email's context);
 - with --examples N, at those same boundaries, the count of first words right only with the context and
   only without it, for the best context model against the plain model and against itself fed no
-  context, and N of the suggestions the context made right (context end, reply so far, both proposals).
+  context, and N of the suggestions the context made right (context end, reply so far, both proposals;
+  those against itself when there are any, since only they are the context's doing).
+
+Given `train.max_steps=N` among the overrides, every run trains N steps (no time budget: equal work).
 
 Conditions are printed with the result: steps and tokens each run reached in its budget (the cores are
 shared, so equal time is not equal work; the context model also spends time encoding contexts).
@@ -95,9 +102,9 @@ def _made_right(with_ctx: list[Proposal], without: list[Proposal], texts: list[s
             "right_only_without_context": only_without, "examples": examples}
 
 
-def _scores(run: Path, store: TokenStore) -> EmailScores:
+def _scores(run: Path, store: TokenStore, use_context: bool = True) -> EmailScores:
     model, tok, cfg = load_run(run, "cpu")
-    return email_scores(model, store, cfg.model.block_size, 32, torch.device("cpu"), tok)
+    return email_scores(model, store, cfg.model.block_size, 32, torch.device("cpu"), tok, use_context)
 
 
 def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str],
@@ -115,15 +122,21 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
     store = TokenStore(data, "test")
     scores = {kind: _scores(run, store) for kind, run in runs.items()}
     has = scores["plain"].has_context
+    steps_given = any(e.startswith("train.max_steps=") for e in extra)  # then every run has the same steps
     result: dict[str, Any] = {
         "corpus": name, "data": str(data), "test_emails": int(store.num_emails), "replies": int(has.sum()),
-        "extra": extra, "minutes": minutes, "variants": [k for k in runs if k != "plain"],
+        "extra": extra, "minutes": None if steps_given else minutes, "budget": "steps" if steps_given else "time",
+        "variants": [k for k in runs if k != "plain"],
         "train": {k: {key: s[key] for key in ("steps", "tokens", "elapsed_s", "params")} for k, s in summaries.items()}}
     for kind, s in scores.items():
         result[kind] = {"bpb_replies": s.bpb(has), "bpb_others": s.bpb(~has), "bpb_all": s.bpb()}
         if kind != "plain":
             result[kind]["diff_replies"] = paired_bootstrap(s, scores["plain"], has, samples=4000)
             result[kind]["diff_others"] = paired_bootstrap(s, scores["plain"], ~has, samples=4000)
+            # the same model fed no context: what reading the context itself is worth on the replies
+            blind = _scores(runs[kind], store, use_context=False)
+            result[kind]["bpb_replies_without_context"] = blind.bpb(has)
+            result[kind]["diff_own_replies"] = paired_bootstrap(s, blind, has, samples=4000)
     replies = np.flatnonzero(has)
     picked = np.sort(np.random.default_rng([7]).choice(replies, size=min(em_emails, len(replies)), replace=False))
     proposals = {kind: _proposals(run, store, picked, seed=3) for kind, run in runs.items()}
@@ -146,17 +159,20 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
 
 def _table(results: list[dict]) -> str:
     lines = [f"{'corpus':8} {'variant':18} {'replies':>7} {'plain bpb':>9} {'ctx bpb':>8} {'ctx - plain [95% CI]':>28} "
-             f"{'others: ctx - plain':>20} {'EM@1 plain/ctx':>15} {'steps plain/ctx':>16}"]
+             f"{'others: ctx - plain':>20} {'own, no ctx':>11} {'ctx - no ctx [95% CI]':>28} {'EM@1 plain/ctx':>15} "
+             f"{'steps plain/ctx':>16}"]
     for r in results:
         em_plain = r["plain"]["exact_match"]["exact_match"]["1"] or 0
         for kind in r["variants"]:
-            v, d, o = r[kind], r[kind]["diff_replies"], r[kind]["diff_others"]
+            v, d, o, w = r[kind], r[kind]["diff_replies"], r[kind]["diff_others"], r[kind]["diff_own_replies"]
             em = f"{100 * em_plain:.1f}%/{100 * (v['exact_match']['exact_match']['1'] or 0):.1f}%"
             steps = f"{r['train']['plain']['steps']}/{r['train'][kind]['steps']}"
-            budget = "=steps" if kind.endswith("@steps") else "=time"
+            budget = "=steps" if kind.endswith("@steps") or r.get("budget") == "steps" else "=time"
             lines.append(f"{r['corpus']:8} {kind.split('@')[0] + ' ' + budget:18} {r['replies']:>7} "
                          f"{r['plain']['bpb_replies']:9.3f} {v['bpb_replies']:8.3f} {d['diff']:+9.3f} "
-                         f"[{d['low']:+.3f}, {d['high']:+.3f}] {o['diff']:+20.3f} {em:>15} {steps:>16}")
+                         f"[{d['low']:+.3f}, {d['high']:+.3f}] {o['diff']:+20.3f} "
+                         f"{v['bpb_replies_without_context']:11.3f} {w['diff']:+9.3f} "
+                         f"[{w['low']:+.3f}, {w['high']:+.3f}] {em:>15} {steps:>16}")
     return "\n".join(lines)
 
 
@@ -171,9 +187,9 @@ def _examples(results: list[dict]) -> str:
             lines.append(f"{r['corpus']}: {m['model']} {against.replace('_', ' ')}: of {c['boundaries']} boundaries, "
                          f"first word right only with the context {c['right_only_with_context']}, "
                          f"only without {c['right_only_without_context']}")
-        for e in m["against_plain"]["examples"]:
+        for e in m["against_itself_without"]["examples"] or m["against_plain"]["examples"]:
             lines += [f"  original ends: {e['context_end'][-90:]!r}", f"  reply so far: {e['reply_so_far'][-70:]!r}",
-                      f"  truth {e['truth']}  with context {e['with_context']}  plain {e['without_context']}"]
+                      f"  truth {e['truth']}  with context {e['with_context']}  without {e['without_context']}"]
     return "\n".join(lines)
 
 
