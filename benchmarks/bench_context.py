@@ -21,7 +21,9 @@ compared with the plain model on the same emails:
 - with --examples N, at those same boundaries, the count of first words right only with the context and
   only without it, for the best context model against the plain model and against itself fed no
   context, and N of the suggestions the context made right (context end, reply so far, both proposals;
-  those against itself when there are any, since only they are the context's doing).
+  those against itself when there are any, since only they are the context's doing);
+- with --greetings, the name after "Hi "/"Hey "/... in each reply, which in the synthetic corpus is the
+  original's signer: completed right by each model, with and without its context.
 
 Given `train.max_steps=N` among the overrides, every run trains N steps (no time budget: equal work).
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,13 +105,47 @@ def _made_right(with_ctx: list[Proposal], without: list[Proposal], texts: list[s
             "right_only_without_context": only_without, "examples": examples}
 
 
+GREETING = re.compile(r"\n\n(?:Hi|Hey|Hello|Dear|Good morning|Morning) ([A-Z][a-z]+)")
+
+
+def greeting_names(runs: dict[str, Path], store: TokenStore) -> dict:
+    """The synthetic corpus's replies greet the original's sender, whose name signs the original: after
+    "Hey " the context holds the answer. Per model (a context model with and without its context): the
+    greeting names completed right, and those right only with the context / only without."""
+    assert store.contexts is not None
+    items: list[tuple[int, str, str]] = []
+    out: dict[str, Any] = {}
+    for kind, run in runs.items():
+        model, tok, cfg = load_run(run, "cpu")
+        if not items:
+            for i in np.flatnonzero(store.contexts.lengths > 0):
+                text = tok.decode(np.asarray(store.tokens[store.starts[i]:store.ends[i]]).tolist())
+                if m := GREETING.search(text):
+                    items.append((int(i), text[:m.start(1)], m.group(1)))
+        got = {}
+        for use in (False, True) if cfg.model.cross_attention else (False,):
+            words = []
+            for i, prefix, _ in items:
+                ctx = (ContextBatch.from_lists([store.contexts.context(i, cfg.model.ctx_block_size).tolist()])
+                       if use else None)
+                w = complete(model, tok, prefix, max_words=1, temperature=0.0, context=ctx).words
+                words.append(w[0].rstrip(",") if w else "")
+            got[use] = [a == t for a, (_, _, t) in zip(words, items)]
+        out[kind] = {"right": sum(got.get(True, got[False])), "right_without_context": sum(got[False])}
+        if True in got:
+            out[kind]["right_only_with_context"] = sum(a and not b for a, b in zip(got[True], got[False]))
+            out[kind]["right_only_without_context"] = sum(b and not a for a, b in zip(got[True], got[False]))
+    return {"greetings": len(items), **out}
+
+
 def _scores(run: Path, store: TokenStore, use_context: bool = True) -> EmailScores:
     model, tok, cfg = load_run(run, "cpu")
     return email_scores(model, store, cfg.model.block_size, 32, torch.device("cpu"), tok, use_context)
 
 
 def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str],
-            equal_steps: bool = False, modes: tuple[str, ...] = ("cross",), examples: int = 0) -> dict:
+            equal_steps: bool = False, modes: tuple[str, ...] = ("cross",), examples: int = 0,
+            greetings: bool = False) -> dict:
     runs = {"plain": out / f"{name}-plain"}
     summaries = {"plain": _train(data, runs["plain"], minutes, extra)}
     for mode in modes:
@@ -154,6 +191,8 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
         result["made_right"] = {"model": best,
                                 "against_plain": _made_right(ctx_props, plain_props, texts, originals, examples),
                                 "against_itself_without": _made_right(ctx_props, blind, texts, originals, examples)}
+    if greetings:
+        result["greeting_names"] = greeting_names(runs, store)
     return result
 
 
@@ -179,6 +218,8 @@ def _table(results: list[dict]) -> str:
 def _examples(results: list[dict]) -> str:
     lines = []
     for r in results:
+        if "greeting_names" in r:
+            lines.append(f"{r['corpus']}: greeting names (of the original's signer): {json.dumps(r['greeting_names'])}")
         m = r.get("made_right")
         if not m:
             continue
@@ -203,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--equal-steps", action="store_true",
                    help="also train each context model for the plain model's steps (equal work, not equal time)")
     p.add_argument("--examples", type=int, default=0, help="suggestions the context made right to print")
+    p.add_argument("--greetings", action="store_true",
+                   help="also complete the greeting names of the replies (synthetic corpus: the original's signer)")
     p.add_argument("overrides", nargs="*", help="extra key=value config overrides for every run")
     args = p.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
@@ -212,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.data:
         name, _, folder = item.partition("=")
         results.append(measure(name, Path(folder), args.out, args.minutes, args.em_emails, args.overrides,
-                               args.equal_steps, modes, args.examples))
+                               args.equal_steps, modes, args.examples, args.greetings))
         print(_table(results[-1:]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
