@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(_table(results))
     print(_examples(results))
-    print(f"torch threads 1, {args.minutes} min per =time run, conditions and counts in {args.out / 'results.json'}")
+    budget = "equal steps" if all(r["budget"] == "steps" for r in results) else f"{args.minutes} min per =time run"
+    print(f"torch threads 1, {budget}, conditions and counts in {args.out / 'results.json'}")
     return 0
 
 
