@@ -1,38 +1,58 @@
-"""What reading the message being answered is worth: one model family with and without cross-attention.
+"""What reading the message being answered is worth: one model family without a context and with it.
 
 For each corpus (prepared DATA_DIRs given with --data NAME=DIR, e.g. the synthetic corpus and the
-SpamAssassin ham), the same attention model is trained twice for the same wall-clock budget
-(`train.max_minutes`): once plain, once with `model.cross_attention=true` (the context encoder and a
-cross-attention in every block, fed each email's context). Both are then scored on every target of the
-test split, per email (`seqlab.evaluation.context_scores.email_scores`), and compared on the same emails:
+SpamAssassin ham), the same model (the family and size given by the overrides, attention by default)
+is trained without a context ("plain") and once per --modes entry with `model.cross_attention=true`
+and that `model.ctx_mode`: `cross` (a cross-attention in every block) or, for a recurrent family,
+`init_state` (each recurrent layer starts an email from a state projected from the pooled context).
+Every run gets the same wall-clock budget (`train.max_minutes`); with --equal-steps each context model
+is also trained for the steps the plain model reached (equal work, not equal time). All are scored on
+every target of the test split, per email (`seqlab.evaluation.context_scores.email_scores`), and
+compared with the plain model on the same emails:
 
 - bits per byte on the replies (emails with a context) and on the rest, each model;
-- the difference (context - plain) on the replies with a 95% paired bootstrap interval over emails;
+- the difference (context - plain) on the replies with a 95% paired bootstrap interval over emails, and
+  the same on the emails without a context (a gain there is not the context's: more parameters, the
+  token embedding also trained through the encoder);
+- each context model on the replies fed no context, and the difference (with - without) with its
+  interval: what reading the context itself is worth;
 - ExactMatch@1..3 at every sampled word boundary (no threshold) of up to --em-emails replies, each model
-  reading what it can (the context model its email's context).
+  reading what it can (a context model its email's context);
+- with --examples N, at those same boundaries, the count of first words right only with the context and
+  only without it, for the best context model against the plain model and against itself fed no
+  context, and N of the suggestions the context made right (context end, reply so far, both proposals;
+  those against itself when there are any, since only they are the context's doing);
+- with --greetings, the name after "Hi "/"Hey "/... in each reply, which in the synthetic corpus is the
+  original's signer: completed right by each model, with and without its context.
+
+Given `train.max_steps=N` among the overrides, every run trains N steps (no time budget: equal work).
 
 Conditions are printed with the result: steps and tokens each run reached in its budget (the cores are
 shared, so equal time is not equal work; the context model also spends time encoding contexts).
 
     python benchmarks/bench_context.py --data synth=out/data-synth --data sa=out/data-sa --out out/bench_context \\
-        [--minutes 3] [--em-emails 40] [model.n_embd=64 ...]
+        [--minutes 3] [--em-emails 40] [--modes cross,init_state] [--equal-steps] [--examples 3] \\
+        [model.mixer=gru model.pos=none ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from seqlab.config import apply_overrides, get_preset
+from seqlab.config import CTX_MODES, apply_overrides, get_preset
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.compressors import split_texts
-from seqlab.evaluation.context_scores import email_scores, paired_bootstrap
-from seqlab.evaluation.exact_match import completion_quality
+from seqlab.evaluation.context_scores import EmailScores, email_scores, paired_bootstrap
+from seqlab.evaluation.exact_match import Proposal, collect_proposals, score_proposals
+from seqlab.generation.complete import complete
 from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run
 from seqlab.training.trainer import train
@@ -40,6 +60,7 @@ from seqlab.training.trainer import train
 BASE = ["model.n_layer=2", "model.n_embd=64", "model.n_head=4", "model.block_size=64", "model.ctx_block_size=128",
         "train.batch_size=16", "train.max_steps=100000", "train.eval_every=100", "train.ckpt_every=100000",
         "train.log_every=50", "train.threads=1"]
+MAX_WORDS, PER_EMAIL = 3, 3  # ExactMatch@1..3 at 3 sampled word boundaries per reply
 
 
 def _train(data: Path, run: Path, minutes: float, extra: list[str]) -> dict:
@@ -50,69 +71,166 @@ def _train(data: Path, run: Path, minutes: float, extra: list[str]) -> dict:
     return train(data, run, cfg, progress=False)
 
 
-def _exact_match(run: Path, store: TokenStore, emails: np.ndarray, seed: int) -> dict:
+def _proposals(run: Path, store: TokenStore, emails: np.ndarray, seed: int, use_context: bool = True
+               ) -> tuple[list[Proposal], list[str]]:
+    """Greedy proposals at the sampled word boundaries of `emails`, and the texts they were made in."""
     model, tok, cfg = load_run(run, "cpu")
     texts = split_texts(store, tok, emails)
     contexts = None
-    if cfg.model.cross_attention:
+    if cfg.model.cross_attention and use_context:
         assert store.contexts is not None
         contexts = [ContextBatch.from_lists([store.contexts.context(int(i), cfg.model.ctx_block_size).tolist()])
                     for i in emails]
-    q = completion_quality(model, tok, texts, max_words=3, threshold=0.0, positions_per_email=3, seed=seed,
-                           contexts=contexts)
-    return {"exact_match": q["exact_match"], "counts": q["exact_match_counts"], "positions": q["positions"]}
+
+    def propose(prefix: str, context: Any = None) -> Any:
+        return complete(model, tok, prefix, max_words=MAX_WORDS, temperature=0.0, context=context)
+
+    return collect_proposals(texts, propose, max_words=MAX_WORDS, positions_per_email=PER_EMAIL, seed=seed,
+                             contexts=contexts), texts
+
+
+def _first_right(p: Proposal) -> bool:
+    return bool(p.truth) and p.words[:1] == p.truth[:1]
+
+
+def _made_right(with_ctx: list[Proposal], without: list[Proposal], texts: list[str], originals: list[str],
+                n: int) -> dict:
+    """Boundaries whose first word is right only with the context / only without; n examples of the first."""
+    only_with = [(a, b) for a, b in zip(with_ctx, without) if _first_right(a) and not _first_right(b)]
+    only_without = sum(1 for a, b in zip(with_ctx, without) if _first_right(b) and not _first_right(a))
+    examples = [{"context_end": originals[a.email][-160:],
+                 "reply_so_far": texts[a.email][max(0, a.offset - 100):a.offset], "truth": a.truth,
+                 "with_context": a.words, "without_context": b.words} for a, b in only_with[:n]]
+    return {"boundaries": len(with_ctx), "right_only_with_context": len(only_with),
+            "right_only_without_context": only_without, "examples": examples}
+
+
+GREETING = re.compile(r"\n\n(?:Hi|Hey|Hello|Dear|Good morning|Morning) ([A-Z][a-z]+)")
+
+
+def greeting_names(runs: dict[str, Path], store: TokenStore) -> dict:
+    """The synthetic corpus's replies greet the original's sender, whose name signs the original: after
+    "Hey " the context holds the answer. Per model (a context model with and without its context): the
+    greeting names completed right, and those right only with the context / only without."""
+    assert store.contexts is not None
+    items: list[tuple[int, str, str]] = []
+    out: dict[str, Any] = {}
+    for kind, run in runs.items():
+        model, tok, cfg = load_run(run, "cpu")
+        if not items:
+            for i in np.flatnonzero(store.contexts.lengths > 0):
+                text = tok.decode(np.asarray(store.tokens[store.starts[i]:store.ends[i]]).tolist())
+                if m := GREETING.search(text):
+                    items.append((int(i), text[:m.start(1)], m.group(1)))
+        got = {}
+        for use in (False, True) if cfg.model.cross_attention else (False,):
+            words = []
+            for i, prefix, _ in items:
+                ctx = (ContextBatch.from_lists([store.contexts.context(i, cfg.model.ctx_block_size).tolist()])
+                       if use else None)
+                w = complete(model, tok, prefix, max_words=1, temperature=0.0, context=ctx).words
+                words.append(w[0].rstrip(",") if w else "")
+            got[use] = [a == t for a, (_, _, t) in zip(words, items)]
+        out[kind] = {"right": sum(got.get(True, got[False])), "right_without_context": sum(got[False])}
+        if True in got:
+            out[kind]["right_only_with_context"] = sum(a and not b for a, b in zip(got[True], got[False]))
+            out[kind]["right_only_without_context"] = sum(b and not a for a, b in zip(got[True], got[False]))
+    return {"greetings": len(items), **out}
+
+
+def _scores(run: Path, store: TokenStore, use_context: bool = True) -> EmailScores:
+    model, tok, cfg = load_run(run, "cpu")
+    return email_scores(model, store, cfg.model.block_size, 32, torch.device("cpu"), tok, use_context)
 
 
 def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str],
-            equal_steps: bool = False) -> dict:
-    runs = {"plain": out / f"{name}-plain", "context": out / f"{name}-context"}
-    summaries = {"plain": _train(data, runs["plain"], minutes, extra),
-                 "context": _train(data, runs["context"], minutes, ["model.cross_attention=true", *extra])}
-    if equal_steps:  # also the context model given the plain model's steps (no time budget)
-        runs["context_steps"] = out / f"{name}-context-steps"
-        summaries["context_steps"] = _train(data, runs["context_steps"], minutes, [
-            "model.cross_attention=true", *extra, f"train.max_steps={summaries['plain']['steps']}"])
+            equal_steps: bool = False, modes: tuple[str, ...] = ("cross",), examples: int = 0,
+            greetings: bool = False) -> dict:
+    runs = {"plain": out / f"{name}-plain"}
+    summaries = {"plain": _train(data, runs["plain"], minutes, extra)}
+    for mode in modes:
+        over = ["model.cross_attention=true", f"model.ctx_mode={mode}", *extra]
+        runs[mode] = out / f"{name}-{mode}"
+        summaries[mode] = _train(data, runs[mode], minutes, over)
+        if equal_steps:  # the plain model's steps, no time budget
+            runs[f"{mode}@steps"] = out / f"{name}-{mode}-steps"
+            summaries[f"{mode}@steps"] = _train(data, runs[f"{mode}@steps"], minutes,
+                                                [*over, f"train.max_steps={summaries['plain']['steps']}"])
     store = TokenStore(data, "test")
-    scores = {}
-    for kind, run in runs.items():
-        model, tok, cfg = load_run(run, "cpu")
-        scores[kind] = email_scores(model, store, cfg.model.block_size, 32, torch.device("cpu"), tok)
-    has = scores["context"].has_context
-    result = {"corpus": name, "data": str(data), "test_emails": int(store.num_emails), "replies": int(has.sum()),
-              "train": {k: {key: s[key] for key in ("steps", "tokens", "elapsed_s", "params")}
-                        for k, s in summaries.items()}}
+    scores = {kind: _scores(run, store) for kind, run in runs.items()}
+    has = scores["plain"].has_context
+    steps_given = any(e.startswith("train.max_steps=") for e in extra)  # then every run has the same steps
+    result: dict[str, Any] = {
+        "corpus": name, "data": str(data), "test_emails": int(store.num_emails), "replies": int(has.sum()),
+        "extra": extra, "minutes": None if steps_given else minutes, "budget": "steps" if steps_given else "time",
+        "variants": [k for k in runs if k != "plain"],
+        "train": {k: {key: s[key] for key in ("steps", "tokens", "elapsed_s", "params")} for k, s in summaries.items()}}
     for kind, s in scores.items():
         result[kind] = {"bpb_replies": s.bpb(has), "bpb_others": s.bpb(~has), "bpb_all": s.bpb()}
-    result["diff_replies"] = paired_bootstrap(scores["context"], scores["plain"], has, samples=4000)
-    result["diff_others"] = paired_bootstrap(scores["context"], scores["plain"], ~has, samples=4000)
-    if equal_steps:
-        result["steps_diff_replies"] = paired_bootstrap(scores["context_steps"], scores["plain"], has, samples=4000)
-        result["steps_diff_others"] = paired_bootstrap(scores["context_steps"], scores["plain"], ~has, samples=4000)
-    rng = np.random.default_rng([7])
+        if kind != "plain":
+            result[kind]["diff_replies"] = paired_bootstrap(s, scores["plain"], has, samples=4000)
+            result[kind]["diff_others"] = paired_bootstrap(s, scores["plain"], ~has, samples=4000)
+            # the same model fed no context: what reading the context itself is worth on the replies
+            blind = _scores(runs[kind], store, use_context=False)
+            result[kind]["bpb_replies_without_context"] = blind.bpb(has)
+            result[kind]["diff_own_replies"] = paired_bootstrap(s, blind, has, samples=4000)
     replies = np.flatnonzero(has)
-    picked = np.sort(rng.choice(replies, size=min(em_emails, len(replies)), replace=False))
-    result["exact_match_replies"] = {kind: _exact_match(run, store, picked, seed=3) for kind, run in runs.items()}
+    picked = np.sort(np.random.default_rng([7]).choice(replies, size=min(em_emails, len(replies)), replace=False))
+    proposals = {kind: _proposals(run, store, picked, seed=3) for kind, run in runs.items()}
+    for kind, (props, _) in proposals.items():
+        q = score_proposals(props, 0.0, MAX_WORDS)
+        result[kind]["exact_match"] = {"exact_match": q["exact_match"], "counts": q["exact_match_counts"],
+                                       "positions": len(props)}
+    if examples and len(runs) > 1:
+        best = min((k for k in runs if k != "plain"), key=lambda k: result[k]["bpb_replies"])
+        assert store.contexts is not None
+        _, tok, _ = load_run(runs["plain"], "cpu")
+        originals = [tok.decode(store.contexts.context(int(i), 10**9).tolist()) for i in picked]
+        (ctx_props, texts), (plain_props, _) = proposals[best], proposals["plain"]
+        blind, _ = _proposals(runs[best], store, picked, seed=3, use_context=False)
+        result["made_right"] = {"model": best,
+                                "against_plain": _made_right(ctx_props, plain_props, texts, originals, examples),
+                                "against_itself_without": _made_right(ctx_props, blind, texts, originals, examples)}
+    if greetings:
+        result["greeting_names"] = greeting_names(runs, store)
     return result
 
 
 def _table(results: list[dict]) -> str:
-    lines = [f"{'corpus':8} {'replies':>7} {'plain bpb':>9} {'ctx bpb':>8} {'ctx - plain [95% CI]':>28} "
-             f"{'others: ctx - plain':>20} {'EM@1 plain/ctx':>15} {'steps plain/ctx':>16}"]
+    lines = [f"{'corpus':8} {'variant':18} {'replies':>7} {'plain bpb':>9} {'ctx bpb':>8} {'ctx - plain [95% CI]':>28} "
+             f"{'others: ctx - plain':>20} {'own, no ctx':>11} {'ctx - no ctx [95% CI]':>28} {'EM@1 plain/ctx':>15} "
+             f"{'steps plain/ctx':>16}"]
     for r in results:
-        d, o = r["diff_replies"], r["diff_others"]
-        em = r["exact_match_replies"]
-        em1 = "/".join(f"{100 * (em[k]['exact_match']['1'] or 0):.1f}%" for k in ("plain", "context"))
-        steps = "/".join(str(r["train"][k]["steps"]) for k in ("plain", "context"))
-        lines.append(f"{r['corpus']:8} {r['replies']:>7} {r['plain']['bpb_replies']:9.3f} "
-                     f"{r['context']['bpb_replies']:8.3f} {d['diff']:+9.3f} [{d['low']:+.3f}, {d['high']:+.3f}] "
-                     f"{o['diff']:+20.3f} {em1:>15} {steps:>16}")
-        if "steps_diff_replies" in r:
-            d, o = r["steps_diff_replies"], r["steps_diff_others"]
-            em1 = "/".join(f"{100 * (em[k]['exact_match']['1'] or 0):.1f}%" for k in ("plain", "context_steps"))
-            lines.append(f"{'  =steps':8} {r['replies']:>7} {r['plain']['bpb_replies']:9.3f} "
-                         f"{r['context_steps']['bpb_replies']:8.3f} {d['diff']:+9.3f} [{d['low']:+.3f}, "
-                         f"{d['high']:+.3f}] {o['diff']:+20.3f} {em1:>15} "
-                         f"{r['train']['plain']['steps']}/{r['train']['context_steps']['steps']:>7}")
+        em_plain = r["plain"]["exact_match"]["exact_match"]["1"] or 0
+        for kind in r["variants"]:
+            v, d, o, w = r[kind], r[kind]["diff_replies"], r[kind]["diff_others"], r[kind]["diff_own_replies"]
+            em = f"{100 * em_plain:.1f}%/{100 * (v['exact_match']['exact_match']['1'] or 0):.1f}%"
+            steps = f"{r['train']['plain']['steps']}/{r['train'][kind]['steps']}"
+            budget = "=steps" if kind.endswith("@steps") or r.get("budget") == "steps" else "=time"
+            lines.append(f"{r['corpus']:8} {kind.split('@')[0] + ' ' + budget:18} {r['replies']:>7} "
+                         f"{r['plain']['bpb_replies']:9.3f} {v['bpb_replies']:8.3f} {d['diff']:+9.3f} "
+                         f"[{d['low']:+.3f}, {d['high']:+.3f}] {o['diff']:+20.3f} "
+                         f"{v['bpb_replies_without_context']:11.3f} {w['diff']:+9.3f} "
+                         f"[{w['low']:+.3f}, {w['high']:+.3f}] {em:>15} {steps:>16}")
+    return "\n".join(lines)
+
+
+def _examples(results: list[dict]) -> str:
+    lines = []
+    for r in results:
+        if "greeting_names" in r:
+            lines.append(f"{r['corpus']}: greeting names (of the original's signer): {json.dumps(r['greeting_names'])}")
+        m = r.get("made_right")
+        if not m:
+            continue
+        for against in ("against_plain", "against_itself_without"):
+            c = m[against]
+            lines.append(f"{r['corpus']}: {m['model']} {against.replace('_', ' ')}: of {c['boundaries']} boundaries, "
+                         f"first word right only with the context {c['right_only_with_context']}, "
+                         f"only without {c['right_only_without_context']}")
+        for e in m["against_itself_without"]["examples"] or m["against_plain"]["examples"]:
+            lines += [f"  original ends: {e['context_end'][-90:]!r}", f"  reply so far: {e['reply_so_far'][-70:]!r}",
+                      f"  truth {e['truth']}  with context {e['with_context']}  without {e['without_context']}"]
     return "\n".join(lines)
 
 
@@ -122,20 +240,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("out/bench_context"))
     p.add_argument("--minutes", type=float, default=3.0, help="training budget of each run")
     p.add_argument("--em-emails", type=int, default=40, help="replies whose word boundaries ExactMatch samples")
+    p.add_argument("--modes", default="cross", help=f"context models to train, comma-separated: {', '.join(CTX_MODES)}")
     p.add_argument("--equal-steps", action="store_true",
-                   help="also train the context model for the plain model's steps (equal work, not equal time)")
-    p.add_argument("overrides", nargs="*", help="extra key=value config overrides for both runs")
+                   help="also train each context model for the plain model's steps (equal work, not equal time)")
+    p.add_argument("--examples", type=int, default=0, help="suggestions the context made right to print")
+    p.add_argument("--greetings", action="store_true",
+                   help="also complete the greeting names of the replies (synthetic corpus: the original's signer)")
+    p.add_argument("overrides", nargs="*", help="extra key=value config overrides for every run")
     args = p.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not modes or set(modes) - set(CTX_MODES):
+        p.error(f"--modes takes {', '.join(CTX_MODES)}, not {args.modes!r}")
     results = []
     for item in args.data:
         name, _, folder = item.partition("=")
         results.append(measure(name, Path(folder), args.out, args.minutes, args.em_emails, args.overrides,
-                               args.equal_steps))
+                               args.equal_steps, modes, args.examples, args.greetings))
         print(_table(results[-1:]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(_table(results))
-    print(f"torch threads 1, {args.minutes} min per run, conditions and counts in {args.out / 'results.json'}")
+    print(_examples(results))
+    budget = "equal steps" if all(r["budget"] == "steps" for r in results) else f"{args.minutes} min per =time run"
+    print(f"torch threads 1, {budget}, conditions and counts in {args.out / 'results.json'}")
     return 0
 
 

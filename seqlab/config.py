@@ -22,6 +22,7 @@ MIXERS = ("rnn", "gru", "mingru", "attention", "hybrid")
 # only additive positions (their attention, if any, is local and reads order from the recurrence)
 RECURRENT_MIXERS = ("rnn", "gru", "mingru", "hybrid")
 HYBRID_CELLS = ("gru", "mingru")
+CTX_MODES = ("cross", "init_state")  # how a model with model.cross_attention reads its context
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 # Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
 ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
@@ -47,9 +48,12 @@ class ModelConfig:
     dropout: float = 0.0
     bias: bool = False  # biases in attention/MLP projections
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * n_embd; 0 disables the MLP
-    cross_attention: bool = False  # add cross-attention over an encoded context to every block
+    cross_attention: bool = False  # read a context (the message answered): its encoder, read as ctx_mode says
     ctx_layers: int = 1  # non-causal attention blocks of the context encoder (models/context.py); 0: none
     ctx_block_size: int = 256  # longest context in tokens (the end of a longer one is kept)
+    # how the blocks read the context: cross (cross-attention after every mixer) or init_state (recurrent
+    # families: each recurrent layer starts every email from a state projected from the pooled context)
+    ctx_mode: str = "cross"
     tie_weights: bool = True  # output head shares the token embedding matrix
     fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product
@@ -73,6 +77,14 @@ class ModelConfig:
         _check(self.ctx_layers >= 0, f"model.ctx_layers must be 0 or more, not {self.ctx_layers}")
         _check(self.ctx_block_size >= 1, f"model.ctx_block_size must be at least 1, not {self.ctx_block_size}")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
+        _check(self.ctx_mode in CTX_MODES,
+               f"model.ctx_mode must be one of {', '.join(CTX_MODES)}, not {self.ctx_mode!r}")
+        _check(self.ctx_mode != "init_state" or self.mixer in RECURRENT_MIXERS,
+               f"model.ctx_mode=init_state gives recurrent layers their initial state; model.mixer={self.mixer} "
+               "has none (use model.ctx_mode=cross)")
+        _check(self.ctx_mode == "cross" or self.cross_attention,
+               f"model.ctx_mode={self.ctx_mode} says how a context is read; it needs model.cross_attention=true, "
+               "which gives the model its context encoder and feeds it the contexts")
         if self.mixer == "hybrid":
             _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},
                    f"model.hybrid_pattern must be letters r (recurrent) and a (attention), not {self.hybrid_pattern!r}")

@@ -14,6 +14,15 @@ through the lecture's cross-attention, CA(X, C) = softmax((X W_Q)(C W_K)^T / sqr
 "Cross-attention gets queries and context from different sequences"). An email without context has an
 all-padding context: its query rows are fully masked, attention gives exactly zero there (no NaN, see
 `attention.stable_softmax`), and it trains like a model without cross-attention.
+
+`ContextInit` is the other way a recurrent model may read it (`model.ctx_mode=init_state`, the issue's
+"an initial state computed from it"): each context's rows are pooled into one vector by attention with
+a learned query (zero at the start, so it starts as the mean of the real rows), and each recurrent
+layer l starts every email from h0_l = tanh(W_l pool + b_l) instead of zero (the RNN encoder-decoder's
+h0 = tanh(V c) from the encoder's summary c: Cho et al. 2014, "Learning Phrase Representations using RNN
+Encoder-Decoder", the decoder of its appendix A). Cross-attention reads the original at every
+position; the initial state must carry what matters of it in one C-vector per layer, which the
+recurrence then keeps or forgets through its gates.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
-from seqlab.models.attention import MultiHeadAttention
+from seqlab.models.attention import MultiHeadAttention, stable_softmax
 
 
 @dataclass
@@ -134,3 +143,50 @@ class ContextEncoder(nn.Module):
         rows = self.ln_f(x).reshape(b, e * lc, -1)  # (B, E*Lc, C): lane b's contexts side by side
         slot = torch.arange(e, device=ids.device).repeat_interleave(lc)  # (E*Lc,)
         return rows, keep.reshape(b, e * lc), slot
+
+
+class ContextInit(nn.Module):
+    """Encoded contexts -> each recurrent layer's initial state at the positions where an email starts.
+
+    `layers` lists the block indices whose mixer carries a recurrent state (all of them, or the hybrid's
+    r layers); the others get None. An email without context (no real row) gets exactly zero: the
+    state a model without context starts from.
+    """
+
+    def __init__(self, cfg: ModelConfig, layers: list[int]) -> None:
+        super().__init__()
+        self.n_layer = cfg.n_layer
+        self.query = nn.Parameter(torch.zeros(cfg.n_embd))  # attention pooling; zero: the mean at the start
+        self.proj = nn.ModuleDict({str(i): nn.Linear(cfg.n_embd, cfg.n_embd) for i in layers})
+
+    def pool(self, rows: Tensor, keep: Tensor, n_ctx: int) -> tuple[Tensor, Tensor]:
+        """rows (B, E*Lc, C), keep (B, E*Lc) -> pooled (B, E, C) and has (B, E) bool (any real row).
+
+        a = softmax_j(q . r_j / sqrt(C)) over the real rows j of one context, pool = sum_j a_j r_j; a
+        context with no real row pools to zero (`stable_softmax` of an all -inf row)."""
+        b, s, c = rows.shape
+        rows, keep = rows.reshape(b, n_ctx, s // n_ctx, c), keep.reshape(b, n_ctx, s // n_ctx)  # (B, E, Lc, .)
+        score = (rows @ self.query.to(rows.dtype)) / c**0.5  # (B, E, Lc)
+        weights = stable_softmax(score.masked_fill(~keep, float("-inf")))  # (B, E, Lc)
+        return (weights.unsqueeze(-1) * rows).sum(dim=2), keep.any(dim=2)  # (B, E, C), (B, E)
+
+    def forward(self, rows: Tensor, keep: Tensor, n_ctx: int, segment: Tensor | None,
+                begin: Tensor) -> list[Tensor | None]:
+        """Per block: (B, T, C), the state to add where begin (B, T) is True (an email starts there, its
+        state just zeroed), zero elsewhere; None for a block without a recurrent state.
+
+        segment (B, T): the context each position reads (-1: none), None: context 0 everywhere."""
+        pooled, has = self.pool(rows, keep, n_ctx)  # (B, E, C), (B, E)
+        seg = torch.zeros_like(begin, dtype=torch.long) if segment is None else segment  # (B, T)
+        index = seg.clamp(min=0)  # (B, T): padding reads slot 0 and is masked below
+        at = begin & (seg >= 0) & has.gather(1, index)  # (B, T) email starts that have a context
+        mask = at.unsqueeze(-1).to(pooled.dtype)  # (B, T, 1)
+        gather = index.unsqueeze(-1).expand(-1, -1, pooled.size(-1))  # (B, T, C)
+        out: list[Tensor | None] = []
+        for i in range(self.n_layer):
+            if str(i) not in self.proj:
+                out.append(None)
+                continue
+            h0 = torch.tanh(self.proj[str(i)](pooled))  # (B, E, C): one initial state per context
+            out.append(h0.gather(1, gather) * mask)  # (B, T, C)
+        return out

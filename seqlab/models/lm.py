@@ -5,12 +5,14 @@
 Each block is pre-norm residual (GPT-2, Radford et al. 2019):
     x = x + mixer(ln(x))                     attention, RNN, GRU or minGRU (the `MIXERS` registry),
                                              or per layer for the hybrid (`make_mixer`)
-    x = x + xattn(ln(x), context)            only with cfg.cross_attention
+    x = x + xattn(ln(x), context)            only with cfg.cross_attention (and ctx_mode=cross)
     x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
 The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
 computed outside the model. Every mixer follows one contract:
     mixer(x (B, T, C), state=None, reset=None (B, T) bool) -> (y (B, T, C), new state)
-so that feeding tokens one at a time with the returned state equals one full forward pass.
+so that feeding tokens one at a time with the returned state equals one full forward pass. With
+cfg.ctx_mode=init_state the recurrent mixers also take init (B, T, C), the state an email starts from
+(models/context.py `ContextInit`), in place of the cross-attention.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.attention import CrossKV, KVCache, MultiHeadAttention
-from seqlab.models.context import ContextBatch, ContextEncoder, cross_mask
+from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
 from seqlab.models.positional import attention_positions, build_positions
 
 
@@ -157,8 +159,9 @@ class Block(nn.Module):
         self.mixer = make_mixer(cfg, layer)
         if isinstance(self.mixer, MultiHeadAttention):
             self.mixer.layer = layer
-        self.ln_x = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.cross_attention else None
-        self.xattn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout) if cfg.cross_attention else None
+        cross = cfg.cross_attention and cfg.ctx_mode == "cross"
+        self.ln_x = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cross else None
+        self.xattn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout) if cross else None
         if self.xattn is not None:
             self.xattn.layer = layer
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cfg.mlp_ratio > 0 else None
@@ -173,8 +176,10 @@ class Block(nn.Module):
         cross: CrossKV | None,
         reset: Tensor | None,
         context_mask: Tensor | None,
+        init: Tensor | None = None,
     ) -> tuple[Tensor, Any, CrossKV | None]:
-        h, state = self.mixer(self.ln_1(x), state=state, reset=reset)
+        extra = {"init": init} if init is not None else {}  # only a recurrent mixer under ctx_mode=init_state
+        h, state = self.mixer(self.ln_1(x), state=state, reset=reset, **extra)
         x = x + self.drop(h)
         # without any context (none given, none cached) the cross-attention branch is skipped
         if self.xattn is not None and self.ln_x is not None and (context is not None or cross is not None):
@@ -196,6 +201,8 @@ class LM(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ctx_encoder = ContextEncoder(cfg) if cfg.cross_attention else None  # models/context.py
+        self.ctx_init = (ContextInit(cfg, [i for i, b in enumerate(self.blocks) if _recurrent(b.mixer)])
+                         if cfg.cross_attention and cfg.ctx_mode == "init_state" else None)
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self._init_weights()
@@ -253,6 +260,26 @@ class LM(nn.Module):
         rows, keep, slot = self.ctx_encoder(self.wte, context)
         return rows, cross_mask(keep, slot, context.segment)
 
+    def context_inits(self, context: Tensor | ContextBatch, context_mask: Tensor | None, reset: Tensor | None,
+                      fresh: bool, t: int) -> list[Tensor | None]:
+        """ctx_mode=init_state: per block, the (B, T, C) state its recurrent mixer adds where an email
+        starts (at resets, and at t = 0 when the call starts from no state), or None (ContextInit)."""
+        assert self.ctx_init is not None and self.ctx_encoder is not None
+        if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
+            rows, keep, n_ctx, segment = context, context_mask, 1, None  # already-encoded (B, Lc, C) rows
+            if keep is None:
+                keep = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
+        else:
+            if isinstance(context, Tensor):
+                context = ContextBatch.single(context, context_mask)
+            rows, keep, _ = self.ctx_encoder(self.wte, context)
+            n_ctx, segment = context.ids.size(1), context.segment
+        b = rows.size(0)
+        begin = torch.zeros(b, t, dtype=torch.bool, device=rows.device) if reset is None else reset.clone()
+        if fresh:
+            begin[:, 0] = True  # no state given: every lane starts an email here
+        return self.ctx_init(rows, keep, n_ctx, segment, begin)
+
     def forward(
         self,
         idx: Tensor,
@@ -283,17 +310,26 @@ class LM(nn.Module):
         if pe is not None:
             x = x + pe.to(x.dtype)
         x = self.drop(x)
+        inits: list[Tensor | None] = [None] * len(self.blocks)
+        if context is not None and self.ctx_init is not None:  # read through the initial states only
+            inits = self.context_inits(context, context_mask, reset, state is None, t)
+            context = None
         ctx, context_mask = self.encode_context(context, context_mask, t) if context is not None else (None, None)
         layers: list[Any] = []
         crosses: list[CrossKV | None] = []
         for i, block in enumerate(self.blocks):
             layer_state = state.layers[i] if state is not None else None
             cross = state.cross[i] if state is not None else None
-            x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask)
+            x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask, inits[i])
             layers.append(layer_state)
             crosses.append(cross)
         logits = self.head(self.ln_f(x))  # (B, T, V)
         return logits, LMState(layers, crosses, positions[:, -1] + 1)
+
+
+def _recurrent(mixer: nn.Module) -> bool:
+    """Whether a block's mixer carries a recurrent state an email may start from (not attention)."""
+    return not isinstance(mixer, MultiHeadAttention)
 
 
 def build_model(cfg: ModelConfig) -> LM:

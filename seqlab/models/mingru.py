@@ -154,7 +154,7 @@ class _LinearScan(torch.autograd.Function):
 
 
 def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
-          log_space: bool) -> tuple[Tensor, Tensor]:
+          log_space: bool, init: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`mingru_scan` (linear) or `mingru_scan_log`: the pieces between resets, each scanned at once."""
     out_dtype = pre_z.dtype
     dt = _scan_dtype(out_dtype)
@@ -173,6 +173,8 @@ def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
     for start, end in zip(bounds[:-1], bounds[1:]):
         if reset is not None and h is not None:
             h = h * (~reset[:, start]).to(dt).unsqueeze(-1)  # (B, H) * (B, 1)
+        if init is not None:  # nonzero only where an email starts: a reset or t = 0, both piece starts
+            h = init[:, start].to(dt) if h is None else h + init[:, start].to(dt)  # (B, H)
         piece = piece_fn(a[:, start:end], b[:, start:end], h)  # (B, end-start, H)
         pieces.append(piece)
         h = piece[:, -1]
@@ -181,27 +183,31 @@ def _scan(pre_z: Tensor, pre_h: Tensor, h0: Tensor | None, reset: Tensor | None,
 
 
 def mingru_scan(
-    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None
+    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None,
+    init: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """All positions at once: pre-activations pre_z, pre_h (B, T, H), h0 (B, H) -> h (B, T, H), h_T (B, H).
 
     The chunked linear-space scan (`_scan_piece_linear`). `reset[b, t]` True treats lane b's h_{t-1} as
     zero: the sequence is cut where any lane resets (`segment_starts`); inside each piece resets happen
-    only at its first position, where the carried state of the resetting lanes is zeroed.
+    only at its first position, where the carried state of the resetting lanes is zeroed (and `init`
+    (B, T, H), the state an email starts from, added: `rnn.run_cell`).
     """
-    return _scan(pre_z, pre_h, h0, reset, log_space=False)
+    return _scan(pre_z, pre_h, h0, reset, log_space=False, init=init)
 
 
 def mingru_scan_log(
-    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None
+    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None,
+    init: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """`mingru_scan` in log space (Heinsen 2023, `_scan_piece`): the reference the linear scan is tested
     against. Nothing is set to -inf, so no inf or NaN reaches a gradient."""
-    return _scan(pre_z, pre_h, h0, reset, log_space=True)
+    return _scan(pre_z, pre_h, h0, reset, log_space=True, init=init)
 
 
 def mingru_sequential(
-    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None
+    pre_z: Tensor, pre_h: Tensor, h0: Tensor | None = None, reset: Tensor | None = None,
+    init: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The same recurrence one position at a time (decoding): same arguments and results as `mingru_scan`."""
     B, T, H = pre_z.shape
@@ -212,10 +218,13 @@ def mingru_sequential(
     # per-step views taken once (slicing inside the loop costs O(T^2) in the backward pass)
     keeps = None if reset is None else (~reset).to(h.dtype).unsqueeze(-1).unbind(1)  # T x (B, 1)
     zs, one_minus_zs, cands = z.unbind(1), one_minus_z.unbind(1), cand.unbind(1)  # T x (B, H) each
+    inits = None if init is None else init.to(h.dtype).unbind(1)  # T x (B, H)
     outs = []
     for t in range(T):
         if keeps is not None:
             h = h * keeps[t]  # (B, H) * (B, 1)
+        if inits is not None:
+            h = h + inits[t]  # the state an email starts from (zero where none starts)
         h = one_minus_zs[t] * h + zs[t] * cands[t]  # Feng et al. 2024, minGRU update
         outs.append(h)
     return torch.stack(outs, dim=1), h  # T x (B, H) -> (B, T, H)
@@ -234,15 +243,18 @@ class MinGRU(nn.Module):
         self.linear_h = nn.Linear(input_size, hidden_size)
 
     def forward(
-        self, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None, mode: str = "auto"
+        self, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None, mode: str = "auto",
+        init: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """x (B, T, I), h0 (B, H) or None -> h (B, T, H), h_T (B, H); mode auto = sequential for T == 1, else scan."""
+        """x (B, T, I), h0 (B, H) or None -> h (B, T, H), h_T (B, H); mode auto = sequential for T == 1, else scan.
+
+        init (B, T, H) or None: the state added where an email starts (`mingru_scan`)."""
         if mode not in MODES:
             raise ValueError(f"minGRU mode must be one of {', '.join(MODES)}, not {mode!r}")
         pre_z, pre_h = self.linear_z(x), self.linear_h(x)  # (B, T, H) each
         if mode == "sequential" or (mode == "auto" and x.shape[1] == 1):
-            return mingru_sequential(pre_z, pre_h, h0, reset)
-        return mingru_scan(pre_z, pre_h, h0, reset)
+            return mingru_sequential(pre_z, pre_h, h0, reset, init)
+        return mingru_scan(pre_z, pre_h, h0, reset, init)
 
 
 class MinGRUMixer(nn.Module):
@@ -258,8 +270,11 @@ class MinGRUMixer(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.mode = "auto"
 
-    def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """x (B, T, C), state = last h (B, C) or None, reset (B, T) bool or None -> y (B, T, C), h_T (B, C)."""
-        check_mixer_inputs("minGRU", x, state, reset)
-        h, h_last = self.rnn(x, state, reset, mode=self.mode)
+    def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None,
+                init: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (B, T, C), state = last h (B, C) or None, reset (B, T) bool or None -> y (B, T, C), h_T (B, C).
+
+        init (B, T, C) or None: the state added where an email starts (`model.ctx_mode=init_state`)."""
+        check_mixer_inputs("minGRU", x, state, reset, init)
+        h, h_last = self.rnn(x, state, reset, mode=self.mode, init=init)
         return self.proj(h), h_last

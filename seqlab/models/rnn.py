@@ -100,11 +100,14 @@ def run_cell(
     h0: Tensor | None = None,
     reset: Tensor | None = None,
     gate_log: list[tuple[Tensor, Tensor]] | None = None,
+    init: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The explicit time loop shared by both cells: x (B, T, I) -> outputs (B, T, H), h_T (B, H).
 
-    `reset[b, t]` True zeroes lane b's state before step t (an email starts at t). When `gate_log` is a
-    list and the cell is a GRU, the (r, z) gates of every step, each (B, H), are appended to it.
+    `reset[b, t]` True zeroes lane b's state before step t (an email starts at t); `init` (B, T, H), zero
+    except where an email starts (a reset, or t = 0), is then added: the state the email starts from
+    (`model.ctx_mode=init_state`). When `gate_log` is a list and the cell is a GRU, the (r, z) gates of
+    every step, each (B, H), are appended to it.
     """
     B, T, _ = x.shape
     h = x.new_zeros(B, cell.hidden_size) if h0 is None else h0
@@ -113,10 +116,13 @@ def run_cell(
     # tensor, so the backward pass would cost O(T^2) memory traffic.
     xps = cell.project(x).unbind(1)
     keeps = None if reset is None else (~reset).to(h.dtype).unsqueeze(-1).unbind(1)  # T x (B, 1)
+    inits = None if init is None else init.to(h.dtype).unbind(1)  # T x (B, H)
     outs = []
     for t in range(T):
         if keeps is not None:
             h = h * keeps[t]  # (B, H) * (B, 1): lanes that start an email forget the previous one
+        if inits is not None:
+            h = h + inits[t]  # ... and start from their context's state (zero elsewhere)
         if gate_log is not None and isinstance(cell, GRUCell):
             r, z, n = cell.gates(xps[t], h)
             gate_log.append((r, z))
@@ -138,8 +144,10 @@ def segment_starts(reset: Tensor | None) -> list[int]:
     return (any_reset.nonzero().flatten() + 1).tolist()
 
 
-def check_mixer_inputs(kind: str, x: Tensor, state: Tensor | None, reset: Tensor | None) -> None:
-    """The recurrent mixers' argument check: for x (B, T, C), state must be (B, C) and reset (B, T), or None.
+def check_mixer_inputs(kind: str, x: Tensor, state: Tensor | None, reset: Tensor | None,
+                       init: Tensor | None = None) -> None:
+    """The recurrent mixers' argument check: for x (B, T, C), state must be (B, C), reset (B, T) and init
+    (B, T, C), or None.
 
     A wrong shape would otherwise broadcast silently (a (1, C) state over every lane) or fail deep inside
     the loop; a ValueError naming the argument is what the mixer contract promises.
@@ -149,11 +157,15 @@ def check_mixer_inputs(kind: str, x: Tensor, state: Tensor | None, reset: Tensor
         raise ValueError(f"{kind} state must have shape {(B, C)}, not {tuple(state.shape)}")
     if reset is not None and reset.shape != (B, T):
         raise ValueError(f"reset must have shape {(B, T)}, not {tuple(reset.shape)}")
+    if init is not None and init.shape != (B, T, C):
+        raise ValueError(f"init must have shape {(B, T, C)}, not {tuple(init.shape)}")
 
 
-def run_fused(cell: Cell, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def run_fused(cell: Cell, x: Tensor, h0: Tensor | None = None, reset: Tensor | None = None,
+              init: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """`run_cell`'s result through PyTorch's fused kernel: the sequence is cut where any lane resets and
-    the resetting lanes' state is zeroed between pieces. x (B, T, I) -> (B, T, H), (B, H)."""
+    the resetting lanes' state is zeroed (then `init` added: nonzero only at resets and t = 0, so only at
+    the pieces' starts) between pieces. x (B, T, I) -> (B, T, H), (B, H)."""
     B, T, _ = x.shape
     h = x.new_zeros(B, cell.hidden_size) if h0 is None else h0
     bounds = [0, *segment_starts(reset), T]
@@ -161,6 +173,8 @@ def run_fused(cell: Cell, x: Tensor, h0: Tensor | None = None, reset: Tensor | N
     for start, end in zip(bounds[:-1], bounds[1:]):
         if reset is not None:
             h = h * (~reset[:, start]).to(h.dtype).unsqueeze(-1)  # (B, H) * (B, 1)
+        if init is not None:
+            h = h + init[:, start].to(h.dtype)  # (B, H): the context's state where an email starts
         out, h = cell.fused(x[:, start:end], h)  # (B, end-start, H), (B, H)
         outs.append(out)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), h
@@ -198,13 +212,16 @@ class RecurrentMixer(nn.Module):
     def uses_fused(self) -> bool:
         return self.fused_rnn and not self.force_explicit and not self.record_gates
 
-    def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """x (B, T, C), state h (B, C) or None (zeros), reset (B, T) bool or None -> y (B, T, C), h_T (B, C)."""
-        check_mixer_inputs(self.kind, x, state, reset)
+    def forward(self, x: Tensor, state: Tensor | None = None, reset: Tensor | None = None,
+                init: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x (B, T, C), state h (B, C) or None (zeros), reset (B, T) bool or None -> y (B, T, C), h_T (B, C).
+
+        init (B, T, C) or None: added to the state where an email starts (`run_cell`)."""
+        check_mixer_inputs(self.kind, x, state, reset, init)
         if self.uses_fused():
-            return run_fused(self.cell, x, state, reset)
+            return run_fused(self.cell, x, state, reset, init)
         log: list[tuple[Tensor, Tensor]] | None = [] if self.record_gates and self.kind == "gru" else None
-        y, h = run_cell(self.cell, x, state, reset, gate_log=log)
+        y, h = run_cell(self.cell, x, state, reset, gate_log=log, init=init)
         if log:
             # T x (B, C) -> (B, T, C) for each gate.
             self.last_gates = {

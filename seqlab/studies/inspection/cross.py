@@ -56,6 +56,9 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
     if not reads_context(model):
         raise UserError("this run's model has no cross-attention (trained without model.cross_attention=true); "
                         "--reply-to needs one that reads the message being answered")
+    if model.cfg.ctx_mode != "cross":
+        raise UserError("this run's model reads the message being answered through its initial states "
+                        "(model.ctx_mode=init_state), not cross-attention: there are no weights to show")
     if not original.strip():
         raise UserError("the message being replied to is empty after cleaning; there is nothing to attend to")
     ids, cropped = encode_text(model, tokenizer, text)
