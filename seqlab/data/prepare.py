@@ -29,7 +29,6 @@ import shutil
 import time
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +38,19 @@ from tqdm import tqdm
 from seqlab import __version__
 from seqlab.data.bpe_sample import ByteSample
 from seqlab.data.contexts import ContextSpool, thread_parents, write_contexts
-from seqlab.data.durable import DiskFullError, StreamFile, atomic_write_text, fsync_dir, is_disk_full, kill_point
+from seqlab.data.durable import DiskFullError, atomic_write_text, fsync_dir, is_disk_full, kill_point
+from seqlab.data.encode import SPLITS, encode_all
 from seqlab.data.mail.corpus import Deduper
 from seqlab.data.mail.reader import CleanOptions
 from seqlab.data.mail.records import SkipReport
 from seqlab.data.mail.sources import resolve_source
-from seqlab.data.mail.spool import SpoolRecord, SpoolWriter, iter_spool
+from seqlab.data.mail.spool import SpoolWriter, iter_spool
 from seqlab.data.mail.threadtable import ThreadSplit, ThreadTable
 from seqlab.data.mail.workers import StreamStats, default_workers, parse_stream, peak_rss_bytes, source_items
 from seqlab.data.reuse_tokenizer import reused_tokenizer, tokenizer_file
-from seqlab.data.store import TokenWriter, token_dtype
-from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
+from seqlab.data.tokenizer import Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
 
-SPLITS = ("train", "val", "test")
 SPOOL = "emails.spool"
 CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (seqlab.data.contexts)
 NAMES = "threads.names"  # the ids thread keys are chosen from (mail/threadtable.py)
@@ -62,7 +60,6 @@ _EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
 _OURS = ({f"{s}.{ext}" for s in SPLITS for ext in _EXTS} | {"tokenizer.json", "emails.jsonl", "meta.json",
          SPOOL, CTX_SPOOL, "meta.json.tmp", "tokenizer.json.tmp"}
         | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
-ENCODE_CHUNK = 512  # emails per encode_batch call
 
 
 def _spool_emails(messages: Any, opts: CleanOptions, report: SkipReport, limit: int | None, spool: Path,
@@ -111,76 +108,6 @@ def _train_texts(spool: Path, splits: Sequence[str], seed: int) -> Iterator[str]
     for rec, split in zip(iter_spool(spool), splits):
         if split == "train" and sample.take(len(rec.text)):
             yield rec.text.decode("utf-8")
-
-
-def encode_texts(tok: Tokenizer, texts: Sequence[bytes]) -> list[np.ndarray]:
-    """`tok.encode_email` of each UTF-8 text, as arrays; the byte tokenizer copies the bytes directly.
-
-    For the byte tokenizer the ids of a text are its UTF-8 bytes (tokenizer.py), so no Python-level
-    list of ints is built: one numpy copy per email instead of ~1 us per byte.
-    """
-    if isinstance(tok, ByteTokenizer):
-        out = []
-        for text in texts:
-            ids = np.empty(len(text) + 2, dtype=np.uint16)  # (n + 2,): bos, the bytes, eos
-            ids[0], ids[-1] = tok.bos_id, tok.eos_id
-            ids[1:-1] = np.frombuffer(text, dtype=np.uint8)
-            out.append(ids)
-        return out
-    encoded = tok.encode_batch([t.decode("utf-8") for t in texts])
-    return [np.array([tok.bos_id, *ids, tok.eos_id], dtype=np.int64) for ids in encoded]
-
-
-def _encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], splits: Sequence[str],
-                progress: bool, thread_counts: dict[str, int]) -> tuple[dict[str, dict[str, int]], str]:
-    """Encode every spooled email into its split's token store and write emails.jsonl.
-
-    Returns the counts per split and the name of the on-disk token dtype.
-    """
-    counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
-    writers: dict[str, TokenWriter] = {}
-    index = StreamFile(out / "emails.jsonl")
-    try:
-        for s in SPLITS:
-            writers[s] = TokenWriter(out, s, tok.vocab_size)
-        _encode_into(spool, writers, index, tok, threads, splits, counts, progress)
-        for s in SPLITS:
-            counts[s]["threads"] = thread_counts[s]
-        index.close()
-        for w in writers.values():
-            w.close()
-    except BaseException:
-        index.abort()
-        for w in writers.values():
-            w.abort()
-        raise
-    return counts, str(token_dtype(tok.vocab_size))
-
-
-def _encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile, tok: Tokenizer,
-                 threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
-                 progress: bool) -> None:
-    """The encoding loop of `_encode_all`: token stores, emails.jsonl lines and the counts per split."""
-    records = iter_spool(spool)
-    i = 0
-    with tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
-        while True:
-            chunk: list[SpoolRecord] = list(islice(records, ENCODE_CHUNK))
-            if not chunk:
-                break
-            lines = []
-            for rec, ids in zip(chunk, encode_texts(tok, [r.text for r in chunk])):
-                split, thread = splits[i], threads[i]
-                writers[split].add(ids)
-                c = counts[split]
-                c["emails"] += 1
-                c["tokens"] += len(ids)
-                c["bytes"] += len(rec.text)
-                lines.append(json.dumps({"id": rec.id, "thread": thread, "split": split, "source": rec.source,
-                                         "tokens": len(ids)}, ensure_ascii=False) + "\n")
-                i += 1
-            index.write("".join(lines).encode("utf-8"))
-            bar.update(len(chunk))
 
 
 def _split_threads(table: ThreadTable, seed: int, split: tuple[float, float, float]) -> ThreadSplit:
@@ -315,7 +242,7 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
                else fit_tokenizer(tokenizer, _train_texts(spool, splits, seed), vocab_size=vocab_size))
         atomic_write_text(out / "tokenizer.json", tok.to_json())  # the bytes whose sha256 meta.json records
         lap("fit_s")
-        counts, dtype = _encode_all(spool, out, tok, threads, splits, progress, assignment.thread_counts())
+        counts, dtype = encode_all(spool, out, tok, threads, splits, progress, assignment.thread_counts())
         contexts = write_contexts(out, tok, spool, out / CTX_SPOOL, splits, parents)
         lap("encode_s")
     finally:

@@ -1,0 +1,95 @@
+"""The spooled emails as token files: each email tokenized (`encode_texts`, in chunks of ENCODE_CHUNK
+through the tokenizer's batch encoder) and appended to its split's `{split}.bin` / `{split}.idx`
+(`store.TokenWriter`), with one line of `emails.jsonl` per email. The last stage of `prepare`: by then
+every email's split and thread are known.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from seqlab.data.durable import StreamFile
+from seqlab.data.mail.spool import SpoolRecord, iter_spool
+from seqlab.data.store import TokenWriter, token_dtype
+from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
+
+__all__ = ["ENCODE_CHUNK", "SPLITS", "encode_all", "encode_texts"]
+
+SPLITS = ("train", "val", "test")
+ENCODE_CHUNK = 512  # emails per encode_batch call
+
+
+def encode_texts(tok: Tokenizer, texts: Sequence[bytes]) -> list[np.ndarray]:
+    """`tok.encode_email` of each UTF-8 text, as arrays; the byte tokenizer copies the bytes directly.
+
+    For the byte tokenizer the ids of a text are its UTF-8 bytes (tokenizer.py), so no Python-level
+    list of ints is built: one numpy copy per email instead of ~1 us per byte.
+    """
+    if isinstance(tok, ByteTokenizer):
+        out = []
+        for text in texts:
+            ids = np.empty(len(text) + 2, dtype=np.uint16)  # (n + 2,): bos, the bytes, eos
+            ids[0], ids[-1] = tok.bos_id, tok.eos_id
+            ids[1:-1] = np.frombuffer(text, dtype=np.uint8)
+            out.append(ids)
+        return out
+    encoded = tok.encode_batch([t.decode("utf-8") for t in texts])
+    return [np.array([tok.bos_id, *ids, tok.eos_id], dtype=np.int64) for ids in encoded]
+
+
+def encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], splits: Sequence[str],
+                progress: bool, thread_counts: dict[str, int]) -> tuple[dict[str, dict[str, int]], str]:
+    """Encode every spooled email into its split's token store and write emails.jsonl.
+
+    Returns the counts per split and the name of the on-disk token dtype.
+    """
+    counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
+    writers: dict[str, TokenWriter] = {}
+    index = StreamFile(out / "emails.jsonl")
+    try:
+        for s in SPLITS:
+            writers[s] = TokenWriter(out, s, tok.vocab_size)
+        encode_into(spool, writers, index, tok, threads, splits, counts, progress)
+        for s in SPLITS:
+            counts[s]["threads"] = thread_counts[s]
+        index.close()
+        for w in writers.values():
+            w.close()
+    except BaseException:
+        index.abort()
+        for w in writers.values():
+            w.abort()
+        raise
+    return counts, str(token_dtype(tok.vocab_size))
+
+
+def encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile, tok: Tokenizer,
+                 threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
+                 progress: bool) -> None:
+    """The encoding loop of `encode_all`: token stores, emails.jsonl lines and the counts per split."""
+    records = iter_spool(spool)
+    i = 0
+    with tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
+        while True:
+            chunk: list[SpoolRecord] = list(islice(records, ENCODE_CHUNK))
+            if not chunk:
+                break
+            lines = []
+            for rec, ids in zip(chunk, encode_texts(tok, [r.text for r in chunk])):
+                split, thread = splits[i], threads[i]
+                writers[split].add(ids)
+                c = counts[split]
+                c["emails"] += 1
+                c["tokens"] += len(ids)
+                c["bytes"] += len(rec.text)
+                lines.append(json.dumps({"id": rec.id, "thread": thread, "split": split, "source": rec.source,
+                                         "tokens": len(ids)}, ensure_ascii=False) + "\n")
+                i += 1
+            index.write("".join(lines).encode("utf-8"))
+            bar.update(len(chunk))
