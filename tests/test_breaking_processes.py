@@ -18,7 +18,9 @@ import pytest
 from trainers import BASE
 from trainers import tiny_trainer as _trainer
 
+from seqlab.config import get_preset
 from seqlab.errors import UserError
+from seqlab.training.trainer import Trainer
 
 # ---------------------------------------------------------------------------------- one trainer per RUN_DIR
 
@@ -102,6 +104,23 @@ def test_two_trainers_in_one_process_and_release_after_run(tiny_data_dir: Path, 
         _trainer(tiny_data_dir, run, "train.max_steps=2")
     first.run()
     assert _trainer(tiny_data_dir, run, "train.max_steps=3", resume=True).run()["steps"] == 3
+
+
+
+def test_a_run_refused_before_it_starts_leaves_no_folder(tiny_data_dir: Path, tmp_path: Path) -> None:
+    """A bad setting is refused after the lock has created RUN_DIR (old: an empty folder holding .lock was
+    left behind); a folder that was there before stays, and the next run into it trains."""
+    run = tmp_path / "new"
+    r = subprocess.run(_cli("train", str(tiny_data_dir), "--out", str(run), "--preset", "tiny", "--quiet",
+                            "model.ctx_mode=init_state"), env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert not run.exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with pytest.raises(UserError, match="ctx_mode"):
+        Trainer(tiny_data_dir, kept, get_preset("tiny"), overrides=["model.ctx_mode=init_state"], progress=False)
+    assert kept.is_dir() and not any(p.name != ".lock" for p in kept.iterdir())
+    assert _trainer(tiny_data_dir, kept, "train.max_steps=1").run()["steps"] == 1
 
 
 # ---------------------------------------------------------------------------- Ctrl-C in eval and calibrate

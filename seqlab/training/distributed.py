@@ -76,6 +76,9 @@ class NoLock:
     def release(self) -> None:
         """Nothing to drop."""
 
+    def discard(self) -> None:
+        """Nothing to drop or remove."""
+
 
 @dataclass(frozen=True)
 class World:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -49,6 +50,7 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = Path(run_dir)
         self._file: IO[str] | None = None
+        self.created = not self.run_dir.exists()  # so a run refused before it starts leaves no folder behind
         self.acquire()
 
     def acquire(self) -> None:
@@ -81,6 +83,17 @@ class RunLock:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def discard(self) -> None:
+        """Drop the lock of a run refused before it wrote anything (a bad config, a missing checkpoint):
+        a RUN_DIR this lock created and that holds only the lock file is removed with it. The file is
+        unlinked while still locked, so a process that opened it meanwhile is refused as usual."""
+        if self._file is not None and self.created:
+            with contextlib.suppress(OSError):
+                if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
+                    (self.run_dir / LOCK_NAME).unlink()
+                    self.run_dir.rmdir()  # fails, and keeps the folder, if anything appeared meanwhile
+        self.release()
 
 
 class StepGuard:

@@ -71,7 +71,7 @@ class Trainer(SavesState):
         try:
             self._open(cfg, resume, overrides)
         except BaseException:
-            self.lock.release()
+            self.lock.discard()  # refused before anything was written: no empty RUN_DIR left behind
             raise
 
     def _open(self, cfg: RunConfig | None, resume: bool, overrides: Sequence[str]) -> None:
