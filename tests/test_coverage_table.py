@@ -14,6 +14,7 @@ from seqlab.cli.main import main
 from seqlab.evaluation.exact_match import (
     Proposal,
     coverage_table,
+    phrase_coverage_table,
     score_proposals,
     threshold_for_coverage,
     wilson_interval,
@@ -104,3 +105,26 @@ def test_format_eval_prints_the_table_with_intervals(word_run_dir: Path) -> None
     text = format_eval(r)
     assert "95% Wilson interval" in text and "EM@5" in text
     assert all(math.isfinite(v) for v in (r["bpb"], r["loss"]))
+
+
+def test_phrase_table_with_first_word_confidences_only_equals_the_first_word_table_at_em1() -> None:
+    """Without per-word confidences every prefix stands on the first word's: EM@1 and its threshold are
+    those of `coverage_table` (one gate, two computations)."""
+    props = _proposals(400, seed=1)
+    plain, phrase = coverage_table(props), phrase_coverage_table(props)
+    for a, b in zip(plain, phrase):
+        assert b["threshold"]["1"] == a["threshold"] and b["exact_match"]["1"] == a["exact_match"]["1"]
+        assert b["shown"]["1"] == a["shown"] and b["exact_match_ci95"]["1"] == a["exact_match_ci95"]["1"]
+
+
+def test_phrase_table_ranks_n_word_suggestions_by_their_own_probability() -> None:
+    """Two positions: A is surer of its first word but its 2-word phrase is unlikely and wrong; B's phrase
+    is likelier and right. At 50% coverage the first-word gate shows A (EM@2 0%), the phrase gate B (100%)."""
+    a = Proposal(0, 0, ["see", "you"], ["see", "the"], 0.9, [0.9, 0.05])
+    b = Proposal(1, 0, ["thanks", "a"], ["thanks", "a"], 0.6, [0.6, 0.5])
+    first = coverage_table([a, b], (0.5,))[0]
+    phrase = phrase_coverage_table([a, b], (0.5,))[0]
+    assert first["exact_match"]["2"] == 0.0 and first["threshold"] == 0.9
+    assert phrase["exact_match"]["2"] == 1.0 and phrase["threshold"]["2"] == 0.5
+    assert phrase["exact_match"]["1"] == 1.0 and phrase["shown"] == {"1": 1, "2": 1, "3": 0, "4": 0, "5": 0}
+    assert phrase["exact_match"]["3"] is None and phrase["threshold"]["3"] == 0.0

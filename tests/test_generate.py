@@ -208,6 +208,8 @@ def test_complete_stops_after_n_words_and_scores_the_first_word() -> None:
     c = complete(model, tok, "Hi", max_words=2)
     assert c.text == " hello big" and c.words == ["hello", "big"]
     assert c.confidence == pytest.approx(p_of() ** 6)  # " hello": six byte tokens
+    # each prefix as a phrase: " hello" then " hello big" (four more byte tokens)
+    assert c.word_confidences == pytest.approx([p_of() ** 6, p_of() ** 10])
     assert complete(model, tok, "Hi", max_words=10).text == " hello big world foo bar baz qux"  # newline
     assert complete(model, tok, "Hi", max_words=10, stop_at_newline=False).words[-1] == "next"
 
@@ -218,6 +220,7 @@ def test_complete_heals_a_trailing_space_and_stops_at_eos() -> None:
     assert c.text == "see you"
     # the forced space is renormalised to probability 1: only "see" counts
     assert c.confidence == pytest.approx(p_of() ** 3)
+    assert c.word_confidences == pytest.approx([p_of() ** 3, p_of() ** 7])
     assert c.ids == list(b" see you")
 
 

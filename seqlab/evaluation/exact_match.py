@@ -17,6 +17,12 @@ Proposals are computed once with their confidence; any threshold is then a filte
 be compared at equal coverage, and `coverage_table` reads ExactMatch at several coverages (5, 10, 20, 50
 and 100% by default) from one set of proposals: the curve of what showing only the surest suggestions buys.
 
+Two gates. The table above gates every suggestion on its first word, so EM@3 there asks: among the
+positions whose FIRST word is surest, how often are the next three words right? Smart Compose instead shows
+a suggestion when the whole phrase is sure enough (its beam score), so `phrase_coverage_table` also ranks
+positions for EM@N by the probability of the proposal's first N words together
+(`Completion.word_confidences`): one threshold per N, the same target coverages. `seqlab eval` prints both.
+
 Uncertainty. Each ExactMatch is a proportion k/n over the n shown positions with enough true words, so it
 comes with the Wilson score interval (Wilson 1927; Brown, Cai & DasGupta 2001 recommend it over the normal
 approximation k/n +- 1.96 sqrt(p(1-p)/n), which collapses to zero width at 0 or n hits): at 95%,
@@ -33,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
@@ -53,6 +59,15 @@ class Proposal:
     truth: list[str]  # the true next words up to the end of the line (at most max_words)
     words: list[str]  # the proposed words (empty: nothing proposed)
     confidence: float
+    # P(first k proposed words) for k = 1..len(words) (`Completion.word_confidences`); empty: only the
+    # first word's confidence is known, which then stands for every prefix
+    word_confidences: list[float] = field(default_factory=list)
+
+    def phrase_confidence(self, n: int) -> float | None:
+        """The probability of the proposal's first n words as one phrase; None when it has fewer."""
+        if len(self.words) < n:
+            return None
+        return self.word_confidences[n - 1] if len(self.word_confidences) >= n else self.confidence
 
 
 def word_boundaries(text: str) -> list[int]:
@@ -83,7 +98,8 @@ def collect_proposals(emails: Sequence[str], propose: Callable[..., Completion],
         text = emails[e]
         truth = split_words(text[i:].split("\n", 1)[0])[:max_words]
         c = propose(text[:i]) if contexts is None else propose(text[:i], contexts[e])
-        out.append(Proposal(e, i, truth, c.words[:max_words], c.confidence if c.words else 0.0))
+        out.append(Proposal(e, i, truth, c.words[:max_words], c.confidence if c.words else 0.0,
+                            c.word_confidences[:max_words]))
     return out
 
 
@@ -130,10 +146,16 @@ def threshold_for_coverage(proposals: Sequence[Proposal], coverage: float) -> fl
     proposals do not exist, the lowest confidence of a non-empty one: the largest coverage reachable)."""
     if not 0.0 < coverage <= 1.0:
         raise ValueError(f"coverage must be in (0, 1], not {coverage}")
-    confs = sorted((p.confidence for p in proposals if p.words), reverse=True)
+    return _threshold([p.confidence for p in proposals if p.words], len(proposals), coverage)
+
+
+def _threshold(confidences: list[float], positions: int, coverage: float) -> float:
+    """The highest threshold at which at least `coverage` of `positions` have a confidence that reaches it
+    (or the lowest confidence, when fewer than that many exist); 0 when there is none."""
+    confs = sorted(confidences, reverse=True)
     if not confs:
         return 0.0
-    k = max(1, math.ceil(coverage * len(proposals) - 1e-9))  # positions that must be shown
+    k = max(1, math.ceil(coverage * positions - 1e-9))  # positions that must be shown
     return confs[min(k, len(confs)) - 1]
 
 
@@ -143,6 +165,39 @@ def coverage_table(proposals: Sequence[Proposal], coverages: Sequence[float] = C
     gives at the threshold that reaches it (`threshold_for_coverage`)."""
     return [{"target": c, **score_proposals(proposals, threshold_for_coverage(proposals, c), max_words)}
             for c in coverages]
+
+
+def phrase_coverage_table(proposals: Sequence[Proposal], coverages: Sequence[float] = COVERAGES,
+                          max_words: int = 5) -> list[dict[str, Any]]:
+    """ExactMatch@N at each target coverage when an N-word suggestion is shown only if ITS probability (all
+    N words as one phrase) reaches the threshold, as Smart Compose gates a suggestion on its beam score:
+    one threshold per N. Positions are ranked by P(first N words) instead of by the first word alone.
+
+    Rows: {"target", and per N (keys "1".."max_words"): "threshold", "coverage", "shown", "exact_match",
+    "exact_match_counts", "exact_match_ci95"}. EM@N counts, as `score_proposals` does, the shown
+    positions whose truth has at least N words."""
+    rows = []
+    for c in coverages:
+        if not 0.0 < c <= 1.0:
+            raise ValueError(f"coverage must be in (0, 1], not {c}")
+        row: dict[str, Any] = {"target": c, "positions": len(proposals)}
+        for key in ("threshold", "coverage", "shown", "exact_match", "exact_match_counts", "exact_match_ci95"):
+            row[key] = {}
+        for n in range(1, max_words + 1):
+            gated = [(p, q) for p in proposals if (q := p.phrase_confidence(n)) is not None]
+            t = _threshold([q for _, q in gated], len(proposals), c)
+            shown = [p for p, q in gated if q >= t] if gated else []
+            eligible = [p for p in shown if len(p.truth) >= n]
+            hits = sum(p.words[:n] == p.truth[:n] for p in eligible)
+            ci = wilson_interval(hits, len(eligible))
+            k = str(n)
+            row["threshold"][k], row["shown"][k] = t, len(shown)
+            row["coverage"][k] = len(shown) / len(proposals) if proposals else 0.0
+            row["exact_match"][k] = hits / len(eligible) if eligible else None
+            row["exact_match_counts"][k] = len(eligible)
+            row["exact_match_ci95"][k] = list(ci) if ci is not None else None
+        rows.append(row)
+    return rows
 
 
 def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, max_words: int = 5,
@@ -169,4 +224,5 @@ def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[
         result["at_coverage"] = {"target": target_coverage, **score_proposals(proposals, t, max_words)}
     if coverages:
         result["by_coverage"] = coverage_table(proposals, coverages, max_words)
+        result["by_coverage_phrase"] = phrase_coverage_table(proposals, coverages, max_words)
     return result

@@ -113,7 +113,7 @@ def evaluate_run(
                       threshold=quality["threshold"], completion_positions=quality["positions"],
                       exact_match_ci95=quality["exact_match_ci95"], completion_emails=len(texts),
                       phrases=phrases.meta if phrases is not None else None)
-        for key in ("at_coverage", "by_coverage"):
+        for key in ("at_coverage", "by_coverage", "by_coverage_phrase"):
             if key in quality:
                 result[key] = quality[key]
     return result
@@ -154,11 +154,13 @@ def format_eval(result: dict[str, Any]) -> str:
             lines.append(f"    {label}: coverage {_pct(coverage)}  {em}")
     if result.get("by_coverage"):
         lines += format_coverage_table(result["by_coverage"])
+    if result.get("by_coverage_phrase"):
+        lines += format_phrase_table(result["by_coverage_phrase"])
     return "\n".join(lines)
 
 
 def _ci(row: dict[str, Any], n: str) -> str:
-    ci = row.get("exact_match_ci95", {}).get(n)
+    ci = (row.get("exact_match_ci95") or {}).get(n)
     return f"[{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]" if ci else ""
 
 
@@ -172,4 +174,18 @@ def format_coverage_table(rows: list[dict[str, Any]]) -> list[str]:
         cells = " ".join(f"{_pct(r['exact_match'][n]) + ' ' + _ci(r, n):>15}" for n in ns)
         lines.append(f"    {100 * r['target']:>5.0f}% {_pct(r['coverage']):>8} {r['threshold']:9.4f} {r['shown']:>6} "
                      f"{cells}")
+    return lines
+
+
+def format_phrase_table(rows: list[dict[str, Any]]) -> list[str]:
+    """`phrase_coverage_table` rows: ExactMatch@N when N words are shown only if the N-word phrase is sure
+    enough, with the positions shown for each N (its own threshold) and 95% Wilson intervals."""
+    ns = list(rows[0]["exact_match"])
+    lines = ["  ExactMatch@N when an N-word suggestion is shown only if all N words are sure enough",
+             "  (one threshold per N; shown positions in parentheses):",
+             f"    {'target':>6} " + " ".join(f"{'EM@' + n:>21}" for n in ns)]
+    for r in rows:
+        cells = " ".join(f"{_pct(r['exact_match'][n]) + ' ' + _ci(r, n) + ' (' + str(r['shown'][n]) + ')':>21}"
+                         for n in ns)
+        lines.append(f"    {100 * r['target']:>5.0f}% {cells}")
     return lines

@@ -24,6 +24,8 @@ probabilities of the tokens that carry any byte of the first word (its leading s
 taken from the model's own distribution (temperature 1, no filtering). The first word is where a
 completion is most uncertain; later words are conditioned on it, and ExactMatch@N measures them. With a
 `threshold`, a suggestion whose confidence is below it is withheld (empty text): it must earn its place.
+`word_confidences` gives the same product for each prefix of the suggestion (its first k words as one
+phrase), which `seqlab.evaluation.exact_match.phrase_coverage_table` gates N-word suggestions on.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Completion:
     text: str
     ids: list[int] = field(default_factory=list)
     confidence: float = 0.0
+    # P(first k words), k = 1..len(words): the probability of each prefix of the suggestion as a phrase,
+    # non-increasing; word_confidences[0] == confidence. Empty when nothing is suggested.
+    word_confidences: list[float] = field(default_factory=list)
 
     @property
     def words(self) -> list[str]:
@@ -116,8 +121,9 @@ class WordStop:
         return words > self.max_words
 
 
-def _first_word_confidence(starts: list[int], logps: list[float], end: int) -> float:
-    """exp(sum of log-probs of the tokens starting before byte `end`): the probability of the first word."""
+def _prefix_probability(starts: list[int], logps: list[float], end: int) -> float:
+    """exp(sum of log-probs of the tokens starting before byte `end`): the probability of the text up to
+    `end` (the first word's when `end` is where it ends)."""
     return math.exp(sum(lp for s, lp in zip(starts, logps) if s < end))
 
 
@@ -141,8 +147,8 @@ def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: in
         return Completion("", [], 0.0)
     end = skip + words[-1].end()
     kept = [i for i, s in zip(ids, starts) if s < end]
-    confidence = _first_word_confidence(starts, logps, skip + words[0].end())
-    return Completion(body[: words[-1].end()].decode("utf-8", errors="replace"), kept, confidence)
+    by_word = [_prefix_probability(starts, logps, skip + w.end()) for w in words]
+    return Completion(body[: words[-1].end()].decode("utf-8", errors="replace"), kept, by_word[0], by_word)
 
 
 def complete(
