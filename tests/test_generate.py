@@ -226,8 +226,11 @@ def test_complete_heals_a_trailing_space_and_stops_at_eos() -> None:
 
 def test_complete_threshold_withholds_unsure_suggestions() -> None:
     model, tok = scripted("Hi ", " see you ")
-    conf = p_of() ** 3
-    assert complete(model, tok, "Hi ", threshold=conf * 0.9).text == "see you"
+    conf, both = p_of() ** 3, p_of() ** 7  # "see", then "see you" as one phrase
+    assert complete(model, tok, "Hi ", threshold=both * 0.9).text == "see you"
+    # sure of "see" but not of "see you" together: the unsure tail is cut, ids and confidences with it
+    cut = complete(model, tok, "Hi ", threshold=conf * 0.9)
+    assert cut.text == "see" and cut.ids == list(b" see") and cut.word_confidences == pytest.approx([conf])
     withheld = complete(model, tok, "Hi ", threshold=conf * 1.1)
     assert withheld == Completion("", [], withheld.confidence) and withheld.confidence == pytest.approx(conf)
 

@@ -25,7 +25,8 @@ taken from the model's own distribution (temperature 1, no filtering). The first
 completion is most uncertain; later words are conditioned on it, and ExactMatch@N measures them. With a
 `threshold`, a suggestion whose confidence is below it is withheld (empty text): it must earn its place.
 `word_confidences` gives the same product for each prefix of the suggestion (its first k words as one
-phrase), which `seqlab.evaluation.exact_match.phrase_coverage_table` gates N-word suggestions on.
+phrase); a shown suggestion keeps only the words whose prefix reaches the threshold too, and
+`seqlab.evaluation.exact_match.phrase_coverage_table` gates N-word suggestions the same way.
 """
 
 from __future__ import annotations
@@ -128,8 +129,12 @@ def _prefix_probability(starts: list[int], logps: list[float], end: int) -> floa
 
 
 def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: int, max_words: int,
-           stop_at_newline: bool) -> Completion:
-    """Turn generated ids into a suggestion of at most `max_words` whole words (no threshold applied)."""
+           stop_at_newline: bool, threshold: float | None = None) -> Completion:
+    """Turn generated ids into a suggestion of at most `max_words` whole words.
+
+    With `threshold`, the suggestion keeps only its words that are sure enough TOGETHER: the longest prefix
+    whose probability as a phrase reaches it (withheld, empty, when even the first word does not), so an
+    unsure tail ("the problem the problem") is never shown behind a sure first word."""
     ended = bool(ids) and ids[-1] == tokenizer.eos_id
     if ended:
         ids, logps = ids[:-1], logps[:-1]
@@ -145,9 +150,14 @@ def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: in
     words = words[:max_words]
     if not words:
         return Completion("", [], 0.0)
+    by_word = [_prefix_probability(starts, logps, skip + w.end()) for w in words]
+    if threshold is not None:
+        sure = sum(q >= threshold for q in by_word)  # by_word does not increase: the sure words lead
+        if sure == 0:
+            return Completion("", [], by_word[0])
+        words, by_word = words[:sure], by_word[:sure]
     end = skip + words[-1].end()
     kept = [i for i, s in zip(ids, starts) if s < end]
-    by_word = [_prefix_probability(starts, logps, skip + w.end()) for w in words]
     return Completion(body[: words[-1].end()].decode("utf-8", errors="replace"), kept, by_word[0], by_word)
 
 
@@ -166,7 +176,8 @@ def complete(
     preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
     `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
-    suggestion whose confidence (the first word's probability) is below it comes back empty. With
+    suggestion whose confidence (the first word's probability) is below it comes back empty, and a shown
+    one is cut after its last word whose prefix (as a phrase) still reaches the threshold. With
     `phrases`, the person's phrase model is blended into every next-token distribution
     (`seqlab.generation.phrases`), confidence included. `context` (a ContextBatch,
     `seqlab.generation.reply.reply_context`) is the message being answered, read through cross-attention.
@@ -208,7 +219,5 @@ def complete_encoded(
             model, ids, max_new_tokens=budget, temperature=temperature if temperature > 0 else 1.0,
             top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
             eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder, context=context)
-    result = finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline)
-    if threshold is not None and result.confidence < threshold:
-        return Completion("", [], result.confidence)
-    return result
+    return finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline,
+                  threshold=threshold)
