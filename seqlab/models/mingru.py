@@ -162,7 +162,7 @@ class _LinearScan(torch.autograd.Function):
         d_h0 = a[:, 0] * lz[:, 0]  # a_1 lambda_1
         lz.mul_(z)  # lambda z, in lambda's place (lambda is not needed alone)
         d_pre_h = torch.ge(pre_h, 0, out=torch.empty_like(cand))  # [pre_h >= 0] as 1.0 / 0.0
-        diff = torch.rsub(cand, 1).mul_(cand)  # g (1 - g) = sigmoid' where pre_h < 0 (<= 1/4 everywhere)
+        diff = torch.addcmul(cand, cand, cand, value=-1)  # g - g^2 = sigmoid' where pre_h < 0 (<= 1/4)
         torch.maximum(d_pre_h, diff, out=d_pre_h).mul_(lz)  # g'(pre_h) lambda z
         torch.sub(cand[:, 1:], h[:, :-1], out=diff[:, 1:])  # g(pre_h) - h_{t-1}, in the same buffer
         torch.sub(cand[:, 0], h0, out=diff[:, 0])
