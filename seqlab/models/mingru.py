@@ -130,11 +130,11 @@ class _LinearScan(torch.autograd.Function):
     where g'(v) = 1 for v >= 0 and sigmoid'(v) = g (1 - g) below (Feng et al. 2024, sec. 3.3's g).
 
     Every elementwise step is one torch call writing into a buffer of this function (out= or in place):
-    no `torch.where` or bool mask (on CPU a where over a bool mask costs about ten multiplications) and
-    as few fresh (B, T, H) tensors as the saved ones need (a new buffer's first touch costs page faults).
-    g and g' use max instead of a branch: v + 1/2 >= sigmoid(v) exactly when v >= 0 (both are 1/2 at 0,
-    and sigmoid's slope is at most 1/4), and sigmoid' <= 1/4 < 1, so
-        g(v) = max(v + 1/2, sigmoid(v)),    g'(v) = max([v >= 0], g(v) (1 - g(v))) for v < 0 and 1 above."""
+    no `torch.where` or bool mask (on CPU a where over a bool mask cost 10-15 multiplications of the same
+    size) and as few fresh (B, T, H) tensors as the saved ones need (a new buffer's first touch costs page
+    faults). g and g' use max instead of a branch: v + 1/2 >= sigmoid(v) exactly when v >= 0 (both are 1/2
+    at 0, and sigmoid's slope is at most 1/4), and sigmoid' <= 1/4 < 1, so
+        g(v) = max(v + 1/2, sigmoid(v)),    g'(v) = max([v >= 0], g(v) - g(v)^2)   ([v >= 0] = 1.0 or 0.0)."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, pre_z: Tensor, pre_h: Tensor, h0: Tensor) -> Tensor:
