@@ -140,3 +140,57 @@ def test_affine_scan_equals_a_loop_both_ways(T: int, reverse: bool) -> None:
     torch.testing.assert_close(_affine_scan(a, b, h0, reverse=reverse), want, rtol=1e-12, atol=1e-12)
     zero = _affine_scan(a, b, None, reverse=reverse)
     torch.testing.assert_close(zero, _affine_scan(a, b, torch.zeros_like(h0), reverse=reverse), rtol=0, atol=0)
+
+
+def test_linear_scan_equals_log_space_reference_on_a_long_sequence() -> None:
+    """Values and gradients at T = 5000 in float64, with h0 and resets: the chunked scan and its
+    hand-written backward (a reverse scan) against autograd through Heinsen's log-space form."""
+    pre_z, pre_h, h0, reset = _inputs(2, 5000, 4, seed=5, scale=1.5)
+    w = torch.randn(2, 5000, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    grads = []
+    for scan in (mingru_scan, mingru_scan_log):
+        h, h_last = scan(pre_z, pre_h, h0, reset)
+        grads.append((h, h_last, *torch.autograd.grad((h * w).sum() + h_last.sum(), [pre_z, pre_h, h0])))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-9)
+
+
+def test_scan_at_extreme_and_boundary_gates_matches_both_references() -> None:
+    """Pre-activations at the branch of g (exactly 0, +-1e-9), saturated (+-40) and far out (+-1e3), float64:
+    values and gradients against the sequential form everywhere, and against the log-space form where
+    no pre_h is exactly 0 (there its relu(v) has derivative 0, so log g has a one-sided slope)."""
+    gen = torch.Generator().manual_seed(7)
+    special = torch.tensor([-1e3, -40.0, -5.0, -1e-9, 0.0, 1e-9, 5.0, 40.0, 1e3], dtype=torch.float64)
+    pick = torch.randint(0, len(special), (2, 2, 300, 6), generator=gen)
+    pre_z, pre_h = (special[i].clone().requires_grad_() for i in pick)
+    h0 = torch.rand(2, 6, generator=gen, dtype=torch.float64).requires_grad_()
+    w = torch.randn(2, 300, 6, dtype=torch.float64, generator=gen)
+
+    def run(scan, pz: torch.Tensor, ph: torch.Tensor) -> list[torch.Tensor]:
+        h, h_last = scan(pz, ph, h0)
+        return [h, h_last, *torch.autograd.grad((h * w).sum() + h_last.sum(), [pz, ph, h0])]
+
+    for a, b in zip(run(mingru_scan, pre_z, pre_h), run(mingru_sequential, pre_z, pre_h), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    # h reaches ~1e3 here and the log form's cumulative sums reach ~1e5, so it rounds at ~1e-8 absolute
+    # (the linear scan stays within ~1e-13 of the sequential form, checked just above).
+    nonzero = torch.where(pre_h == 0, 1e-12, pre_h).detach().requires_grad_()
+    lin, log = run(mingru_scan, pre_z, nonzero), run(mingru_scan_log, pre_z, nonzero)
+    for a, b in zip(lin, log, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-8)
+    seq = run(mingru_sequential, pre_z, nonzero)
+    assert (lin[0] - seq[0]).abs().max() <= (log[0] - seq[0]).abs().max()
+
+
+def test_scan_float32_gradients_on_a_long_sequence_match_float64_reference() -> None:
+    """The float32 backward (reverse scan from the output gradient) stays close to the float64 log-space
+    reference at T = 4000: products and sums only, nothing accumulates in log space."""
+    pre_z, pre_h, h0, reset = _inputs(2, 4000, 8, seed=8, dtype=torch.float32, scale=1.0)
+    w = torch.randn(2, 4000, 8, generator=torch.Generator().manual_seed(9))
+    h32, _ = mingru_scan(pre_z, pre_h, h0, reset)
+    g32 = torch.autograd.grad((h32 * w).sum(), [pre_z, pre_h, h0])
+    leaves = [t.detach().double().requires_grad_() for t in (pre_z, pre_h, h0)]
+    h64, _ = mingru_scan_log(*leaves, reset)
+    g64 = torch.autograd.grad((h64 * w.double()).sum(), leaves)
+    for a, b in zip(g32, g64, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-5)

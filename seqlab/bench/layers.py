@@ -7,6 +7,8 @@ Rows (each a training step: forward, a scalar loss, backward):
   mingru_L*  the minGRU mixer vs the fused GRU mixer at L = 512, 2048, 8192,    goal: >= 5x faster at 2048
              on 1 thread
   mingru_scan  the chunked linear-space scan vs the log-space scan at L = 2048  goal: not slower
+  mingru_ceiling  the fused GRU step vs the minGRU mixer's nine matmuls alone at L = 2048 (informative):
+             the most mingru_L2048 could reach if every elementwise and scan step cost nothing
 
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
 repeats is kept, so both see the same machine load (`seqlab.bench.common.time_pair`).
@@ -123,7 +125,33 @@ def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[di
                              args.long_repeats, 1)
     rows.append(_row("mingru_scan", "linear scan (chunked)", "log-space scan (Heinsen 2023)", t_lin, t_log,
                      "speedup log / linear", ">= 1.0", t_log >= t_lin, t_log / t_lin, {"B": B, "L": L, "n_embd": C}))
+    t_mm, t_gru = _pair(device, _matmuls_step(mingru, x), train_step(fused, lambda t: fused(t)[0], x),
+                        args.long_repeats, 1)
+    rows.append(_row("mingru_ceiling", "the minGRU mixer's 9 matmuls alone", "RecurrentMixer('gru') fused", t_mm,
+                     t_gru, "bound on speedup fused GRU / minGRU", "-", True, t_gru / t_mm,
+                     {"B": B, "L": L, "n_embd": C, "matmul_share_of_mingru_step": t_mm / t_lin}))
     return rows
+
+
+def _matmuls_step(mixer: MinGRUMixer, x: torch.Tensor) -> Step:
+    """Only the matrix products of one minGRU mixer training step, at its shapes, with no elementwise work:
+    forward z and h~ pre-activations (x W^T + b) and the output projection; backward each weight's
+    gradient (grad^T input) and each input's gradient (grad W). The gradients are stand-ins (random
+    tensors made once), which costs a matmul the same as the real ones."""
+    rnn, B, L, C = mixer.rnn, *x.shape
+    H = rnn.hidden_size
+    x2 = x.detach().reshape(B * L, C)
+    w_z, b_z, w_h, b_h = (t.detach() for t in (rnn.linear_z.weight, rnn.linear_z.bias, rnn.linear_h.weight,
+                                                rnn.linear_h.bias))
+    w_p = mixer.proj.weight.detach()
+    h, g_y, g_z, g_h = (torch.randn(B * L, H, device=x.device) for _ in range(4))
+
+    def step() -> None:
+        torch.addmm(b_z, x2, w_z.t()), torch.addmm(b_h, x2, w_h.t()), torch.mm(h, w_p.t())  # forward
+        torch.mm(g_y.t(), h), torch.mm(g_y, w_p)  # projection: weight and input gradients
+        torch.mm(g_z.t(), x2), torch.mm(g_h.t(), x2), torch.mm(g_z, w_z), torch.mm(g_h, w_h)  # the gates'
+
+    return step
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -172,11 +200,11 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = rows(args)
-    print(f"{'row':<12} {'ours ms':>9} {'ref ms':>9} {'value':>7}  {'goal':<8} result")
+    print(f"{'row':<14} {'ours ms':>9} {'ref ms':>9} {'value':>7}  {'goal':<8} result")
     for r in out:
         d = r["detail"]
         result = "" if r["pass"] is None else ("PASS" if r["pass"] else "MISS")
-        print(f"{r['name']:<12} {d['ours_ms']:9.2f} {d['reference_ms']:9.2f} {r['value']:7.3f}  {r['goal']:<8} "
+        print(f"{r['name']:<14} {d['ours_ms']:9.2f} {d['reference_ms']:9.2f} {r['value']:7.3f}  {r['goal']:<8} "
               f"{result}")
     settings = {**machine_info(), "threads": args.threads, "device": args.device, "repeats": args.repeats,
                 "warmup": args.warmup, "quick": args.quick}

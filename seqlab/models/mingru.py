@@ -66,9 +66,12 @@ def _chunk_len(T: int) -> int:
     return max(1, round(math.sqrt(2 * T / 3)))
 
 
-def _affine_scan(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool = False) -> Tensor:
+def _affine_scan(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool = False, out: Tensor | None = None
+                 ) -> Tensor:
     """h_t = a_t h_{t-1} + b_t for every t (reverse: h_t = a_t h_{t+1} + b_t, from the end), with the state
-    before the first step h0 (B, H) or zero; a, b (B, T, H) -> h (B, T, H). No autograd runs through here.
+    before the first step h0 (B, H) or zero; a, b (B, T, H) -> h (B, T, H), written to `out` (a new tensor
+    when None; `out` may be `b` itself: each position is read before it is overwritten). No autograd runs
+    through here.
 
     Three passes over chunks of c = `_chunk_len(T)` positions (a chunked scan, Blelloch 1990, sec. 1.4),
     each a short loop of whole-tensor torch calls on (B, T/c, H) slices, so the number of calls is about
@@ -84,7 +87,8 @@ def _affine_scan(a: Tensor, b: Tensor, h0: Tensor | None, reverse: bool = False)
     B, T, H = a.shape
     c = _chunk_len(T)
     n = T // c
-    out = torch.empty(B, T, H, dtype=b.dtype, device=b.device)
+    if out is None:
+        out = torch.empty(B, T, H, dtype=b.dtype, device=b.device)
     h = a.new_zeros(B, H) if h0 is None else h0
     lo = T - n * c if reverse else 0  # whole chunks cover [lo, lo + n c): the positions the scan reaches first
     if n:
@@ -118,36 +122,49 @@ class _LinearScan(torch.autograd.Function):
     One function from the pre-activations to h, with a hand-written backward, instead of autograd through
     the gates and the scan, which would run a separate kernel (and keep a tensor) for each derivative of
     sigmoid, where, the products and every scan step. Kept for the backward: a (with a zero after the
-    end, so a_{t+1} is a view), z, g(pre_h) and h. For g_t = dL/dh_t, the adjoint lambda_t = dL/dh_t
-    through all later steps obeys the same recurrence backwards in time,
+    end, so a_{t+1} is a view), z, g(pre_h), pre_h (for g's branch) and h. For g_t = dL/dh_t, the adjoint
+    lambda_t = dL/dh_t through all later steps obeys the same recurrence backwards in time,
         lambda_t = a_{t+1} lambda_{t+1} + g_t        (lambda after the end: 0)
     and then, with dz/dpre_z = z a and da/dpre_z = -z a (z = sigmoid(pre_z), a = 1 - z),
         dL/dpre_z = lambda z a (g(pre_h) - h_{t-1}),   dL/dpre_h = lambda z g'(pre_h),   dL/dh0 = a_1 lambda_1
-    where g'(v) = 1 for v >= 0 and sigmoid'(v) = g (1 - g) below (Feng et al. 2024, sec. 3.3's g)."""
+    where g'(v) = 1 for v >= 0 and sigmoid'(v) = g (1 - g) below (Feng et al. 2024, sec. 3.3's g).
+
+    Every elementwise step is one torch call writing into a buffer of this function (out= or in place):
+    no `torch.where` or bool mask (on CPU a where over a bool mask cost 10-15 multiplications of the same
+    size) and as few fresh (B, T, H) tensors as the saved ones need (a new buffer's first touch costs page
+    faults). g and g' use max instead of a branch: v + 1/2 >= sigmoid(v) exactly when v >= 0 (both are 1/2
+    at 0, and sigmoid's slope is at most 1/4), and sigmoid' <= 1/4 < 1, so
+        g(v) = max(v + 1/2, sigmoid(v)),    g'(v) = max([v >= 0], g(v) - g(v)^2)   ([v >= 0] = 1.0 or 0.0)."""
 
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, pre_z: Tensor, pre_h: Tensor, h0: Tensor) -> Tensor:
         B, T, H = pre_z.shape
         a_buf = pre_z.new_empty(B, T + 1, H)  # a_t at t and 0 at T: a_{t+1} for the adjoint is a view
-        torch.sigmoid(-pre_z, out=a_buf[:, :T])  # 1 - z without the rounding of 1 - sigmoid(k)
+        a = a_buf[:, :T]
+        torch.neg(pre_z, out=a).sigmoid_()  # 1 - z = sigmoid(-pre_z), without the rounding of 1 - sigmoid(k)
         a_buf[:, T] = 0
-        positive = pre_h >= 0  # g's branch (B, T, H) bool, kept: g' jumps there
-        z, cand = torch.sigmoid(pre_z), torch.where(positive, pre_h + 0.5, torch.sigmoid(pre_h))  # z, h~ = g(pre_h)
-        h = _affine_scan(a_buf[:, :T], z * cand, h0)  # (B, T, H)
-        ctx.save_for_backward(a_buf, z, cand, positive, h0, h)
+        z = torch.sigmoid(pre_z)  # (B, T, H)
+        cand = torch.sigmoid(pre_h)  # h~ = g(pre_h) = max(pre_h + 1/2, sigmoid(pre_h)), built in place
+        h = torch.add(pre_h, 0.5)  # the buffer that becomes b = z h~ and then, scanned in place, h
+        torch.maximum(h, cand, out=cand)
+        torch.mul(z, cand, out=h)
+        _affine_scan(a, h, h0, out=h)  # (B, T, H)
+        ctx.save_for_backward(a_buf, z, cand, pre_h, h0, h)
         return h
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        a_buf, z, cand, positive, h0, h = ctx.saved_tensors
+        # saved tensors stay as they are (backward may run again with retain_graph): new buffers only
+        a_buf, z, cand, pre_h, h0, h = ctx.saved_tensors
         T = h.shape[1]
         a = a_buf[:, :T]
-        lam = _affine_scan(a_buf[:, 1:], grad.contiguous(), None, reverse=True)  # (B, T, H)
-        d_h0 = a[:, 0] * lam[:, 0]  # a_1 lambda_1
-        lz = lam.mul_(z)  # lambda z, in lambda's place (lambda is not needed alone)
-        d_pre_h = torch.where(positive, 1.0, cand * (1 - cand)).mul_(lz)
-        diff = torch.empty_like(cand)  # g(pre_h) - h_{t-1} (saved tensors stay as they are: backward may rerun)
-        torch.sub(cand[:, 1:], h[:, :-1], out=diff[:, 1:])
+        lz = _affine_scan(a_buf[:, 1:], grad.contiguous(), None, reverse=True)  # lambda (B, T, H)
+        d_h0 = a[:, 0] * lz[:, 0]  # a_1 lambda_1
+        lz.mul_(z)  # lambda z, in lambda's place (lambda is not needed alone)
+        d_pre_h = torch.ge(pre_h, 0, out=torch.empty_like(cand))  # [pre_h >= 0] as 1.0 / 0.0
+        diff = torch.addcmul(cand, cand, cand, value=-1)  # g - g^2 = sigmoid' where pre_h < 0 (<= 1/4)
+        torch.maximum(d_pre_h, diff, out=d_pre_h).mul_(lz)  # g'(pre_h) lambda z
+        torch.sub(cand[:, 1:], h[:, :-1], out=diff[:, 1:])  # g(pre_h) - h_{t-1}, in the same buffer
         torch.sub(cand[:, 0], h0, out=diff[:, 0])
         d_pre_z = diff.mul_(lz).mul_(a)
         return d_pre_z, d_pre_h, d_h0
