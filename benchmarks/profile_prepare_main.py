@@ -31,7 +31,7 @@ from seqlab.data.prepare import prepare  # noqa: E402
 
 # Stages of the main process: a function of that file whose cumulative time is the stage.
 STAGES = {
-    "mbox splitter": ("files.py", "_split_mbox"),
+    "mbox splitter": ("mbox.py", "split_mbox"),
     "results from workers": ("workers.py", "parse_stream"),
     "  dedupe + spool (the loop body)": ("corpus.py", "check_keys"),
     "thread + split": ("prepare.py", "_split_threads"),
