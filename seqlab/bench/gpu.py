@@ -98,7 +98,8 @@ def _trainer(plan: GpuPlan, scratch: Path) -> Trainer:
     """The trainer of `plan.preset` on a freshly prepared synthetic DATA_DIR, validation and saving pushed
     past the steps this check runs (it calls `train_step` itself)."""
     data = scratch / "data"
-    prepare("synthetic", data, count=plan.emails, progress=False, workers=1 if plan.device == "cpu" else None)
+    # parsed in-process: a small corpus, and no worker is forked from a process that holds a CUDA context
+    prepare("synthetic", data, count=plan.emails, progress=False, workers=1)
     total = plan.warmup + plan.steps + 50
     overrides = [f"train.device={plan.device}", f"train.max_steps={total}", f"train.eval_every={total}",
                  f"train.ckpt_every={total}"] + ([f"train.threads={plan.threads}"] if plan.threads else [])
@@ -146,6 +147,25 @@ def _part(name: str, fn: Callable[[], list[dict[str, Any]]]) -> list[dict[str, A
         return [failed]
 
 
+def trained_rows(plan: GpuPlan, device: torch.device, info: dict[str, Any], scratch: Path) -> list[dict[str, Any]]:
+    """The matmul peak, then the trainer's step: tokens/s and MFU, and the attention kernel it takes."""
+    trainer = _trainer(plan, scratch)
+    try:
+        dtype = trainer.mfu.dtype  # bfloat16 where the trainer autocasts (CUDA with bf16), else float32
+        peak = matmul_peak(device, dtype, plan.peak_n, plan.peak_rounds, plan.peak_per_round)
+        label = str(dtype).removeprefix("torch.")
+        out = [row(SECTION, f"{info['device']}: {label} matmul peak", f"({plan.peak_n}, {plan.peak_n}) matmuls "
+                   f"in {label}, best round's mean", peak / 1e3, "TFLOP/s", **info)]
+        out += _part("training", lambda: training_rows(plan, trainer, peak, dtype))
+        counter = iter(range(plan.warmup + plan.steps, 10**6))  # step numbers after the timed ones
+        out += _part("attention kernel", lambda: sdpa_rows(lambda: trainer.train_step(next(counter)), device,
+                                                           plan.kernel_repeats, trainer.opt.zero_grad))
+        return out
+    finally:
+        trainer.lock.release()
+        trainer.close()
+
+
 def rows(plan: GpuPlan | None = None) -> list[dict[str, Any]]:
     """Every GPU row of `plan` (default: the check on CUDA), or the one "skipped" row without CUDA."""
     plan = plan or GpuPlan()
@@ -154,23 +174,8 @@ def rows(plan: GpuPlan | None = None) -> list[dict[str, Any]]:
                     "`seqlab bench --only gpu` on a machine with a GPU", 0.0, "skipped")]
     device = torch.device(plan.device)
     info = _device_info(device)
-    out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="seqlab-gpu-") as tmp:
-        trainer = _trainer(plan, Path(tmp))
-        try:
-            dtype = trainer.mfu.dtype  # bfloat16 where the trainer autocasts (CUDA with bf16), else float32
-            peak = matmul_peak(device, dtype, plan.peak_n, plan.peak_rounds, plan.peak_per_round)
-            label = str(dtype).removeprefix("torch.")
-            out.append(row(SECTION, f"{info['device']}: {label} matmul peak", f"({plan.peak_n}, {plan.peak_n}) "
-                           f"matmuls in {label}, best round's mean", peak / 1e3, "TFLOP/s", **info))
-            out += _part("training", lambda: training_rows(plan, trainer, peak, dtype))
-            step = trainer.train_step  # the same real step, under each forced attention backend
-            counter = iter(range(plan.warmup + plan.steps, 10**6))  # steps after the timed ones
-            out += _part("attention kernel", lambda: sdpa_rows(lambda: step(next(counter)), device,
-                                                               plan.kernel_repeats, trainer.opt.zero_grad))
-        finally:
-            trainer.lock.release()
-            trainer.close()
+        out = _part("trainer", lambda: trained_rows(plan, device, info, Path(tmp)))
     out += _part("minGRU", lambda: recurrent_rows(device, plan.scan_batch, plan.scan_len, plan.scan_width,
                                                   plan.kernel_repeats))
     return out
