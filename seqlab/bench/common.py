@@ -57,11 +57,14 @@ def time_pair(a: Step, b: Step, repeats: int, warmup: int, sync: Callable[[], No
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def time_steps(fns: list[Step], repeats: int, warmup: int) -> list[float]:
-    """Median seconds of each of several steps, timed in rotating order after `warmup` runs of each."""
+def time_steps(fns: list[Step], repeats: int, warmup: int, sync: Callable[[], None] = lambda: None
+               ) -> list[float]:
+    """Median seconds of each of several steps, timed in rotating order after `warmup` runs of each
+    (`sync` waits for a GPU's queued work before each clock read)."""
     for _ in range(warmup):
         for fn in fns:
             fn()
+    sync()
     times: list[list[float]] = [[] for _ in fns]
     for r in range(repeats):
         order = list(range(len(fns)))
@@ -69,6 +72,7 @@ def time_steps(fns: list[Step], repeats: int, warmup: int) -> list[float]:
         for i in order:
             t0 = time.perf_counter()
             fns[i]()
+            sync()
             times[i].append(time.perf_counter() - t0)
     return [statistics.median(t) for t in times]
 

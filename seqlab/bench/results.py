@@ -18,8 +18,10 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
 
 
 def _value(v: float, unit: str) -> str:
-    if unit == "MFU":
+    if unit in ("MFU", "share"):
         return f"{100 * v:.1f}%"
+    if unit in ("skipped", "failed"):  # a row that says a part did not run (`seqlab.bench.gpu`)
+        return unit
     if abs(v) >= 1000:
         return f"{v:,.0f} {unit}".strip()
     return f"{v:.3g} {unit}".strip()

@@ -9,6 +9,9 @@ Sections, in order (each a module of this package; `--only` picks some):
   prepare     `benchmarks/bench_prepare.py` in a child process (a source checkout only; its figures
               become rows)
   latency     per-keystroke latency of the server, kept state against recompute (`latency`)
+  gpu         on a CUDA device: its bf16 matmul peak, the `base` preset's training tokens/s and MFU, the
+              attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
+              without CUDA
 
 The machine (torch, threads, CPUs, CPU model, the fp32 matmul peak at 2048 x 2048 measured at start)
 heads both files. A section that fails is recorded with its error and the others still run.
@@ -97,6 +100,13 @@ def _latency(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     return latency.bench_rows(payload)
 
 
+def _gpu(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import gpu
+
+    plan = gpu.GpuPlan(steps=20, kernel_repeats=3) if quick else gpu.GpuPlan()
+    return gpu.rows(plan)
+
+
 def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) -> dict[str, Any]:
     """Run the chosen sections; write OUT/bench.json and OUT/bench.md; return the payload."""
     t_start = time.perf_counter()
@@ -114,6 +124,7 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
         "threads": lambda: _threads(out, quick, threads),
         "prepare": lambda: _prepare(out, quick, threads),
         "latency": lambda: _latency(out, quick, threads),
+        "gpu": lambda: _gpu(out, quick, threads),
     }
     for name in SECTIONS:
         if name not in only:

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 from seqlab.data.durable import StreamFile
-from seqlab.data.mail.spool import SpoolRecord, iter_spool
+from seqlab.data.mail.spool import iter_spool
 from seqlab.data.store import TokenWriter, token_dtype
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 
@@ -69,27 +69,61 @@ def encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], s
     return counts, str(token_dtype(tok.vocab_size))
 
 
+def encode_flat(tok: Tokenizer, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(flat (N,), lengths (E,)): `encode_texts` of the texts end to end, and each one's token count.
+
+    For the byte tokenizer in one pass over the joined bytes: each text gets a placeholder byte before
+    and after it, the whole is widened to uint16 at once, and the placeholders become bos and eos.
+    """
+    if not isinstance(tok, ByteTokenizer):
+        arrays = encode_texts(tok, texts)
+        return np.concatenate(arrays), np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + 2  # bos + bytes + eos
+    flat = np.frombuffer(b"\0" + b"\0\0".join(texts) + b"\0", dtype=np.uint8).astype(np.uint16)
+    ends = np.cumsum(lengths)  # (E,) one past each email's eos
+    flat[ends - lengths] = tok.bos_id
+    flat[ends - 1] = tok.eos_id
+    return flat, lengths
+
+
+_JSON_STR = json.encoder.encode_basestring  # what json.dumps(..., ensure_ascii=False) writes for a str
+
+
+def index_line(ident: str, thread: str, split: str, source: str, tokens: int) -> str:
+    """One line of emails.jsonl: `json.dumps({"id": ..., "thread": ..., "split": ..., "source": ...,
+    "tokens": ...}, ensure_ascii=False) + "\n"`, character for character, without building the dict."""
+    return (f'{{"id": {_JSON_STR(ident)}, "thread": {_JSON_STR(thread)}, "split": {_JSON_STR(split)}, '
+            f'"source": {_JSON_STR(source)}, "tokens": {int(tokens)}}}\n')
+
+
 def encode_into(spool: Path, writers: dict[str, TokenWriter], index: StreamFile, tok: Tokenizer,
-                 threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
-                 progress: bool) -> None:
-    """The encoding loop of `encode_all`: token stores, emails.jsonl lines and the counts per split."""
+                threads: Sequence[str], splits: Sequence[str], counts: dict[str, dict[str, int]],
+                progress: bool) -> None:
+    """The encoding loop of `encode_all`: token stores, emails.jsonl lines and the counts per split.
+
+    A chunk of spooled emails is encoded per split at once (`encode_flat`, `TokenWriter.add_flat`); each
+    split's files get its emails in input order, as one email at a time would write them."""
     records = iter_spool(spool)
     i = 0
     with tqdm(total=len(splits), desc="encoding", unit=" email", disable=not progress) as bar:
-        while True:
-            chunk: list[SpoolRecord] = list(islice(records, ENCODE_CHUNK))
-            if not chunk:
-                break
-            lines = []
-            for rec, ids in zip(chunk, encode_texts(tok, [r.text for r in chunk])):
-                split, thread = splits[i], threads[i]
-                writers[split].add(ids)
+        while chunk := list(islice(records, ENCODE_CHUNK)):
+            labels = [splits[i + n] for n in range(len(chunk))]
+            tokens = [0] * len(chunk)
+            for split in SPLITS:
+                members = [n for n, s in enumerate(labels) if s == split]
+                if not members:
+                    continue
+                texts = [chunk[n].text for n in members]
+                flat, lengths = encode_flat(tok, texts)
+                writers[split].add_flat(flat, lengths)
                 c = counts[split]
-                c["emails"] += 1
-                c["tokens"] += len(ids)
-                c["bytes"] += len(rec.text)
-                lines.append(json.dumps({"id": rec.id, "thread": thread, "split": split, "source": rec.source,
-                                         "tokens": len(ids)}, ensure_ascii=False) + "\n")
-                i += 1
+                c["emails"] += len(members)
+                c["tokens"] += int(flat.size)
+                c["bytes"] += sum(map(len, texts))
+                for n, length in zip(members, lengths.tolist()):
+                    tokens[n] = length
+            lines = [index_line(rec.id, threads[i + n], labels[n], rec.source, tokens[n])
+                     for n, rec in enumerate(chunk)]
             index.write("".join(lines).encode("utf-8"))
+            i += len(chunk)
             bar.update(len(chunk))

@@ -165,6 +165,24 @@ class TokenWriter:
         self.num_emails += 1
         return start
 
+    def add_flat(self, flat: np.ndarray, lengths: np.ndarray) -> None:
+        """Append several emails at once: `flat` (N,) their token ids end to end (bos and eos included),
+        `lengths` (E,) each email's count. The files get the same bytes as `add` of each email in turn."""
+        if self.closed:
+            raise ValueError(f"TokenWriter for {self.split} is already closed")
+        if flat.ndim != 1 or flat.dtype.kind not in "iu" or int(lengths.sum()) != flat.size or (lengths <= 0).any():
+            raise ValueError("add_flat needs 1-D integer ids and positive lengths that sum to their count")
+        if flat.size == 0:
+            return
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= self.vocab_size:
+            raise ValueError(f"token id out of range [0, {self.vocab_size}): min {lo}, max {hi}")
+        starts = np.cumsum(lengths, dtype=IDX_DTYPE) - lengths + self.num_tokens  # (E,) each email's offset
+        self._bin.write(flat.astype(self.dtype, copy=False).tobytes())
+        self._idx.write(starts.astype(IDX_DTYPE, copy=False).tobytes())
+        self.num_tokens += int(flat.size)
+        self.num_emails += len(lengths)
+
     def close(self) -> None:
         """Flush, fsync and move both files into place (idempotent)."""
         if self.closed:

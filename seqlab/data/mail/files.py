@@ -1,6 +1,6 @@
 """Finding raw messages on disk: mbox, Maildir, a tree of message files, a CSV with a message column, one file.
 
-Everything streams: an mbox is split line by line, a CSV is read row by row, a tree is walked in sorted
+Everything streams: an mbox is split a block at a time (`mbox.py`), a CSV is read row by row, a tree is walked in sorted
 order, and no message is held beyond MAX_MESSAGE_BYTES (a longer one is reported as "too_large" without
 being kept in memory). Items are `(label, bytes)` for a message or `(label, reason)` for something that
 was found but cannot be a message (a hidden file, an unreadable file, a broken CSV row); `read_emails`
@@ -16,8 +16,9 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
+from seqlab.data.mail.mbox import is_envelope as _is_envelope
+from seqlab.data.mail.mbox import split_mbox
 from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
 from seqlab.errors import UserError
 
@@ -25,25 +26,12 @@ Item = tuple[str, "bytes | str"]  # (label, raw message bytes or a skip reason)
 
 CSV_FIELD_LIMIT = 16 * 1024 * 1024  # the csv module's default (128 KiB) is smaller than many messages
 CSV_MESSAGE_COLUMNS = ("message", "raw", "email", "text")
-_READ_PIECE = 64 * 1024  # mbox lines are read in pieces of at most this size
 NON_MAIL_SUFFIXES = frozenset(
     ".jpg .jpeg .png .gif .bmp .tif .tiff .ico .svg .webp .pdf .doc .docx .xls .xlsx .ppt .pptx .odt .zip .gz "
     ".tgz .bz2 .xz .7z .rar .tar .exe .dll .so .dylib .bin .pyc .py .js .css .json .xml .yaml .yml .csv .tsv "
     ".md .msf .db .sqlite .mp3 .mp4 .wav .avi .mov .msg .ini .lock .log .html .htm".split()
 )
 _MBOX_SUFFIXES = frozenset((".mbox", ".mbx"))
-
-# An mbox envelope line: "From sender Mon Jan  1 10:00:00 2001" and the variants mail tools write
-# ("From - ...", a time zone before the year, "Mon, 1 Jan 2001 10:00:00 +0000"). Bounded repeats only.
-ENVELOPE = re.compile(
-    rb"From \S{1,300}[ \t]+(?:[A-Z][a-z]{2},?[ \t]+)?(?:[A-Z][a-z]{2}[ \t]+\d{1,2}|\d{1,2}[ \t]+[A-Z][a-z]{2})"
-    rb"[ \t]+(?:\d{4}[ \t]+)?\d{1,2}:\d{2}"
-)
-_ESCAPED_FROM = re.compile(rb">+From ")  # mboxrd quoting of body lines that start with "From "
-
-
-def _is_envelope(line: bytes) -> bool:
-    return line.startswith(b"From ") and ENVELOPE.match(line, 0, 512) is not None
 
 
 def detect_source_kind(path: Path) -> str:
@@ -82,42 +70,10 @@ def _looks_like_csv_header(head: bytes) -> bool:
 # ---------------------------------------------------------------- mbox
 
 
-def _split_mbox(f: BinaryIO) -> Iterator[bytes | str]:
-    """Messages of an open binary mbox: split at envelope lines that follow a blank line (or start the file)."""
-    buf: list[bytes] = []
-    size, over, started = 0, False, False
-    prev_blank, at_line_start = True, True
-    while True:
-        piece = f.readline(_READ_PIECE)
-        if not piece:
-            break
-        line_start, at_line_start = at_line_start, piece.endswith(b"\n")
-        if line_start and prev_blank and _is_envelope(piece):
-            if started:
-                yield "too_large" if over else b"".join(buf)
-            buf, size, over, started, prev_blank = [], 0, False, True, False
-            continue
-        prev_blank = line_start and piece.strip(b"\r\n") == b"" and at_line_start
-        if not started and prev_blank:
-            continue  # blank lines before the first envelope
-        started = True
-        if over:
-            continue
-        if line_start and piece.startswith(b">") and _ESCAPED_FROM.match(piece):
-            piece = piece[1:]
-        size += len(piece)
-        if size > MAX_MESSAGE_BYTES:
-            over, buf = True, []
-            continue
-        buf.append(piece)
-    if started:
-        yield "too_large" if over else b"".join(buf)
-
-
 def _iter_mbox(path: Path) -> Iterator[Item]:
     """Label a file's messages `path:i`, or plain `path` when it holds one message (a single saved email)."""
     with path.open("rb") as f:
-        messages = _split_mbox(f)
+        messages = split_mbox(f, MAX_MESSAGE_BYTES)  # read at call time: a test may lower the cap
         first = next(messages, None)
         if first is None:
             yield str(path), b""
