@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.models.positional import PositionHandler
+from seqlab.models.positional import PositionHandler, RotaryPositions
 from seqlab.models.recorder import active_recorder
 
 
@@ -103,6 +103,15 @@ def attention(
     a = stable_softmax(s, dim=-1)  # A, one normalized row per query
     y = F.dropout(a, p=p, training=p > 0) @ v  # (..., Lq, Dv): Y = A V
     return y, a
+
+
+def rotate_in_place(x: Tensor, cos: Tensor, sin: Tensor) -> None:
+    """RoPE's [x1, x2] -> [x1 cos - x2 sin, x1 sin + x2 cos] (positional._rotate_half) written over x, the
+    same products and sums, so the same values, without the temporaries and the concatenation."""
+    x1, x2 = x.chunk(2, dim=-1)  # views of the two halves of the last dim
+    x1_sin, x2_sin = x1 * sin, x2 * sin
+    x1.mul_(cos).sub_(x2_sin)
+    x2.mul_(cos).add_(x1_sin)
 
 
 @dataclass
@@ -260,6 +269,8 @@ class MultiHeadAttention(nn.Module):
         """
         if context is not None or isinstance(state, CrossKV):
             return self._cross(x, context, state, context_mask)
+        if isinstance(state, SlidingKVCache) and causal:
+            return self._self_sliding(x, state)
         return self._self(x, state, causal)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, kind: str) -> Tensor:
@@ -300,6 +311,36 @@ class MultiHeadAttention(nn.Module):
                 mask, is_causal = causal_mask(t, x.device), False
             mask = bias if mask is None else bias + mask.to(bias.dtype)  # (H, T, Lk)
         return self._attend(q, k, v, mask, is_causal, "self"), state
+
+    def _self_sliding(self, x: Tensor, state: SlidingKVCache) -> tuple[Tensor, SlidingKVCache]:
+        """`_self` for a SlidingKVCache (held-out scoring, seqlab.evaluation.plans), with fewer passes
+        over memory: RoPE rotates queries and keys at once in the fused projection's own (B, T, 2, H, D)
+        layout (the same elementwise formula, so the same values), and the mask is passed to the fused
+        kernel as is, since no query row can be fully masked (each query reads at least its own key)."""
+        bsz, t, _ = x.shape
+        w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
+        b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
+        qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+        offset = state.length  # position of the first new token
+        if isinstance(self.pos, RotaryPositions) and self.q_norm is None:
+            cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2) -> broadcast as (T, 1, 1, D/2)
+            rotate_in_place(qkv[:, :, :2], cos[:, None, None], sin[:, None, None])  # queries and keys at once
+            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
+        else:
+            q, k = self._qk_norm(qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2))
+            if self.pos is not None:
+                q, k = self.pos.rotate(q, k, offset)
+        k, v = state.append(k, qkv[:, :, 2].transpose(1, 2))  # (B, H, held + T, D)
+        lk = k.size(2)
+        past = lk - t
+        mask = causal_mask(t, x.device, past).to(q.dtype) if t > 1 and past > 0 else None  # (T, Lk)
+        bias = self.pos.score_bias(t, lk, past, x.device, q.dtype) if self.pos is not None else None
+        if bias is not None:  # ALiBi: the per-head bias and the causal mask in one float mask (H, T, Lk)
+            mask = bias + (mask if mask is not None else causal_mask(t, x.device).to(q.dtype))
+        if active_recorder() is not None:  # the explicit path, which records the weights
+            return self._attend(q, k, v, mask, mask is None and t > 1, "self"), state
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and t > 1)
+        return self._merge(y), state
 
     def _cross(
         self, x: Tensor, context: Tensor | None, state: CrossKV | None, keep: Tensor | None

@@ -126,15 +126,17 @@ class RotaryPositions(PositionHandler):
         angle = torch.outer(pos, self.inv_freq)  # (length, D/2)
         self.cos, self.sin = angle.cos(), angle.sin()
 
-    def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
-        t = q.size(-2)
+    def tables(self, offset: int, t: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin (T, D/2) of positions offset..offset+T-1, the cache grown first where too short."""
         if offset + t > self.cos.size(0):
             # a normal tensor even when first reached under inference_mode (held-out scoring), so a
             # later training step may still save it for backward
             with torch.inference_mode(False):
                 self._extend(max(offset + t, 2 * self.cos.size(0)))
-        cos = self.cos[offset : offset + t].to(q.dtype)  # (T, D/2), broadcast over (B, H)
-        sin = self.sin[offset : offset + t].to(q.dtype)
+        return self.cos[offset : offset + t].to(dtype), self.sin[offset : offset + t].to(dtype)
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
+        cos, sin = self.tables(offset, q.size(-2), q.dtype)  # (T, D/2), broadcast over (B, H)
         return _rotate_half(q, cos, sin), _rotate_half(k, cos, sin)
 
 
