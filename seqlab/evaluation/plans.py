@@ -46,7 +46,7 @@ from seqlab.data.batches import IGNORE_INDEX, _eval_windows, gather_windows
 from seqlab.data.context_batches import gather_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.generation.decode import context_limit
-from seqlab.models.attention import SlidingKVCache
+from seqlab.models.attention import RingKVCache
 from seqlab.models.context import ContextBatch
 from seqlab.models.lm import LM, LMState
 
@@ -125,7 +125,7 @@ def split_plan(model: nn.Module, store: TokenStore, block_size: int, batch_size:
 
 def sliding_state(n_layer: int, keep: int, lanes: int, device: torch.device) -> LMState:
     """A fresh LM state whose attention layers hold at most `keep` earlier positions each."""
-    return LMState([SlidingKVCache(keep) for _ in range(n_layer)], [None] * n_layer,
+    return LMState([RingKVCache(keep) for _ in range(n_layer)], [None] * n_layer,
                    torch.zeros(lanes, dtype=torch.long, device=device))
 
 

@@ -41,6 +41,10 @@ class PositionHandler(nn.Module):
         """Additive score bias (H, Lq, Lk) for queries at offset.. and keys at 0..Lk-1, or None."""
         return None
 
+    def bias_at(self, qpos: Tensor, kpos: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """Additive score bias (H, Lq, Lk) for queries at positions qpos (Lq,) and keys at kpos (Lk,), or None."""
+        return None
+
 
 class LearnedPositions(PositionHandler):
     """Absolute learned positions: one trained vector per index 0..block_size-1, added to the embedding."""
@@ -172,9 +176,11 @@ class ALiBiPositions(PositionHandler):
 
     def score_bias(self, lq: int, lk: int, offset: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         qpos = torch.arange(offset, offset + lq, device=device)  # query i sits at position offset + i
-        kpos = torch.arange(lk, device=device)
+        return self.bias_at(qpos, torch.arange(lk, device=device), dtype)
+
+    def bias_at(self, qpos: Tensor, kpos: Tensor, dtype: torch.dtype) -> Tensor:
         dist = (qpos[:, None] - kpos[None, :]).abs().to(torch.float32)  # (Lq, Lk); causal rows only see j <= i
-        return (-self.slopes.to(device)[:, None, None] * dist).to(dtype)  # (H, Lq, Lk)
+        return (-self.slopes.to(qpos.device)[:, None, None] * dist).to(dtype)  # (H, Lq, Lk)
 
 
 def build_positions(cfg: ModelConfig) -> PositionHandler:
