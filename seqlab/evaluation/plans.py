@@ -11,7 +11,8 @@ chosen from the model (`plan_kind`):
   chunk length nor on the lane count.
 - `sliding` (attention with positions that depend on distance only: none, rope, alibi): emails are lanes
   too; each chunk of C = W // 2 tokens (W = block_size) attends causally to itself and to the keys and
-  values of the W - C inputs before it, held in a `seqlab.models.attention.SlidingKVCache`. So target t
+  values of the W - C inputs before it, held in a `seqlab.models.attention.RingKVCache` (a preallocated
+  ring: each call writes only its own C keys; `SlidingKVCache` is the concatenating reference). So target t
   reads the keys of inputs max(0, t // C * C - (W - C))..t: its whole prefix within the email's first W
   tokens (C divides W), later at least W - C = W/2 inputs, as the windows give, and never more than W (the
   training window). The keys held in deeper layers were computed when their own chunk was read, from their

@@ -10,7 +10,8 @@
   d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
   from a context C, slide "Cross-attention gets queries and context from different sequences"); a
   key/value cache for incremental decoding (`KVCache`; `SlidingKVCache` keeps only the last positions,
-  for held-out scoring); weights exposed through `recorder.record_attention()`;
+  for held-out scoring, and `RingKVCache` does the same in a preallocated ring, the one the scoring
+  plans use: `MultiHeadAttention._self_sliding`); weights exposed through `recorder.record_attention()`;
   optional QK-norm (`qk_norm=True`): RMSNorm with a learned gain on each head's queries and keys before
   the dot product, which bounds the logits Q K^T / sqrt(d_k) and keeps the softmax from saturating at
   high learning rates (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
@@ -362,10 +363,12 @@ class MultiHeadAttention(nn.Module):
 
     def _self_sliding(self, x: Tensor, state: SlidingKVCache | RingKVCache
                       ) -> tuple[Tensor, SlidingKVCache | RingKVCache]:
-        """`_self` for a SlidingKVCache (held-out scoring, seqlab.evaluation.plans), with fewer passes
-        over memory: RoPE rotates queries and keys at once in the fused projection's own (B, T, 2, H, D)
-        layout (the same elementwise formula, so the same values), and the mask is passed to the fused
-        kernel as is, since no query row can be fully masked (each query reads at least its own key)."""
+        """`_self` for a SlidingKVCache or RingKVCache (held-out scoring, seqlab.evaluation.plans), the
+        same result with fewer passes over memory (seqlab bench, "evaluation"): RoPE rotates queries and
+        keys at once, in place, as complex pairs; the keys are written into the ring, not concatenated;
+        the mask (by the positions the keys hold) goes to the fused kernel as is, since no query row
+        can be fully masked (each query reads at least its own key). Keys held by a RoPE model are in
+        the paired row order (`paired_rows`), so a cache filled here is read only here."""
         bsz, t, _ = x.shape
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
