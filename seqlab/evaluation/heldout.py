@@ -96,7 +96,10 @@ def row_sums(logits: torch.Tensor, y: torch.Tensor,
              byte_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row of (B, T): summed NLL in nats (float64), scored targets and their bytes (int64), each (B,)."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to float32, float64 kept
-    nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")  # (B, T)
+    b, t, v = logits.shape
+    # rows of V logits as the head wrote them: (B, V, T) would make the log-softmax copy them transposed
+    nll = F.cross_entropy(logits.reshape(b * t, v), y.reshape(b * t), ignore_index=IGNORE_INDEX,
+                          reduction="none").view(b, t)  # (B, T)
     scored = y != IGNORE_INDEX
     nbytes = torch.where(scored, byte_lengths[y.clamp(min=0)], 0)  # (B, T)
     return nll.sum(1, dtype=torch.float64), scored.sum(1), nbytes.sum(1)

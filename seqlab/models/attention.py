@@ -10,7 +10,8 @@
   d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
   from a context C, slide "Cross-attention gets queries and context from different sequences"); a
   key/value cache for incremental decoding (`KVCache`; `SlidingKVCache` keeps only the last positions,
-  for held-out scoring); weights exposed through `recorder.record_attention()`;
+  for held-out scoring, and `RingKVCache` does the same in a preallocated ring, the one the scoring
+  plans use: `MultiHeadAttention._self_sliding`); weights exposed through `recorder.record_attention()`;
   optional QK-norm (`qk_norm=True`): RMSNorm with a learned gain on each head's queries and keys before
   the dot product, which bounds the logits Q K^T / sqrt(d_k) and keeps the softmax from saturating at
   high learning rates (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
@@ -20,6 +21,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -27,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.models.positional import PositionHandler
+from seqlab.models.positional import PositionHandler, RotaryPositions
 from seqlab.models.recorder import active_recorder
 
 
@@ -105,6 +107,17 @@ def attention(
     return y, a
 
 
+@functools.lru_cache(maxsize=16)
+def paired_rows(n_head: int, head_dim: int, device: torch.device) -> Tensor:
+    """(3 n_head head_dim,) the rows of [W_Q; W_K | W_V] in the order that puts each head's RoPE pair
+    (i, i + D/2) of queries and keys side by side (i, i + D/2, i + 1, ...); the value rows stay."""
+    half = head_dim // 2
+    pair = torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # (D,)
+    heads = (torch.arange(2 * n_head)[:, None] * head_dim + pair).flatten()  # (2C,) queries then keys
+    c = n_head * head_dim
+    return torch.cat((heads, torch.arange(2 * c, 3 * c))).to(device)
+
+
 @dataclass
 class KVCache:
     """Keys and values of all earlier positions of one self-attention module, for incremental decoding.
@@ -170,6 +183,51 @@ class SlidingKVCache:
         cut = max(0, k.size(2) - self.keep)
         self.k, self.v = k[:, :, cut:], v[:, :, cut:]
         return k, v
+
+    def key_positions(self, lk: int, device: torch.device) -> Tensor:
+        """(Lk,) the positions of the Lk keys the last `append` returned: the last Lk seen, in order."""
+        return torch.arange(self.length - lk, self.length, device=device)
+
+
+@dataclass
+class RingKVCache:
+    """`SlidingKVCache`'s keys and values in a preallocated ring, so a call writes only its own T.
+
+    k, v: (B, H, R, D) with R = keep + the first call's T (no later call may be longer); position p
+    sits in slot p % R. Once the ring has gone round, `append` returns the whole ring, its slots out of
+    order, and `key_positions` says which position each holds; attention masks by those positions
+    (`MultiHeadAttention._self_sliding`), so the result is SlidingKVCache's: a call's queries read the
+    `keep` positions before it and their own, causally. Nothing older is read even when a short last
+    call leaves older positions in the ring. Only for positions that depend on distance alone."""
+
+    keep: int
+    k: Tensor | None = None  # (B, H, R, D)
+    v: Tensor | None = None
+    length: int = 0  # positions seen; the next one's position
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write (B, H, T, D) keys and values; return the filled slots (B, H, min(length, R), D)."""
+        b, h, t, d = k.shape
+        if self.k is None or self.v is None:
+            self.k, self.v = k.new_empty(b, h, self.keep + t, d), v.new_empty(b, h, self.keep + t, v.size(3))
+        ring = self.k.size(2)
+        if t > ring - self.keep:
+            raise ValueError(f"a call of {t} positions is longer than the ring's first call ({ring - self.keep})")
+        start = self.length % ring
+        first = min(t, ring - start)  # slots start..start+first-1, then wrap to 0..t-first-1
+        self.k[:, :, start:start + first], self.v[:, :, start:start + first] = k[:, :, :first], v[:, :, :first]
+        if first < t:
+            self.k[:, :, :t - first], self.v[:, :, :t - first] = k[:, :, first:], v[:, :, first:]
+        self.length += t
+        n = min(self.length, ring)  # before the ring is full, its first slots hold positions 0..length-1
+        return self.k[:, :, :n], self.v[:, :, :n]
+
+    def key_positions(self, lk: int, device: torch.device) -> Tensor:
+        """(Lk,) the position each returned slot holds: the latest p < length with p % R == slot."""
+        ring = self.k.size(2) if self.k is not None else lk
+        last = self.length - 1
+        slots = torch.arange(lk, device=device)
+        return last - torch.remainder(last - slots, ring)
 
 
 @dataclass
@@ -244,11 +302,11 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Tensor,
         context: Tensor | None = None,
-        state: KVCache | SlidingKVCache | CrossKV | None = None,
+        state: KVCache | SlidingKVCache | RingKVCache | CrossKV | None = None,
         reset: Tensor | None = None,
         causal: bool = True,
         context_mask: Tensor | None = None,
-    ) -> tuple[Tensor, KVCache | SlidingKVCache | CrossKV]:
+    ) -> tuple[Tensor, KVCache | SlidingKVCache | RingKVCache | CrossKV]:
         """x (B, T, C) -> (y (B, T, C), state).
 
         Self-attention when context is None and state is not a CrossKV: state is the KVCache of earlier
@@ -260,6 +318,8 @@ class MultiHeadAttention(nn.Module):
         """
         if context is not None or isinstance(state, CrossKV):
             return self._cross(x, context, state, context_mask)
+        if isinstance(state, (SlidingKVCache, RingKVCache)) and causal:
+            return self._self_sliding(x, state)
         return self._self(x, state, causal)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, kind: str) -> Tensor:
@@ -300,6 +360,58 @@ class MultiHeadAttention(nn.Module):
                 mask, is_causal = causal_mask(t, x.device), False
             mask = bias if mask is None else bias + mask.to(bias.dtype)  # (H, T, Lk)
         return self._attend(q, k, v, mask, is_causal, "self"), state
+
+    def _self_sliding(self, x: Tensor, state: SlidingKVCache | RingKVCache
+                      ) -> tuple[Tensor, SlidingKVCache | RingKVCache]:
+        """`_self` for a SlidingKVCache or RingKVCache (held-out scoring, seqlab.evaluation.plans), the
+        same result with fewer passes over memory (seqlab bench, "evaluation"): RoPE rotates queries and
+        keys at once, in place, as complex pairs; the keys are written into the ring, not concatenated;
+        the mask (by the positions the keys hold) goes to the fused kernel as is, since no query row
+        can be fully masked (each query reads at least its own key). Keys held by a RoPE model are in
+        the paired row order (`paired_rows`), so a cache filled here is read only here."""
+        bsz, t, _ = x.shape
+        w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
+        b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
+        offset = state.length  # position of the first new token
+        if isinstance(self.pos, RotaryPositions) and self.q_norm is None:
+            # RoPE as one complex product in place (Su et al. 2021, eq. 34 in complex form): the rows of
+            # W_Q and W_K are reordered so each head's rotated pair (i, i + D/2) comes out side by side,
+            # the same order for queries and keys, which leaves every q . k unchanged
+            rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
+            w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
+            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2)
+            pairs = torch.view_as_complex(qkv[:, :, :2].unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
+            pairs.mul_(torch.complex(cos, sin)[:, None, None])  # (x1 + i x2) e^{i p theta}: [x1', x2']
+            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
+        else:
+            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            q, k = self._qk_norm(qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2))
+            if self.pos is not None:
+                q, k = self.pos.rotate(q, k, offset)
+        k, v = state.append(k, qkv[:, :, 2].transpose(1, 2))  # (B, H, Lk, D): held keys and the T new
+        mask = self._sliding_mask(state, offset, t, k.size(2), x.device, q.dtype)
+        is_causal = mask is None and t > 1  # only this call's keys, in order: the plain causal square
+        if active_recorder() is not None:  # the explicit path, which records the weights
+            return self._attend(q, k, v, mask, is_causal, "self"), state
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        return self._merge(y), state
+
+    def _sliding_mask(self, state: SlidingKVCache | RingKVCache, offset: int, t: int, lk: int,
+                      device: torch.device, dtype: torch.dtype) -> Tensor | None:
+        """The additive mask (T, Lk), or (H, T, Lk) with ALiBi's bias, of a sliding call whose queries sit
+        at offset..offset+T-1: key position p is read iff offset - keep <= p <= the query's position.
+        None when the keys are exactly this call's, in order, and no bias applies (`is_causal`)."""
+        alibi = self.pos is not None and type(self.pos).bias_at is not PositionHandler.bias_at
+        if lk == t and not alibi:
+            return None
+        kpos = state.key_positions(lk, device)  # (Lk,)
+        qpos = torch.arange(offset, offset + t, device=device)  # (T,)
+        read = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] >= offset - state.keep)  # (T, Lk)
+        zero = torch.zeros((), dtype=dtype, device=device)
+        mask = torch.where(read, zero, torch.full_like(zero, float("-inf")))
+        bias = self.pos.bias_at(qpos, kpos, dtype) if alibi and self.pos is not None else None
+        return mask if bias is None else bias + mask  # (H, T, Lk): ALiBi by distance, then the mask
 
     def _cross(
         self, x: Tensor, context: Tensor | None, state: CrossKV | None, keep: Tensor | None

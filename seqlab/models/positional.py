@@ -41,6 +41,10 @@ class PositionHandler(nn.Module):
         """Additive score bias (H, Lq, Lk) for queries at offset.. and keys at 0..Lk-1, or None."""
         return None
 
+    def bias_at(self, qpos: Tensor, kpos: Tensor, dtype: torch.dtype) -> Tensor | None:
+        """Additive score bias (H, Lq, Lk) for queries at positions qpos (Lq,) and keys at kpos (Lk,), or None."""
+        return None
+
 
 class LearnedPositions(PositionHandler):
     """Absolute learned positions: one trained vector per index 0..block_size-1, added to the embedding."""
@@ -126,15 +130,17 @@ class RotaryPositions(PositionHandler):
         angle = torch.outer(pos, self.inv_freq)  # (length, D/2)
         self.cos, self.sin = angle.cos(), angle.sin()
 
-    def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
-        t = q.size(-2)
+    def tables(self, offset: int, t: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos and sin (T, D/2) of positions offset..offset+T-1, the cache grown first where too short."""
         if offset + t > self.cos.size(0):
             # a normal tensor even when first reached under inference_mode (held-out scoring), so a
             # later training step may still save it for backward
             with torch.inference_mode(False):
                 self._extend(max(offset + t, 2 * self.cos.size(0)))
-        cos = self.cos[offset : offset + t].to(q.dtype)  # (T, D/2), broadcast over (B, H)
-        sin = self.sin[offset : offset + t].to(q.dtype)
+        return self.cos[offset : offset + t].to(dtype), self.sin[offset : offset + t].to(dtype)
+
+    def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
+        cos, sin = self.tables(offset, q.size(-2), q.dtype)  # (T, D/2), broadcast over (B, H)
         return _rotate_half(q, cos, sin), _rotate_half(k, cos, sin)
 
 
@@ -170,9 +176,11 @@ class ALiBiPositions(PositionHandler):
 
     def score_bias(self, lq: int, lk: int, offset: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         qpos = torch.arange(offset, offset + lq, device=device)  # query i sits at position offset + i
-        kpos = torch.arange(lk, device=device)
+        return self.bias_at(qpos, torch.arange(lk, device=device), dtype)
+
+    def bias_at(self, qpos: Tensor, kpos: Tensor, dtype: torch.dtype) -> Tensor:
         dist = (qpos[:, None] - kpos[None, :]).abs().to(torch.float32)  # (Lq, Lk); causal rows only see j <= i
-        return (-self.slopes.to(device)[:, None, None] * dist).to(dtype)  # (H, Lq, Lk)
+        return (-self.slopes.to(qpos.device)[:, None, None] * dist).to(dtype)  # (H, Lq, Lk)
 
 
 def build_positions(cfg: ModelConfig) -> PositionHandler:

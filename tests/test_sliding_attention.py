@@ -1,0 +1,96 @@
+"""The sliding-cache attention path of held-out scoring (models/attention.py `_self_sliding`) against the
+generic one: the ring of keys against the concatenating SlidingKVCache, the in-place complex RoPE on
+reordered W_Q/W_K rows against the model's own rotation, the mask by slot positions against the
+triangular one, lanes dropped between calls. Float64, so the paths differ only in summation order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqlab.config import ModelConfig
+from seqlab.models.attention import MultiHeadAttention, RingKVCache, SlidingKVCache
+from seqlab.models.lm import map_tensors
+from seqlab.models.positional import RotaryPositions, attention_positions
+
+KEEP = 4
+WIDTHS = (4, 4, 4, 4, 2)  # calls of KEEP tokens, the last one shorter: the ring then holds older keys too
+
+
+def attention_module(pos: str, qk_norm: bool = False, bias: bool = False) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=32, block_size=2 * KEEP, n_layer=1, n_embd=16, n_head=2, pos=pos)
+    mha = MultiHeadAttention(16, 2, bias=bias, pos=attention_positions(cfg), qk_norm=qk_norm).double().eval()
+    if isinstance(mha.pos, RotaryPositions):
+        # grow the cos/sin table now: a table regrown in float64 midway would differ from the float32 one
+        # built at construction by float32 rounding, between the paths compared
+        mha.pos.tables(0, 4 * sum(WIDTHS), torch.float64)
+    if bias:
+        with torch.no_grad():
+            for p in (mha.q_proj.bias, mha.kv_proj.bias):
+                p.normal_()
+    return mha
+
+
+def run_calls(mha: MultiHeadAttention, x: torch.Tensor, state: object, generic: bool = False,
+              drop_after: int = -1) -> list[torch.Tensor]:
+    """Feed x (B, L, C) in WIDTHS-sized calls; after call `drop_after` keep only lanes 1.. (as a plan
+    drops ended emails). generic=True runs the model's ordinary self-attention code on the same cache."""
+    out, lo = [], 0
+    with torch.no_grad():
+        for i, t in enumerate(WIDTHS):
+            if generic:
+                y, state = mha._self(x[:, lo:lo + t], state, True)
+            else:
+                y, state = mha(x[:, lo:lo + t], state=state)
+            out.append(y)
+            lo += t
+            if i == drop_after:
+                x = x[1:]
+                state = map_tensors(state, lambda s: s.index_select(0, torch.arange(1, s.size(0))))
+    return out
+
+
+@pytest.mark.parametrize("pos,qk_norm,bias", [("none", False, False), ("rope", False, False),
+                                              ("rope", False, True), ("rope", True, False),
+                                              ("alibi", False, False)])
+def test_ring_and_sliding_path_equal_the_generic_attention(pos: str, qk_norm: bool, bias: bool) -> None:
+    mha = attention_module(pos, qk_norm, bias)
+    x = torch.randn(3, sum(WIDTHS), 16, dtype=torch.float64)
+    generic = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+    concatenated = run_calls(mha, x, SlidingKVCache(KEEP), drop_after=1)
+    ring = run_calls(mha, x, RingKVCache(KEEP), drop_after=1)
+    for g, c, r in zip(generic, concatenated, ring):
+        torch.testing.assert_close(c, g, rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(r, g, rtol=1e-12, atol=1e-14)
+
+
+def test_sliding_path_reads_only_the_keys_before_each_call() -> None:
+    """Against an explicit recompute: each call of the ring path equals plain causal attention over the
+    KEEP inputs before the call and the call's own (generic code, no cache)."""
+    mha = attention_module("rope")
+    x = torch.randn(2, sum(WIDTHS), 16, dtype=torch.float64)
+    ring = run_calls(mha, x, RingKVCache(KEEP))
+    lo = 0
+    with torch.no_grad():
+        for y, t in zip(ring, WIDTHS):
+            start = max(0, lo - KEEP)
+            # inputs start..lo+t-1 computed afresh at their own positions, nothing held before them
+            window, _ = mha._self(x[:, start:lo + t], SlidingKVCache(10**9, length=start), True)
+            torch.testing.assert_close(y, window[:, lo - start:], rtol=1e-12, atol=1e-14)
+            lo += t
+
+
+def test_ring_slots_and_positions() -> None:
+    ring = RingKVCache(keep=3)
+    pos = torch.arange(20.0).view(1, 1, 20, 1)  # each key's value is its position
+    seen = []
+    for lo, t in ((0, 2), (2, 2), (4, 2), (6, 2), (8, 1)):
+        k, _ = ring.append(pos[:, :, lo:lo + t], pos[:, :, lo:lo + t])
+        where = ring.key_positions(k.size(2), torch.device("cpu"))
+        assert k.flatten().tolist() == where.tolist()  # each slot holds the position it says
+        seen.append(sorted(where.tolist()))
+    assert seen == [[0, 1], [0, 1, 2, 3], [1, 2, 3, 4, 5], [3, 4, 5, 6, 7], [4, 5, 6, 7, 8]]
+    assert ring.k is not None and ring.k.size(2) == 5  # keep + the first call's width, never grown
+    with pytest.raises(ValueError, match="longer"):
+        ring.append(pos[:, :, :3], pos[:, :, :3])
