@@ -27,12 +27,20 @@ compared with the plain model on the same emails:
 
 Given `train.max_steps=N` among the overrides, every run trains N steps (no time budget: equal work).
 
+Equal QUIET time (`--quiet-minutes N`): on shared cores a wall-clock budget measures the load, not the
+model, so each run trains the steps a quiet N-minute run of its model reaches, by the step-equivalence
+method of `bench_recipe.py` (whose `step_rates` and `equal_time_steps` this reuses): the plain and the
+context models' training steps are timed interleaved in this process beside bench_recipe's reference
+("attn"), and their speed relative to it is anchored at the reference's quiet tokens/s. The context
+models are timed with a full context in every row (ctx_block_size tokens), an upper bound on what a
+batch of the corpus costs them. The rates and step counts are kept in OUT/quiet-rates.json.
+
 Conditions are printed with the result: steps and tokens each run reached in its budget (the cores are
 shared, so equal time is not equal work; the context model also spends time encoding contexts).
 
     python benchmarks/bench_context.py --data synth=out/data-synth --data sa=out/data-sa --out out/bench_context \\
-        [--minutes 3] [--em-emails 40] [--modes cross,init_state] [--equal-steps] [--examples 3] \\
-        [model.mixer=gru model.pos=none ...]
+        [--minutes 3 | --quiet-minutes 3] [--em-emails 40] [--modes cross,init_state] [--equal-steps] \\
+        [--examples 3] [--greetings] [model.mixer=gru model.pos=none ...]
 """
 
 from __future__ import annotations
@@ -63,12 +71,38 @@ BASE = ["model.n_layer=2", "model.n_embd=64", "model.n_head=4", "model.block_siz
 MAX_WORDS, PER_EMAIL = 3, 3  # ExactMatch@1..3 at 3 sampled word boundaries per reply
 
 
+def _config(extra: list[str]) -> Any:
+    return apply_overrides(get_preset("tiny"), [*BASE, *extra])
+
+
+def quiet_steps(out: Path, minutes: float, ref_tokens_per_s: float, configs: dict[str, Any]) -> dict[str, int]:
+    """The steps a quiet `minutes` run of each config reaches (`bench_recipe.equal_time_steps`), from step
+    rates measured interleaved with bench_recipe's reference (module docstring); kept in OUT so that a
+    continued benchmark keeps its step counts."""
+    from bench_recipe import REF, equal_time_steps, step_rates
+
+    path = out / "quiet-rates.json"
+    rates = json.loads(path.read_text())["rates"] if path.exists() else step_rates(
+        [(REF, "attn-rope", ())], threads=1, configs=configs)
+    steps = equal_time_steps(rates, minutes, ref_tokens_per_s)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"minutes": minutes, "ref_tokens_per_s": ref_tokens_per_s, "threads": 1,
+                                "rates": rates, "steps": steps}, indent=2) + "\n")
+    for name, r in rates.items():
+        print(f"{name:12} {r['steps_per_s']:.3f} steps/s here, {steps[name]} steps for a quiet {minutes:g} minutes",
+              flush=True)
+    return {name: n for name, n in steps.items() if name != REF}
+
+
 def _train(data: Path, run: Path, minutes: float, extra: list[str]) -> dict:
     if (run / "run.json").exists() and "summary" in json.loads((run / "run.json").read_text()):
         return json.loads((run / "run.json").read_text())["summary"]
     budget = [] if any(e.startswith("train.max_steps=") for e in extra) else [f"train.max_minutes={minutes}"]
-    cfg = apply_overrides(get_preset("tiny"), [*BASE, *budget, *extra])
-    return train(data, run, cfg, progress=False)
+    return train(data, run, _config([*budget, *extra]), progress=False)
+
+
+def mode_overrides(mode: str) -> list[str]:
+    return ["model.cross_attention=true", f"model.ctx_mode={mode}"]
 
 
 def _proposals(run: Path, store: TokenStore, emails: np.ndarray, seed: int, use_context: bool = True
@@ -145,13 +179,18 @@ def _scores(run: Path, store: TokenStore, use_context: bool = True) -> EmailScor
 
 def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, extra: list[str],
             equal_steps: bool = False, modes: tuple[str, ...] = ("cross",), examples: int = 0,
-            greetings: bool = False) -> dict:
+            greetings: bool = False, steps: dict[str, int] | None = None) -> dict:
+    """Train, score and compare one corpus's runs (module docstring); `steps` (kind -> steps): equal
+    quiet time, each run trains its own count."""
+    def budget(kind: str) -> list[str]:
+        return [f"train.max_steps={steps[kind]}"] if steps else []
+
     runs = {"plain": out / f"{name}-plain"}
-    summaries = {"plain": _train(data, runs["plain"], minutes, extra)}
+    summaries = {"plain": _train(data, runs["plain"], minutes, [*extra, *budget("plain")])}
     for mode in modes:
-        over = ["model.cross_attention=true", f"model.ctx_mode={mode}", *extra]
+        over = [*mode_overrides(mode), *extra]
         runs[mode] = out / f"{name}-{mode}"
-        summaries[mode] = _train(data, runs[mode], minutes, over)
+        summaries[mode] = _train(data, runs[mode], minutes, [*over, *budget(mode)])
         if equal_steps:  # the plain model's steps, no time budget
             runs[f"{mode}@steps"] = out / f"{name}-{mode}-steps"
             summaries[f"{mode}@steps"] = _train(data, runs[f"{mode}@steps"], minutes,
@@ -160,9 +199,10 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
     scores = {kind: _scores(run, store) for kind, run in runs.items()}
     has = scores["plain"].has_context
     steps_given = any(e.startswith("train.max_steps=") for e in extra)  # then every run has the same steps
+    kind_of_budget = "quiet time" if steps else "steps" if steps_given else "time"
     result: dict[str, Any] = {
         "corpus": name, "data": str(data), "test_emails": int(store.num_emails), "replies": int(has.sum()),
-        "extra": extra, "minutes": None if steps_given else minutes, "budget": "steps" if steps_given else "time",
+        "extra": extra, "minutes": None if steps_given else minutes, "budget": kind_of_budget,
         "variants": [k for k in runs if k != "plain"],
         "train": {k: {key: s[key] for key in ("steps", "tokens", "elapsed_s", "params")} for k, s in summaries.items()}}
     for kind, s in scores.items():
@@ -206,7 +246,8 @@ def _table(results: list[dict]) -> str:
             v, d, o, w = r[kind], r[kind]["diff_replies"], r[kind]["diff_others"], r[kind]["diff_own_replies"]
             em = f"{100 * em_plain:.1f}%/{100 * (v['exact_match']['exact_match']['1'] or 0):.1f}%"
             steps = f"{r['train']['plain']['steps']}/{r['train'][kind]['steps']}"
-            budget = "=steps" if kind.endswith("@steps") or r.get("budget") == "steps" else "=time"
+            budget = ("=steps" if kind.endswith("@steps") or r.get("budget") == "steps"
+                      else "=quiet" if r.get("budget") == "quiet time" else "=time")
             lines.append(f"{r['corpus']:8} {kind.split('@')[0] + ' ' + budget:18} {r['replies']:>7} "
                          f"{r['plain']['bpb_replies']:9.3f} {v['bpb_replies']:8.3f} {d['diff']:+9.3f} "
                          f"[{d['low']:+.3f}, {d['high']:+.3f}] {o['diff']:+20.3f} "
@@ -238,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", action="append", required=True, help="NAME=DATA_DIR (repeatable)")
     p.add_argument("--out", type=Path, default=Path("out/bench_context"))
-    p.add_argument("--minutes", type=float, default=3.0, help="training budget of each run")
+    p.add_argument("--minutes", type=float, default=3.0, help="wall-clock training budget of each run")
+    p.add_argument("--quiet-minutes", type=float, default=None,
+                   help="equal quiet time instead: the steps a quiet N-minute run of each model reaches")
+    p.add_argument("--ref-tokens-per-s", type=float, default=None,
+                   help="bench_recipe's reference quiet tokens/s that anchors --quiet-minutes (its default)")
     p.add_argument("--em-emails", type=int, default=40, help="replies whose word boundaries ExactMatch samples")
     p.add_argument("--modes", default="cross", help=f"context models to train, comma-separated: {', '.join(CTX_MODES)}")
     p.add_argument("--equal-steps", action="store_true",
@@ -251,17 +296,26 @@ def main(argv: list[str] | None = None) -> int:
     modes = tuple(m for m in args.modes.split(",") if m)
     if not modes or set(modes) - set(CTX_MODES):
         p.error(f"--modes takes {', '.join(CTX_MODES)}, not {args.modes!r}")
+    steps = None
+    if args.quiet_minutes is not None:
+        from bench_recipe import REF_TOKENS_PER_S
+
+        configs = {"plain": _config(args.overrides),
+                   **{m: _config([*mode_overrides(m), *args.overrides]) for m in modes}}
+        steps = quiet_steps(args.out, args.quiet_minutes, args.ref_tokens_per_s or REF_TOKENS_PER_S, configs)
     results = []
     for item in args.data:
         name, _, folder = item.partition("=")
         results.append(measure(name, Path(folder), args.out, args.minutes, args.em_emails, args.overrides,
-                               args.equal_steps, modes, args.examples, args.greetings))
+                               args.equal_steps, modes, args.examples, args.greetings, steps))
         print(_table(results[-1:]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(_table(results))
     print(_examples(results))
-    budget = "equal steps" if all(r["budget"] == "steps" for r in results) else f"{args.minutes} min per =time run"
+    budget = ("equal steps" if all(r["budget"] == "steps" for r in results)
+              else f"the steps of a quiet {args.quiet_minutes:g} minutes per run" if steps
+              else f"{args.minutes} min per =time run")
     print(f"torch threads 1, {budget}, conditions and counts in {args.out / 'results.json'}")
     return 0
 

@@ -95,30 +95,37 @@ def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: 
 
 
 def step_rates(variants: list[tuple[str, str, tuple[str, ...]]], threads: int, rounds: int = 5,
-               steps: int = 3) -> dict[str, dict[str, float]]:
+               steps: int = 3, configs: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
     """Training steps per second of each variant, measured interleaved in this process (see the module doc),
-    with its tokens per step and model FLOPs per token."""
+    with its tokens per step and model FLOPs per token. `configs` (name -> RunConfig) adds variants given by
+    their whole config (`bench_context.py`); one whose model reads reply contexts (model.cross_attention)
+    gets a context of model.ctx_block_size random tokens in every row, as a batch holding a long reply does."""
     import torch
     import torch.nn.functional as F
 
     from seqlab.models import build_model
+    from seqlab.models.context import ContextBatch
     from seqlab.training.flops import flops_per_token
     from seqlab.training.optim import make_optimizer
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
     setups = {}
-    for name, recipe_name, overrides in variants:
-        cfg = _config(recipe_name, overrides, 1, threads)
+    named = {name: _config(recipe_name, overrides, 1, threads) for name, recipe_name, overrides in variants}
+    for name, cfg in {**named, **(configs or {})}.items():
         torch.manual_seed(0)
         model = build_model(cfg.model).train()
         t = cfg.train
         opt = make_optimizer(model, t.lr, t.weight_decay, (t.beta1, t.beta2), torch.device("cpu"), t.optimizer)
         x = torch.randint(0, 256, (t.batch_size, cfg.model.block_size + 1), generator=gen)  # (B, T + 1)
-        setups[name] = (model, opt, x, flops_per_token(model, cfg.model, cfg.model.block_size))
+        extra = {}
+        if cfg.model.cross_attention:  # (B, 1, Lc) context ids, all real
+            ids = torch.randint(0, 256, (t.batch_size, 1, cfg.model.ctx_block_size), generator=gen)
+            extra["context"] = ContextBatch(ids, torch.ones_like(ids, dtype=torch.bool))
+        setups[name] = (model, opt, x, extra, flops_per_token(model, cfg.model, cfg.model.block_size))
 
-    def step(model: Any, opt: Any, x: Any) -> None:
-        logits, _ = model(x[:, :-1])  # (B, T, V)
+    def step(model: Any, opt: Any, x: Any, extra: dict[str, Any]) -> None:
+        logits, _ = model(x[:, :-1], **extra)  # (B, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -126,15 +133,15 @@ def step_rates(variants: list[tuple[str, str, tuple[str, ...]]], threads: int, r
 
     times: dict[str, list[float]] = {name: [] for name in setups}
     for r in range(rounds + 1):
-        for name, (model, opt, x, _) in setups.items():
+        for name, (model, opt, x, extra, _) in setups.items():
             t0 = time.perf_counter()
             for _ in range(steps if r else 1):  # round 0 warms each variant up and is not counted
-                step(model, opt, x)
+                step(model, opt, x, extra)
             if r:
                 times[name].append((time.perf_counter() - t0) / steps)
     return {name: {"steps_per_s": 1.0 / statistics.median(times[name]),
                    "tokens_per_step": float(x.shape[0] * (x.shape[1] - 1)), "flops_per_token": flops}
-            for name, (_, _, x, flops) in setups.items()}
+            for name, (_, _, x, _, flops) in setups.items()}
 
 
 def equal_time_steps(rates: dict[str, dict[str, float]], minutes: float, ref_tokens_per_s: float) -> dict[str, int]:

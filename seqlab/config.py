@@ -152,7 +152,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0 disables clipping
     eval_every: int = 200
-    eval_batches: int = 16  # fixed validation windows per evaluation
+    eval_batches: int = 16  # validation: fixed whole emails of about eval_batches x batch_size x block_size targets
     ckpt_every: int = 200
     log_every: int = 10
     early_stop: int = 0  # stop after this many evaluations without improvement; 0 disables

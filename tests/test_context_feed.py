@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from seqlab.config import apply_overrides, get_preset
-from seqlab.data.batches import WindowSampler, fixed_eval_batches
-from seqlab.data.context_batches import fixed_eval_contexts, stream_contexts, window_contexts
+from seqlab.data.batches import WindowSampler
+from seqlab.data.context_batches import stream_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
@@ -94,15 +94,6 @@ def test_each_rank_reads_the_contexts_of_its_own_rows(tiny_data_dir: Path) -> No
                     if seg >= 0:
                         assert _row(mine.ids[b, seg], mine.keep[b, seg]) == \
                             _row(all_.ids[2 * rank + b, ref], all_.keep[2 * rank + b, ref])
-
-
-def test_validation_contexts_match_the_fixed_windows(tiny_data_dir: Path) -> None:
-    store = TokenStore(tiny_data_dir, "val")
-    batches = fixed_eval_batches(store, 16, 8, 3, seed=5, pad_id=0)
-    rows = fixed_eval_contexts(store, 16, 8, 3, seed=5, limit=64)
-    assert len(rows) == len(batches)
-    for (x, _), r in zip(batches, rows):
-        assert r.ids.shape[0] == x.shape[0]
 
 
 def test_training_with_context(tiny_data_dir: Path, tmp_path: Path) -> None:

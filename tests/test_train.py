@@ -58,21 +58,32 @@ def test_tiny_model_loss_drops(tiny_data_dir: Path, tmp_path: Path, mixer: str) 
         assert (tmp_path / "run" / name).exists(), name
 
 
-def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Path, tmp_path: Path) -> None:
-    """The trainer's val_loss / val_bpb against a per-target computation by hand on its fixed windows."""
-    cfg = apply_overrides(get_preset("tiny"), TINY)
+@pytest.mark.parametrize("extra", [["model.mixer=gru", "model.pos=none"],
+                                   ["model.mixer=gru", "model.pos=none", "model.cross_attention=true",
+                                    "model.ctx_mode=init_state", "model.ctx_block_size=64"]], ids=["gru", "init_state"])
+def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Path, tmp_path: Path,
+                                                                extra: list[str]) -> None:
+    """The trainer's val_loss / val_bpb against a per-target computation by hand on its fixed emails, each
+    read whole in one call from its first token (with its context): the state a recurrent model has there.
+    Side-by-side windows started fresh mid-email (the old validation) fail this."""
+    from seqlab.models.context import ContextBatch
+
+    cfg = apply_overrides(get_preset("tiny"), [*TINY, *extra])
     trainer = Trainer(tiny_data_dir, tmp_path / "run", cfg, progress=False)
     got = trainer.evaluate()
-    tok, nll, targets, nbytes = trainer.tok, 0.0, 0, 0
+    store, tok, nll, targets, nbytes = trainer.eval_store, trainer.tok, 0.0, 0, 0
+    assert (store.lengths[trainer.eval_emails] - 1 > cfg.model.block_size).any()  # emails longer than a window
     with torch.no_grad():
-        for x, y in trainer.eval_batches:
-            logp = torch.log_softmax(trainer.model(x)[0].double(), dim=-1)  # (B, T, V)
-            for b, t in (y != -1).nonzero().tolist():
-                target = int(y[b, t])
-                nll -= float(logp[b, t, target])
+        for i in trainer.eval_emails.tolist():
+            ids = torch.from_numpy(store.tokens[store.starts[i]:store.ends[i]].astype("int64"))[None]  # (1, L)
+            ctx = ({"context": ContextBatch.from_lists([store.contexts.context(i, 64).tolist()])}
+                   if cfg.model.cross_attention else {})
+            logp = torch.log_softmax(trainer.model.eval()(ids[:, :-1], **ctx)[0].double(), dim=-1)[0]  # (L-1, V)
+            for t, target in enumerate(ids[0, 1:].tolist()):
+                nll -= float(logp[t, target])
                 targets += 1
                 nbytes += 1 if target == tok.eos_id else len(tok.token_bytes(target))
-    assert targets > 0 and nbytes >= targets
+    assert targets >= cfg.train.eval_batches * cfg.train.batch_size * cfg.model.block_size and nbytes >= targets
     assert got["val_loss"] == pytest.approx(nll / targets, rel=1e-5)
     assert got["val_bpb"] == pytest.approx(nll / math.log(2) / nbytes, rel=1e-5)
     assert got["val_ppl"] == pytest.approx(math.exp(nll / targets), rel=1e-5)

@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from seqlab.data.batches import _eval_windows
-
 if TYPE_CHECKING:
     from seqlab.data.contexts import ContextStore
     from seqlab.data.store import TokenStore
@@ -60,18 +58,6 @@ def window_contexts(store: TokenStore, starts: np.ndarray, limit: int) -> Contex
     email = np.searchsorted(store.starts, np.asarray(starts), side="right") - 1  # (B,) email of each window
     ids, keep = gather_contexts(store.contexts, email[:, None], limit)
     return ContextRows(ids, keep)
-
-
-def fixed_eval_contexts(store: TokenStore, block_size: int, batch_size: int, n_batches: int, seed: int,
-                        limit: int) -> list[ContextRows]:
-    """The contexts of `batches.fixed_eval_batches` with the same arguments, batch for batch (the same
-    windows are picked: same draw from the same seed)."""
-    start, _, _ = _eval_windows(store, block_size)
-    want = min(len(start), n_batches * batch_size)
-    if want == 0:
-        return []
-    pick = np.sort(np.random.default_rng([seed]).choice(len(start), size=want, replace=False))
-    return [window_contexts(store, start[p], limit) for p in np.array_split(pick, range(batch_size, want, batch_size))]
 
 
 def stream_contexts(sampler: StreamSampler, step: int, limit: int) -> ContextRows:

@@ -1,6 +1,6 @@
 """Held-out scoring of a language model: the loss, the bytes each token counts for, and the one loop.
 
-The trainer's validation (`seqlab.training.trainer.Trainer.evaluate`, on a fixed sample of windows),
+The trainer's validation (`seqlab.training.trainer.Trainer.evaluate`, on a fixed sample of whole emails),
 the full evaluation of a run (`evaluate_lm`, on every target of a split) and the per-email scores of
 `seqlab eval` (`seqlab.evaluation.context_scores.email_scores`) all go through `score_heldout`, one
 loop under `torch.inference_mode()`, so their loss and bits per byte are the same quantity.
@@ -161,13 +161,15 @@ def context_rows(model: nn.Module, store: TokenStore, use_context: bool = True) 
 
 def score_split(model: nn.Module, store: TokenStore, block_size: int, batch_size: int, device: torch.device,
                 tokenizer: Tokenizer, use_context: bool = True, per_email: EmailSums | None = None,
-                slide: bool = True) -> HeldOut:
-    """Every target of the split once, cut into calls by `plans.split_plan` (lanes, sliding lanes or
-    windows; `slide=False`: windows for every attention model); each email's reply context read when the
-    model has cross-attention (`context_rows`)."""
+                slide: bool = True, emails: np.ndarray | None = None,
+                autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> HeldOut:
+    """Every target of the split once (of its `emails` only, when given: the trainer's validation
+    sample), cut into calls by `plans.split_plan` (lanes, sliding lanes or windows; `slide=False`:
+    windows for every attention model); each email's reply context read when the model has
+    cross-attention (`context_rows`)."""
     limit = context_rows(model, store, use_context)
-    plan = split_plan(model, store, block_size, batch_size, tokenizer.pad_id, limit, slide)
-    return score_heldout(model, plan.chunks, token_byte_lengths(tokenizer), device, fresh=plan.fresh,
+    plan = split_plan(model, store, block_size, batch_size, tokenizer.pad_id, limit, slide, emails)
+    return score_heldout(model, plan.chunks, token_byte_lengths(tokenizer), device, autocast, fresh=plan.fresh,
                          per_email=per_email)
 
 

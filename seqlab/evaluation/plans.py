@@ -104,24 +104,36 @@ def slide_chunk(block_size: int) -> int:
     return max(1, block_size // SLIDE_DIVISOR)
 
 
+def sample_emails(store: TokenStore, targets: int, seed: int) -> np.ndarray:
+    """Sorted indices of a fixed random sample of the emails of `store` holding about `targets` targets:
+    emails are drawn in a random order from `seed` until their targets reach `targets` (at least one
+    email with a target, all of them when the split holds fewer); the same sample for the same arguments."""
+    n = np.maximum(store.lengths.astype(np.int64) - 1, 0)  # targets per email
+    order = np.random.default_rng([seed]).permutation(len(n))
+    order = order[n[order] > 0]
+    take = int(np.searchsorted(np.cumsum(n[order]), targets, side="left")) + 1  # the email that reaches it
+    return np.sort(order[:take])
+
+
 def split_plan(model: nn.Module, store: TokenStore, block_size: int, batch_size: int, pad_id: int,
-               limit: int = 0, slide: bool = True) -> Plan:
-    """The plan for scoring every target of `store` once; `limit` > 0 gives each email its context's
-    last `limit` tokens (model.ctx_block_size), 0 gives none; `slide` as in `plan_kind`."""
+               limit: int = 0, slide: bool = True, emails: np.ndarray | None = None) -> Plan:
+    """The plan for scoring every target of `store` once (of its `emails` only, when given); `limit` > 0
+    gives each email its context's last `limit` tokens (model.ctx_block_size), 0 gives none; `slide` as
+    in `plan_kind`."""
     if block_size < 1 or batch_size < 1:
         raise ValueError(f"block_size and batch_size must be positive, not {block_size} and {batch_size}")
     kind = plan_kind(model, slide)
     budget = batch_size * block_size  # positions per call, as in a training batch
     if kind == "windows":
-        return Plan(kind, iter_windows(store, block_size, batch_size, pad_id, limit), lambda b, d: None)
+        return Plan(kind, iter_windows(store, block_size, batch_size, pad_id, limit, emails), lambda b, d: None)
     if kind == "sliding":
         chunk = slide_chunk(block_size)
         keep = block_size - chunk
         n_layer = len(model.blocks)
-        return Plan(kind, iter_lanes(store, max(1, budget // chunk), chunk, pad_id, limit),
+        return Plan(kind, iter_lanes(store, max(1, budget // chunk), chunk, pad_id, limit, emails),
                     lambda b, d: sliding_state(n_layer, keep, b, d))
     chunk = min(block_size, LANE_CHUNK)
-    return Plan(kind, iter_lanes(store, max(1, budget // chunk), chunk, pad_id, limit), lambda b, d: None)
+    return Plan(kind, iter_lanes(store, max(1, budget // chunk), chunk, pad_id, limit, emails), lambda b, d: None)
 
 
 def sliding_state(n_layer: int, keep: int, lanes: int, device: torch.device) -> LMState:
@@ -130,10 +142,15 @@ def sliding_state(n_layer: int, keep: int, lanes: int, device: torch.device) -> 
                    torch.zeros(lanes, dtype=torch.long, device=device))
 
 
-def iter_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int, limit: int) -> Iterator[Chunk]:
-    """Windows overlapping by half, `batch_size` a call, each standing alone (module docstring)."""
+def iter_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int, limit: int,
+                 emails: np.ndarray | None = None) -> Iterator[Chunk]:
+    """Windows overlapping by half, `batch_size` a call, each standing alone (module docstring); those
+    of `emails` only, when given."""
     start, length, skip = _eval_windows(store, block_size, max(1, block_size // 2))
     email = np.searchsorted(store.starts, start, side="right") - 1  # (W,) email of each window
+    if emails is not None:
+        keep = np.isin(email, emails)
+        start, length, skip, email = start[keep], length[keep], skip[keep], email[keep]
     for a in range(0, len(start), batch_size):
         sl = slice(a, a + batch_size)
         x, y = gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])
@@ -141,11 +158,14 @@ def iter_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: in
         yield Chunk(True, x, y, context, email[sl])
 
 
-def iter_lanes(store: TokenStore, lanes: int, chunk: int, pad_id: int, limit: int) -> Iterator[Chunk]:
-    """Whole emails as lanes, `lanes` at a time sorted by length, read `chunk` tokens a call; lanes
-    whose email has ended are dropped from later calls (module docstring)."""
+def iter_lanes(store: TokenStore, lanes: int, chunk: int, pad_id: int, limit: int,
+               emails: np.ndarray | None = None) -> Iterator[Chunk]:
+    """Whole emails as lanes (of `emails` only, when given), `lanes` at a time sorted by length, read
+    `chunk` tokens a call; lanes whose email has ended are dropped from later calls (module docstring)."""
     lengths = store.lengths
     order = np.argsort(lengths, kind="stable")
+    if emails is not None:
+        order = order[np.isin(order, emails)]
     order = order[lengths[order] > 1]  # an email without a target has nothing to score
     for a in range(0, len(order), lanes):
         ids = order[a:a + lanes]  # (B,) ascending length

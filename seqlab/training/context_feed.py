@@ -1,8 +1,8 @@
 """The contexts the trainer feeds with each batch when the model reads one (`model.cross_attention`).
 
 Each training window or stream chunk gets the contexts of its emails (`seqlab.data.context_batches`), cut
-to `model.ctx_block_size` tokens (their end), and the fixed validation windows get theirs, so
-validation measures the model as it is used. A model without cross-attention gets None everywhere and
+to `model.ctx_block_size` tokens (their end); validation reads each email's context through
+`seqlab.evaluation.heldout.score_split`, as `seqlab eval` does. A model without cross-attention gets None everywhere and
 the trainer runs exactly as before. Training a context model on a DATA_DIR without contexts (prepared
 before they existed) is a UserError: it would only learn to ignore an always-empty context.
 """
@@ -15,7 +15,7 @@ import torch
 
 from seqlab.config import RunConfig
 from seqlab.data.batches import WindowSampler
-from seqlab.data.context_batches import ContextRows, fixed_eval_contexts, stream_contexts, window_contexts
+from seqlab.data.context_batches import ContextRows, stream_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
@@ -29,13 +29,12 @@ def as_batch(rows: ContextRows | None, device: torch.device) -> ContextBatch | N
 
 
 class ContextFeed:
-    """Contexts for the training batches of `sampler` and for the fixed validation windows."""
+    """Contexts for the training batches of `sampler` (the validation split's are checked to exist)."""
 
     def __init__(self, cfg: RunConfig, sampler: WindowSampler | StreamSampler, eval_store: TokenStore,
                  device: torch.device) -> None:
         self.on = cfg.model.cross_attention
         self.sampler, self.device, self.limit = sampler, device, cfg.model.ctx_block_size
-        self.eval: list[ContextBatch | None] = []
         if not self.on:
             return
         for store in (sampler.store, eval_store):
@@ -43,9 +42,6 @@ class ContextFeed:
                 raise UserError(f"model.cross_attention=true needs the contexts of {store.data_dir} "
                                 f"({store.split}.ctx.bin), which was prepared before they existed; run "
                                 "`seqlab prepare` again")
-        t = cfg.train
-        rows = fixed_eval_contexts(eval_store, cfg.model.block_size, t.batch_size, t.eval_batches, t.seed, self.limit)
-        self.eval = [as_batch(r, device) for r in rows]
 
     def train(self, index: int) -> ContextBatch | None:
         """The contexts of `sampler.batch(index)`, or None for a model without cross-attention."""
@@ -55,10 +51,6 @@ class ContextFeed:
             return as_batch(stream_contexts(self.sampler, index, self.limit), self.device)
         return as_batch(window_contexts(self.sampler.store, self.sampler.window_starts(index), self.limit),
                         self.device)
-
-    def eval_for(self, n_batches: int) -> list[ContextBatch | None]:
-        """One context batch per validation batch (None for each without cross-attention)."""
-        return self.eval if self.on else [None] * n_batches
 
     def carry(self, state: LMState) -> LMState:
         """The stream state to carry to the next chunk: each chunk brings its own contexts, so the cached

@@ -23,15 +23,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from seqlab.config import RunConfig, apply_overrides
-from seqlab.data.batches import WindowSampler, fixed_eval_batches
+from seqlab.data.batches import WindowSampler
 from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.heldout import lm_loss, score_heldout, token_byte_lengths
+from seqlab.evaluation.heldout import lm_loss, score_split
+from seqlab.evaluation.plans import sample_emails
 from seqlab.models import build_model
 from seqlab.runs.checkpoint import (
     LoadedCheckpoint,
@@ -131,11 +133,10 @@ class Trainer(SavesState):
         else:
             self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
                                          self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens, shard=shard)
-        eval_store = self.val_store if self.val_store.num_emails else self.train_store
-        self.eval_batches = fixed_eval_batches(eval_store, cfg.model.block_size, t.batch_size, t.eval_batches, t.seed,
-                                               self.tok.pad_id)
+        self.eval_store = eval_store = self.val_store if self.val_store.num_emails else self.train_store
+        # whole emails holding about eval_batches x batch_size x block_size targets, the same every time
+        self.eval_emails = sample_emails(eval_store, t.eval_batches * t.batch_size * cfg.model.block_size, t.seed)
         self.contexts = ContextFeed(cfg, self.sampler, eval_store, self.device)  # contexts: None without cross-attn
-        self.byte_lengths = token_byte_lengths(self.tok).to(self.device)
         self.progress = Progress()
         self.stream_state: Any = None
         self.last_eval_step = self.last_save_step = -1
@@ -212,13 +213,14 @@ class Trainer(SavesState):
         return total / t.grad_accum, skipped
 
     def evaluate(self) -> dict[str, float]:
-        """Loss per target token (nats), bits per byte and perplexity on the fixed validation windows
-        (the same windows every time), scored as `seqlab.evaluation.heldout` scores a whole split."""
-        contexts = self.contexts.eval_for(len(self.eval_batches))
-        # each window stands alone: no state carried; under torchrun each rank scores its share of them
-        windows = ((True, x, y, c) for (x, y), c in self.dist.my_share(list(zip(self.eval_batches, contexts))))
+        """Loss per target token (nats), bits per byte and perplexity on the fixed validation emails (the
+        same every time), scored whole as `seqlab eval` scores a split (`heldout.score_split`): a recurrent
+        model carries its state through each email, never starting fresh in the middle of one."""
+        emails = np.asarray(list(self.dist.my_share(self.eval_emails)), dtype=np.int64)  # this rank's share
         with self._averaged():
-            r = self.dist.heldout(score_heldout(self.model, windows, self.byte_lengths, self.device, self.autocast))
+            r = self.dist.heldout(score_split(self.model, self.eval_store, self.cfg.model.block_size,
+                                              self.cfg.train.batch_size, self.device, self.tok, emails=emails,
+                                              autocast=self.autocast))
         return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
 
     # ------------------------------------------------------------ the loop

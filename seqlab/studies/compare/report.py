@@ -85,7 +85,7 @@ def _figure() -> tuple[Figure, Any]:
 
 
 def _curve_plot(results: dict[str, Any], column: int, xlabel: str) -> Figure:
-    """Validation bits per byte (the trainer's fixed validation windows) against step or seconds."""
+    """Validation bits per byte (the trainer's fixed validation emails) against step or seconds."""
     fig, ax = _figure()
     for name, points in results["curves"].items():
         if points:
