@@ -1,11 +1,12 @@
 """`seqlab demo` (and `make demo`): the whole path on real mail in about ten minutes on 2 CPU cores.
 
-Prepare the SpamAssassin ham corpus (BPE with 1,024 tokens fitted on its train split), train a small GRU
-and a small multi-head RoPE attention model for a few minutes each, evaluate both on the test split beside
-xz (ExactMatch at 10% and 50% coverage), calibrate each run's suggestion threshold for 50% coverage on the validation split (`seqlab calibrate`, so `seqlab
-serve` uses it), and print one table, a few completions and the command that serves the better model. A
-completion is printed only when its confidence reaches the run's calibrated threshold (else "withheld"),
-so what the demo shows is what a writer would see. Everything goes under one output folder:
+Prepare the SpamAssassin ham corpus (BPE with 1,024 tokens fitted on its train split), train a small GRU and
+a small multi-head RoPE attention model for a few minutes each, evaluate both on the test split beside xz
+(ExactMatch at 10% and 50% coverage), calibrate each run's suggestion threshold for 50% coverage on the
+validation split (`seqlab calibrate`, so `seqlab serve` uses it), and print one table, a few completions and
+the command that serves the better model. A completion is printed only when its confidence reaches the run's
+calibrated threshold (else "withheld"), so what the demo shows is what a writer would see. Everything goes
+under one output folder:
 
     OUT/data/              DATA_DIR (reused when it already holds the same corpus and tokenizer)
     OUT/runs/gru/          RUN_DIR of the GRU
