@@ -14,11 +14,18 @@ reads in the same time as the byte model of its family (its bytes/s over the byt
 
     python benchmarks/bench_bpe.py [SOURCE] [--out out/bench_bpe] [--bytes 2000000] [--vocabs byte,512,1024,2048]
                                    [--families attention,gru] [--jobs 2] [--threads 1]
+                                   [--minutes N [--ref-tokens-per-s 23600]] [--widths 64,96,128] [--layers 2]
 
-Writes DATA_DIRs under OUT/data/, one JSON per run (OUT/results/NAME.json) and the table (OUT/table.md);
-a finished run (same name and bytes) is not trained again, so an interrupted benchmark continues where it
-stopped. For an equal-time comparison run a BPE vocabulary again with `--bytes` multiplied by its bytes/s
-ratio from the first table (`--vocabs 1024 --bytes ...`).
+Equal time (`--minutes N`, instead of equal bytes): each run gets the steps a QUIET N-minute run of it
+reaches (`benchmarks/equal_time.py`): every model's training speed is measured interleaved in this process
+with its own vocabulary, relative to the anchor (`make demo`'s attention model on bytes, whose quiet rate
+is --ref-tokens-per-s), so a BPE model's larger embedding and output layer are paid for in steps.
+`--widths` / `--layers` sweep the model size (n_embd with a head of 32 dimensions; n_layer) of every
+(family, tokenizer); the `small` preset's 128 x 2 is named without a suffix.
+
+Writes DATA_DIRs under OUT/data/, one JSON per run (OUT/results/NAME-BYTES.json, or NAME-Nmin.json at
+equal time) and the table (OUT/table.md, or OUT/table-Nmin.md); a finished run is not trained again, so an
+interrupted benchmark continues where it stopped.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
 
 RECIPES = {"attention": "attn-rope", "gru": "gru"}  # studies/recipes.py names of the small preset's families
 BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # as benchmarks/bench_recipe.py: a short warmup
@@ -59,49 +68,105 @@ def bytes_per_token(data: Path) -> float:
     return float(lengths[ids].sum() / max(len(ids), 1))
 
 
-def run_one(job: tuple[str, str, str, float, str, int, int]) -> dict[str, Any]:
-    """Train one (family, tokenizer) on `train_bytes` of text and score it on the whole val split."""
-    name, family, data, bpt, out, train_bytes, threads = job
+def _config(family: str, size: tuple[str, ...], steps: int, threads: int, vocab_size: int) -> Any:
+    """The `small` preset's recipe of `family` at model `size` (overrides) for `steps` steps."""
     from seqlab.config import get_preset
-    from seqlab.evaluation.run import evaluate_run
     from seqlab.studies.recipes import apply_recipe
+
+    budget = [f"train.max_steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
+              f"train.threads={threads}", "train.device=cpu", f"model.vocab_size={vocab_size}"]
+    return apply_recipe(get_preset("small"), RECIPES[family], [*BASE, *size, *budget])
+
+
+def run_one(job: tuple[str, str, tuple[str, ...], str, float, str, int, str, int]) -> dict[str, Any]:
+    """Train one (family, tokenizer, size) for `steps` steps and score it on the whole val split; `tag`
+    names the budget (training bytes, or minutes of equal quiet time)."""
+    name, family, size, data, bpt, out, steps, tag, threads = job
+    from seqlab.data.tokenizer import load_tokenizer
+    from seqlab.evaluation.run import evaluate_run
     from seqlab.training.trainer import train
 
-    result_path = Path(out) / "results" / f"{name}-{train_bytes}.json"
+    result_path = Path(out) / "results" / f"{name}-{tag}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
-    cfg = apply_recipe(get_preset("small"), RECIPES[family], BASE)
-    steps = max(1, round(train_bytes / (cfg.train.batch_size * cfg.model.block_size * bpt)))
-    budget = [f"train.max_steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
-              f"train.threads={threads}", "train.device=cpu"]
-    cfg = apply_recipe(get_preset("small"), RECIPES[family], [*BASE, *budget])
-    run = Path(out) / "runs" / name
+    cfg = _config(family, size, steps, threads, load_tokenizer(Path(data) / "tokenizer.json").vocab_size)
+    run = Path(out) / "runs" / f"{name}-{tag}"
     shutil.rmtree(run, ignore_errors=True)
     summary = train(Path(data), run, cfg, progress=False)
     val = evaluate_run(run, data, "val", device="cpu", completions=False)
-    result = {"name": name, "family": family, "train_bytes": train_bytes, "data": data, "bytes_per_token": bpt,
-              "params": summary["params"],
+    train_bytes = round(summary["tokens"] * bpt)
+    result = {"name": name, "family": family, "size": list(size), "budget": tag, "train_bytes": train_bytes,
+              "data": data, "bytes_per_token": bpt, "params": summary["params"],
               "steps": summary["steps"], "tokens": summary["tokens"], "tokens_per_s": summary["tokens_per_s"],
               "bytes_per_s": summary["tokens_per_s"] * bpt, "elapsed_s": summary["elapsed_s"],
-              "val_bpb": val["bpb"], "val_loss": val["loss"]}
+              "val_bpb": val["bpb"], "val_loss": val["loss"], "run": str(run)}
     result_path.parent.mkdir(parents=True, exist_ok=True)
     result_path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{name:18} bpb {val['bpb']:.4f}  {result['bytes_per_s']:8.0f} B/s  {summary['elapsed_s']:.0f} s", flush=True)
+    print(f"{name:24} bpb {val['bpb']:.4f}  {steps} steps  {result['bytes_per_s']:8.0f} B/s  "
+          f"{summary['elapsed_s']:.0f} s", flush=True)
     return result
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| family | tokenizer | training bytes | bytes/token | params | steps | val bpb | training bytes/s "
+def table(results: list[dict[str, Any]], seconds: float | None = None) -> str:
+    """The markdown table; at equal time (`seconds` of quiet training) the bytes/s are those of the quiet
+    run the step count stands for, else the measured ones."""
+    how = "quiet bytes/s" if seconds else "training bytes/s"
+    lines = [f"| family | tokenizer | training bytes | bytes/token | params | steps | val bpb | {how} "
              "| bytes/s vs bytes |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        r["shown_bytes_per_s"] = r["train_bytes"] / seconds if seconds else r["bytes_per_s"]
     for family in dict.fromkeys(r["family"] for r in results):
         rows = [r for r in results if r["family"] == family]
         base = next((r for r in rows if r["name"].endswith("-byte")), None)
         for r in rows:
-            ratio = f"{r['bytes_per_s'] / base['bytes_per_s']:.2f} x" if base else ""
+            ratio = f"{r['shown_bytes_per_s'] / base['shown_bytes_per_s']:.2f} x" if base else ""
             lines.append(f"| {family} | {r['name'].split('-', 1)[1]} | {r['train_bytes']:,} | "
                          f"{r['bytes_per_token']:.2f} | {r['params']:,} | {r['steps']} | {r['val_bpb']:.4f} | "
-                         f"{r['bytes_per_s']:.0f} | {ratio} |")
+                         f"{r['shown_bytes_per_s']:.0f} | {ratio} |")
     return "\n".join(lines) + "\n"
+
+
+def _sizes(widths: str, layers: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(name suffix, overrides) of every size asked for; the small preset's 128 x 2 has no suffix."""
+    out = []
+    for w in [int(x) for x in widths.split(",") if x.strip()] or [128]:
+        for n in [int(x) for x in layers.split(",") if x.strip()] or [2]:
+            suffix = (f"-w{w}" if w != 128 else "") + (f"-l{n}" if n != 2 else "")
+            out.append((suffix, (f"model.n_embd={w}", f"model.n_head={max(1, w // 32)}", f"model.n_layer={n}")))
+    return out
+
+
+def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) -> dict[str, int]:
+    """The steps of each job: equal bytes, or (--minutes) equal quiet time measured against the anchor."""
+    from seqlab.data.tokenizer import load_tokenizer
+
+    if args.minutes is None:
+        steps = {}
+        for name, family, size, _, bpt in jobs:
+            cfg = _config(family, size, 1, args.threads, 259)
+            steps[name] = max(1, round(args.bytes / (cfg.train.batch_size * cfg.model.block_size * bpt)))
+        return steps
+    # a model timed by an earlier invocation keeps its step count, so a continued or widened benchmark
+    # does not retrain it; the models not yet timed are timed (beside the anchor) here
+    path = Path(args.out) / f"rates-{args.minutes:g}min.json"
+    kept = json.loads(path.read_text()) if path.exists() else {"rates": {}, "steps": {}}
+    rates, steps = kept["rates"], kept["steps"]
+    new = [j for j in jobs if j[0] not in steps]
+    if new:
+        vocab = {str(d): load_tokenizer(d / "tokenizer.json").vocab_size for d in datas.values()}
+        configs = {"anchor": _config("attention", (), 1, args.threads, 259)}  # make demo's attention on bytes
+        configs |= {j[0]: _config(j[1], j[2], 1, args.threads, vocab[j[3]]) for j in new}
+        same = [name for name, c in configs.items() if name != "anchor" and c == configs["anchor"]]
+        measured = step_rates({n: c for n, c in configs.items() if n not in same}, args.threads)
+        measured |= {name: measured["anchor"] for name in same}  # the anchor itself is not timed twice
+        steps |= equal_time_steps(measured, args.minutes, args.ref_tokens_per_s, "anchor")
+        rates |= measured
+    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": args.ref_tokens_per_s,
+                                "threads": args.threads, "rates": rates, "steps": steps}, indent=2) + "\n")
+    for name, r in rates.items():
+        print(f"{name:24} {r['steps_per_s']:.3f} steps/s here, {steps[name]} steps for a quiet "
+              f"{args.minutes:g} minutes", flush=True)
+    return steps
 
 
 def main() -> None:
@@ -111,6 +176,12 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=2_000_000, help="training bytes each run reads")
     ap.add_argument("--vocabs", default="byte,512,1024,2048", help="'byte' and BPE vocabulary sizes")
     ap.add_argument("--families", default="attention,gru")
+    ap.add_argument("--widths", default="128", help="model widths (n_embd) to sweep")
+    ap.add_argument("--layers", default="2", help="model depths (n_layer) to sweep")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="equal quiet time instead of equal bytes: the steps a quiet N-minute run reaches")
+    ap.add_argument("--ref-tokens-per-s", type=float, default=REF_TOKENS_PER_S,
+                    help="the anchor's quiet training tokens/s (make demo's attention model on bytes)")
     ap.add_argument("--jobs", type=int, default=2, help="runs side by side")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     args = ap.parse_args()
@@ -122,14 +193,22 @@ def main() -> None:
     datas = {v: prepare(args.source, out, v) for v in vocabs}
     bpts = {v: bytes_per_token(d) for v, d in datas.items()}
     # a family's runs queued next to each other, so that they share the same load
-    jobs = [(f"{fam}-{'bpe' + str(v) if v else 'byte'}", fam, str(datas[v]), bpts[v], str(out), args.bytes,
-             args.threads) for fam in families for v in vocabs]
+    jobs = [(f"{fam}-{'bpe' + str(v) if v else 'byte'}{suffix}", fam, size, str(datas[v]), bpts[v])
+            for fam in families for suffix, size in _sizes(args.widths, args.layers) for v in vocabs]
+    steps = _steps(jobs, datas, args)
+    tag = str(args.bytes) if args.minutes is None else f"{args.minutes:g}min"
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-        results = list(pool.imap(run_one, jobs))
-    text = (f"{args.bytes:,} training bytes per run, `small` preset recipes + {' '.join(BASE)}, {args.jobs} runs "
-            f"side by side, {args.threads} thread(s) each; val bits per byte on the whole val split.\n\n"
-            + table(results))
-    (out / "table.md").write_text(text)
+        results = list(pool.imap(run_one, [(*j, str(out), steps[j[0]], tag, args.threads) for j in jobs]))
+    if args.minutes is None:
+        head = f"{args.bytes:,} training bytes per run"
+    else:
+        head = (f"the steps a quiet {args.minutes:g}-minute run of each model reaches (speeds relative to make "
+                f"demo's attention model on bytes measured interleaved in one process, {args.threads} thread(s), "
+                f"anchored at its quiet {args.ref_tokens_per_s:,.0f} tokens/s)")
+    text = (f"{head}, `small` preset recipes + {' '.join(BASE)}, {args.jobs} runs side by side, {args.threads} "
+            f"thread(s) each; val bits per byte on the whole val split.\n\n"
+            + table(results, None if args.minutes is None else args.minutes * 60))
+    (out / ("table.md" if args.minutes is None else f"table-{tag}.md")).write_text(text)
     print(text)
 
 

@@ -29,7 +29,7 @@ Given `train.max_steps=N` among the overrides, every run trains N steps (no time
 
 Equal QUIET time (`--quiet-minutes N`): on shared cores a wall-clock budget measures the load, not the
 model, so each run trains the steps a quiet N-minute run of its model reaches, by the step-equivalence
-method of `bench_recipe.py` (whose `step_rates` and `equal_time_steps` this reuses): the plain and the
+method of `bench_recipe.py` (`equal_time.py`'s `step_rates` and `equal_time_steps`, reused): the plain and the
 context models' training steps are timed interleaved in this process beside bench_recipe's reference
 ("attn"), and their speed relative to it is anchored at the reference's quiet tokens/s. The context
 models are timed with a full context in every row (ctx_block_size tokens), an upper bound on what a
@@ -76,15 +76,16 @@ def _config(extra: list[str]) -> Any:
 
 
 def quiet_steps(out: Path, minutes: float, ref_tokens_per_s: float, configs: dict[str, Any]) -> dict[str, int]:
-    """The steps a quiet `minutes` run of each config reaches (`bench_recipe.equal_time_steps`), from step
+    """The steps a quiet `minutes` run of each config reaches (`equal_time.equal_time_steps`), from step
     rates measured interleaved with bench_recipe's reference (module docstring); kept in OUT so that a
     continued benchmark keeps its step counts."""
-    from bench_recipe import REF, equal_time_steps, step_rates
+    from bench_recipe import REF, _config
+    from equal_time import equal_time_steps, step_rates
 
     path = out / "quiet-rates.json"
     rates = json.loads(path.read_text())["rates"] if path.exists() else step_rates(
-        [(REF, "attn-rope", ())], threads=1, configs=configs)
-    steps = equal_time_steps(rates, minutes, ref_tokens_per_s)
+        {REF: _config("attn-rope", (), 1, 1), **configs}, threads=1)
+    steps = equal_time_steps(rates, minutes, ref_tokens_per_s, REF)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"minutes": minutes, "ref_tokens_per_s": ref_tokens_per_s, "threads": 1,
                                 "rates": rates, "steps": steps}, indent=2) + "\n")

@@ -25,19 +25,11 @@ block 128, batch 16):
                                       [--only schedule,ema,...] [--threads 1]
                                       [--minutes N [--ref-tokens-per-s 23600]]
 
-Equal time (`--minutes N`): on 2 cores shared by other work a wall-clock budget would measure the load,
-not the model, so each variant gets the number of steps a QUIET N-minute run of it reaches:
-
-    steps_v = N * 60 * (ref_tokens_per_s / ref_tokens_per_step) * (rate_v / rate_ref)
-
-rate_v / rate_ref is the variant's training speed relative to the baseline ("attn"), measured in this
-process (`step_rates`): every variant's model and optimizer are built, then in each of a few rounds each
-variant runs a few training steps in turn (random tokens of its batch x window; the step's cost does not
-depend on the values), so every variant sees the same load, and the median seconds per step of each is
-compared. The ratio is also given beside the ratio of model FLOPs per token (`training/flops.py`), which
-ignores how efficient each size's matmuls are. ref_tokens_per_s is the baseline's measured quiet rate
-(default 23,600 tokens/s: `make demo`'s attention model, the `small` preset at 2 threads, did 2,428 steps of
-2,048 tokens in 210 s on the quiet machine). Results of an equal-time run go to OUT/results-Nmin/.
+Equal time (`--minutes N`): each variant gets the steps a QUIET N-minute run of it reaches (its speed
+relative to the baseline "attn", measured interleaved in this process, anchored at attn's quiet rate;
+`benchmarks/equal_time.py`). The ratio is also given beside the ratio of model FLOPs per token
+(`training/flops.py`), which ignores how efficient each size's matmuls are. Results of an equal-time run
+go to OUT/results-Nmin/.
 
 Writes one JSON per run (OUT/results/NAME.json, the run itself in OUT/results/runs/NAME) and the table
 (OUT/table.md; OUT/results-Nmin/table.md for equal time); a finished run is not trained again, so an
@@ -50,13 +42,12 @@ import argparse
 import json
 import multiprocessing as mp
 import shutil
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
-REF = "attn"  # the baseline whose quiet rate anchors an equal-time budget
-REF_TOKENS_PER_S = 23_600.0  # make demo's attention model on the quiet machine: 2,428 steps x 2,048 tokens / 210 s
+from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
+
+REF = "attn"  # the baseline whose quiet rate (REF_TOKENS_PER_S) anchors an equal-time budget
 
 BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # a few hundred steps: a short warmup
 # comparison -> [(variant name, recipe, overrides)]; the first variant of most is the baseline "attn"
@@ -92,64 +83,6 @@ def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: 
     budget = [f"train.max_steps={steps}", f"train.eval_every={steps}", f"train.ckpt_every={steps}",
               f"train.threads={threads}", "train.device=cpu"]
     return apply_recipe(get_preset("small"), recipe_name, [*BASE, *overrides, *budget])
-
-
-def step_rates(variants: list[tuple[str, str, tuple[str, ...]]], threads: int, rounds: int = 5,
-               steps: int = 3, configs: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
-    """Training steps per second of each variant, measured interleaved in this process (see the module doc),
-    with its tokens per step and model FLOPs per token. `configs` (name -> RunConfig) adds variants given by
-    their whole config (`bench_context.py`); one whose model reads reply contexts (model.cross_attention)
-    gets a context of model.ctx_block_size random tokens in every row, as a batch holding a long reply does."""
-    import torch
-    import torch.nn.functional as F
-
-    from seqlab.models import build_model
-    from seqlab.models.context import ContextBatch
-    from seqlab.training.flops import flops_per_token
-    from seqlab.training.optim import make_optimizer
-
-    torch.set_num_threads(threads)
-    gen = torch.Generator().manual_seed(0)
-    setups = {}
-    named = {name: _config(recipe_name, overrides, 1, threads) for name, recipe_name, overrides in variants}
-    for name, cfg in {**named, **(configs or {})}.items():
-        torch.manual_seed(0)
-        model = build_model(cfg.model).train()
-        t = cfg.train
-        opt = make_optimizer(model, t.lr, t.weight_decay, (t.beta1, t.beta2), torch.device("cpu"), t.optimizer)
-        x = torch.randint(0, 256, (t.batch_size, cfg.model.block_size + 1), generator=gen)  # (B, T + 1)
-        extra = {}
-        if cfg.model.cross_attention:  # (B, 1, Lc) context ids, all real
-            ids = torch.randint(0, 256, (t.batch_size, 1, cfg.model.ctx_block_size), generator=gen)
-            extra["context"] = ContextBatch(ids, torch.ones_like(ids, dtype=torch.bool))
-        setups[name] = (model, opt, x, extra, flops_per_token(model, cfg.model, cfg.model.block_size))
-
-    def step(model: Any, opt: Any, x: Any, extra: dict[str, Any]) -> None:
-        logits, _ = model(x[:, :-1], **extra)  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    times: dict[str, list[float]] = {name: [] for name in setups}
-    for r in range(rounds + 1):
-        for name, (model, opt, x, extra, _) in setups.items():
-            t0 = time.perf_counter()
-            for _ in range(steps if r else 1):  # round 0 warms each variant up and is not counted
-                step(model, opt, x, extra)
-            if r:
-                times[name].append((time.perf_counter() - t0) / steps)
-    return {name: {"steps_per_s": 1.0 / statistics.median(times[name]),
-                   "tokens_per_step": float(x.shape[0] * (x.shape[1] - 1)), "flops_per_token": flops}
-            for name, (_, _, x, _, flops) in setups.items()}
-
-
-def equal_time_steps(rates: dict[str, dict[str, float]], minutes: float, ref_tokens_per_s: float) -> dict[str, int]:
-    """The steps a quiet `minutes` run of each variant reaches (module doc), from `step_rates`."""
-    ref = rates[REF]
-    ref_steps_per_s = ref_tokens_per_s / ref["tokens_per_step"]
-    return {name: max(1, round(minutes * 60 * ref_steps_per_s * r["steps_per_s"] / ref["steps_per_s"]))
-            for name, r in rates.items()}
 
 
 def run_one(job: tuple[str, str, tuple[str, ...], str, str, int, int]) -> dict[str, Any]:
@@ -206,8 +139,9 @@ def _equal_time_budgets(variants: list[tuple[str, str, tuple[str, ...]]], args: 
     if path.exists():
         rates = json.loads(path.read_text())["rates"]
     else:
-        rates = step_rates(variants, args.threads)
-    steps = equal_time_steps(rates, args.minutes, args.ref_tokens_per_s)
+        rates = step_rates({name: _config(recipe_name, overrides, 1, args.threads)
+                            for name, recipe_name, overrides in variants}, args.threads)
+    steps = equal_time_steps(rates, args.minutes, args.ref_tokens_per_s, REF)
     results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": args.ref_tokens_per_s,
                                 "threads": args.threads, "rates": rates, "steps": steps}, indent=2) + "\n")

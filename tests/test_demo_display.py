@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run import evaluate_run
 from seqlab.generation.complete import complete
@@ -41,3 +43,23 @@ def test_the_table_reads_exact_match_at_ten_and_fifty_percent(word_run_dir: Path
     assert row["positions"] == test["completion_positions"]
     table = format_table([row])
     assert "EM@1 10%" in table and "EM@3 50%" in table
+
+
+def test_the_demo_reuses_a_corpus_only_with_its_own_tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo trains on BPE (demo.TOKENIZER, VOCAB_SIZE): a prepared folder with that tokenizer is reused
+    as it is, one prepared with bytes is prepared again with the demo's tokenizer."""
+    from seqlab.data.prepare import prepare
+    from seqlab.studies import demo
+
+    bpe, byte = tmp_path / "bpe", tmp_path / "byte"
+    prepare("synthetic", bpe, tokenizer=demo.TOKENIZER, vocab_size=demo.VOCAB_SIZE, count=200, progress=False,
+            workers=1)
+    prepare("synthetic", byte, count=200, progress=False, workers=1)
+    calls = []
+    monkeypatch.setattr(demo, "prepare", lambda source, out, **kw: calls.append((source, out, kw)) or {})
+    monkeypatch.setattr(demo, "format_report", lambda meta: "")
+    assert demo._prepare("synthetic", bpe, False)["tokenizer"]["sha256"] == demo.load_meta(bpe)["tokenizer"]["sha256"]
+    assert calls == []
+    demo._prepare("synthetic", byte, False)
+    assert [(s, o, kw["tokenizer"], kw["vocab_size"]) for s, o, kw in calls] == [
+        ("synthetic", byte, demo.TOKENIZER, demo.VOCAB_SIZE)]
