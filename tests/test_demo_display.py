@@ -10,7 +10,7 @@ import pytest
 
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run import evaluate_run
-from seqlab.generation.complete import complete
+from seqlab.generation.complete import complete, split_words
 from seqlab.runs.load import load_run
 from seqlab.studies.demo import COVERAGE, LOW_COVERAGE, OPENINGS, _completions, _describe, _row, format_table
 
@@ -25,10 +25,14 @@ def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Pa
     model, tok, _ = load_run(run, "cpu")
     for c in items:
         assert c["threshold"] == round(threshold, 4)
-        if c["how"] == "greedy":  # recomputed on its own: shown exactly when it reaches the threshold
-            again = complete(model, tok, c["prompt"], max_words=6)
-            assert (again.text, round(again.confidence, 3)) == (c["completion"], c["confidence"])
-            assert c["shown"] == (bool(again.text) and again.confidence >= threshold)
+        if c["how"] == "greedy":  # recomputed on its own: shown exactly when it reaches the threshold, cut
+            # after its last word whose prefix still reaches it (what the server shows)
+            full = complete(model, tok, c["prompt"], max_words=6)
+            assert round(full.confidence, 3) == c["confidence"]
+            assert c["shown"] == (bool(full.text) and full.confidence >= threshold)
+            sure = sum(q >= threshold for q in full.word_confidences)
+            shown = split_words(c["completion"])
+            assert shown == (full.words[:sure] if c["shown"] else []) and full.text.startswith(c["completion"])
         assert ("withheld" in _describe(c)) != c["shown"]
     assert any(c["shown"] for c in items) or all(c["confidence"] < threshold for c in items)
 

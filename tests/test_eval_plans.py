@@ -23,8 +23,8 @@ from seqlab.evaluation.context_scores import email_scores
 from seqlab.evaluation.heldout import evaluate_lm, score_heldout, token_byte_lengths
 from seqlab.evaluation.plans import iter_lanes, iter_windows, plan_kind, slide_chunk, split_plan
 from seqlab.models import build_model
-from seqlab.models.attention import SlidingKVCache
 from seqlab.models.context import ContextBatch
+from seqlab.models.kv_cache import SlidingKVCache
 from seqlab.models.lm import LMState
 
 CPU = torch.device("cpu")

@@ -18,8 +18,8 @@ from seqlab.generation.complete import complete
 from seqlab.generation.fast_step import FastStep
 from seqlab.generation.phrases import PhraseBlend
 from seqlab.models import build_model, record_attention
-from seqlab.models.attention import KVCache
 from seqlab.models.context import ContextBatch
+from seqlab.models.kv_cache import KVCache
 from tests.tiny_models import tiny_lm, token_ids
 
 KNOWN = {

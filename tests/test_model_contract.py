@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models import LM, MIXERS, LMState
-from seqlab.models.attention import KVCache
+from seqlab.models.kv_cache import KVCache
 from seqlab.models.lm import map_tensors
 
 T = 12  # tokens per model test; the mixer tests run 20 > BLOCK (rope and alibi are not bound by block_size)

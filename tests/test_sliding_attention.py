@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from seqlab.config import ModelConfig
-from seqlab.models.attention import MultiHeadAttention, RingKVCache, SlidingKVCache
+from seqlab.models.attention import MultiHeadAttention
+from seqlab.models.kv_cache import RingKVCache, SlidingKVCache
 from seqlab.models.lm import map_tensors
 from seqlab.models.positional import RotaryPositions, attention_positions
 

@@ -11,7 +11,7 @@ chosen from the model (`plan_kind`):
   chunk length nor on the lane count.
 - `sliding` (attention with positions that depend on distance only: none, rope, alibi): emails are lanes
   too; each chunk of C = W // 2 tokens (W = block_size) attends causally to itself and to the keys and
-  values of the W - C inputs before it, held in a `seqlab.models.attention.RingKVCache` (a preallocated
+  values of the W - C inputs before it, held in a `seqlab.models.kv_cache.RingKVCache` (a preallocated
   ring: each call writes only its own C keys; `SlidingKVCache` is the concatenating reference). So target t
   reads the keys of inputs max(0, t // C * C - (W - C))..t: its whole prefix within the email's first W
   tokens (C divides W), later at least W - C = W/2 inputs, as the windows give, and never more than W (the
@@ -47,8 +47,8 @@ from seqlab.data.batches import IGNORE_INDEX, _eval_windows, gather_windows
 from seqlab.data.context_batches import gather_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.generation.decode import context_limit
-from seqlab.models.attention import RingKVCache
 from seqlab.models.context import ContextBatch
+from seqlab.models.kv_cache import RingKVCache
 from seqlab.models.lm import LM, LMState
 
 DISTANCE_POSITIONS = ("none", "rope", "alibi")  # positions a sliding key/value cache keeps valid

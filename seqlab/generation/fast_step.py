@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.models.attention import KVCache, MultiHeadAttention
+from seqlab.models.attention import MultiHeadAttention
+from seqlab.models.kv_cache import KVCache
 from seqlab.models.lm import LM, LMState
 from seqlab.models.positional import PositionHandler, RotaryPositions, _rotate_half  # _rotate_half: the model's formula
 from seqlab.models.recorder import active_recorder

@@ -27,8 +27,9 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
-from seqlab.models.attention import CrossKV, KVCache, MultiHeadAttention
+from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
+from seqlab.models.kv_cache import CrossKV, KVCache
 from seqlab.models.positional import attention_positions, build_positions
 
 

@@ -106,7 +106,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def _completions(run: Path) -> list[dict[str, Any]]:
     """Three suggestions per opening: greedy, beam search (3 beams) and a seeded sample, each shown only when
-    its confidence reaches the run's calibrated threshold (calibration.json), as the server would."""
+    its confidence reaches the run's calibrated threshold (calibration.json) and cut after its last word
+    still sure enough as a phrase, as the server does (`complete(..., threshold=...)`)."""
     model, tok, _ = load_run(run)
     calibration = load_calibration(run)
     threshold = calibration["threshold"] if calibration else 0.0
@@ -114,19 +115,19 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     for prompt in OPENINGS:
         for how, kwargs in (("greedy", {}), ("beam 3", {"beam": 3}),
                             ("sample", {"temperature": 0.8, "top_p": 0.9, "seed": 0})):
-            c = complete(model, tok, prompt, max_words=6, **kwargs)
+            c = complete(model, tok, prompt, max_words=6, threshold=threshold, **kwargs)
             out.append({"prompt": prompt, "how": how, "completion": c.text, "confidence": round(c.confidence, 3),
-                        "shown": bool(c.text) and c.confidence >= threshold, "threshold": round(threshold, 4)})
+                        "shown": bool(c.text), "threshold": round(threshold, 4)})
     return out
 
 
 def _describe(c: dict[str, Any]) -> str:
     if c["shown"]:
         said = repr(c["completion"])
-    elif not c["completion"]:
-        said = "(withheld: no whole word to suggest)"
-    else:
+    elif 0 < c["confidence"] < c["threshold"]:
         said = f"(withheld: confidence {c['confidence']:.3g} < threshold {c['threshold']:.3g})"
+    else:
+        said = "(withheld: no whole word to suggest)"
     return f"  {c['how']:<7} {c['prompt']!r} -> {said}"
 
 
