@@ -33,6 +33,7 @@ def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Pa
             sure = sum(q >= threshold for q in full.word_confidences)
             shown = split_words(c["completion"])
             assert shown == (full.words[:sure] if c["shown"] else []) and full.text.startswith(c["completion"])
+            assert c["unsure"] == (bool(full.words) and full.confidence < threshold)
         assert ("withheld" in _describe(c)) != c["shown"]
     assert any(c["shown"] for c in items) or all(c["confidence"] < threshold for c in items)
 

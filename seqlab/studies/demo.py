@@ -117,14 +117,16 @@ def _completions(run: Path) -> list[dict[str, Any]]:
                             ("sample", {"temperature": 0.8, "top_p": 0.9, "seed": 0})):
             c = complete(model, tok, prompt, max_words=6, threshold=threshold, **kwargs)
             out.append({"prompt": prompt, "how": how, "completion": c.text, "confidence": round(c.confidence, 3),
-                        "shown": bool(c.text), "threshold": round(threshold, 4)})
+                        "shown": bool(c.text), "threshold": round(threshold, 4),
+                        # withheld because unsure, or because no whole word came (from the unrounded value)
+                        "unsure": not c.text and 0.0 < c.confidence < threshold})
     return out
 
 
 def _describe(c: dict[str, Any]) -> str:
     if c["shown"]:
         said = repr(c["completion"])
-    elif 0 < c["confidence"] < c["threshold"]:
+    elif c["unsure"]:
         said = f"(withheld: confidence {c['confidence']:.3g} < threshold {c['threshold']:.3g})"
     else:
         said = "(withheld: no whole word to suggest)"
