@@ -17,7 +17,6 @@ from seqlab.data.batches import (
     IGNORE_INDEX,
     WindowSampler,
     eval_window_count,
-    fixed_eval_batches,
     iter_eval_windows,
 )
 
@@ -106,18 +105,6 @@ def test_eval_windows_cover_every_target_once(tmp_path: Path) -> None:
     # the last window of a long email is read in full so its targets keep their context
     last_of_64 = np.concatenate([x.numpy() for x, _ in batches])
     assert any(row[-1] == store.ends[10] - 2 and row[0] == store.ends[10] - 1 - T for row in last_of_64)
-
-
-def test_fixed_eval_batches_repeat_and_are_distinct(tmp_path: Path) -> None:
-    store, pad = coded_store(tmp_path, LENGTHS)
-    first = fixed_eval_batches(store, T, 4, 3, seed=5, pad_id=pad)
-    second = fixed_eval_batches(store, T, 4, 3, seed=5, pad_id=pad)
-    assert len(first) == 3 and all(len(x) == 4 for x, _ in first)
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
-    rows = np.concatenate([x.numpy() for x, _ in first])
-    assert len({r.tobytes() for r in rows}) == len(rows)  # no window twice
-    everything = fixed_eval_batches(store, T, 4, 1000, seed=5, pad_id=pad)
-    assert np.array_equal(np.sort(eval_targets(everything)), target_positions(store))
 
 
 # ---------------------------------------------------------------- properties over random corpora

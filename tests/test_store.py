@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from token_stores import LENGTHS, T, write_store
 
-from seqlab.data.batches import WindowSampler, eval_window_count, fixed_eval_batches, iter_eval_windows
+from seqlab.data.batches import WindowSampler, eval_window_count, iter_eval_windows
 from seqlab.data.store import TokenStore, TokenWriter, load_meta, token_dtype
 from seqlab.data.streams import StreamSampler, iter_eval_streams
 from seqlab.errors import UserError
+from seqlab.evaluation.plans import sample_emails
 
 
 def test_token_dtype_threshold() -> None:
@@ -93,7 +94,7 @@ def test_empty_split(tmp_path: Path) -> None:
     store = TokenStore(tmp_path, "train")
     assert store.num_emails == 0 and store.num_tokens == 0
     assert list(iter_eval_windows(store, T, 4, 258)) == [] and eval_window_count(store, T) == 0
-    assert fixed_eval_batches(store, T, 4, 3, 0, 258) == []
+    assert len(sample_emails(store, 100, seed=0)) == 0  # the trainer's validation sample
     assert list(iter_eval_streams(store, T, 4, 258)) == []
     with pytest.raises(UserError):
         WindowSampler(store, T, 4, 0, 258)

@@ -10,7 +10,6 @@ target is predicted from another email's text.
 - `WindowSampler.batch(step)`: random windows, a pure function of `(seed, step)`, so training resumes
   exactly from a step number.
 - `iter_eval_windows`: every target of every email exactly once, in a fixed order (full evaluation).
-- `fixed_eval_batches`: a fixed random subset of those windows (the same ones at every evaluation).
 
 Recurrent models read streams instead: see `seqlab.data.streams`.
 """
@@ -174,20 +173,3 @@ def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int, pad_i
     for a in range(0, len(start), batch_size):
         sl = slice(a, a + batch_size)
         yield gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])
-
-
-def fixed_eval_batches(store: TokenStore, block_size: int, batch_size: int, n_batches: int, seed: int,
-                       pad_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """`n_batches` batches of distinct evaluation windows chosen once from `seed`: the same every call.
-
-    When the split has fewer than `n_batches * batch_size` windows, all of them are used (fewer or
-    smaller batches); an empty split gives an empty list.
-    """
-    check_positive(block_size=block_size, batch_size=batch_size, n_batches=n_batches)
-    start, length, skip = _eval_windows(store, block_size)
-    want = min(len(start), n_batches * batch_size)
-    if want == 0:
-        return []
-    pick = np.sort(np.random.default_rng([seed]).choice(len(start), size=want, replace=False))
-    return [gather_windows(store.tokens, start[p], length[p], block_size, pad_id, skip[p])
-            for p in np.array_split(pick, range(batch_size, want, batch_size))]
