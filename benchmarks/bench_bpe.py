@@ -15,13 +15,18 @@ reads in the same time as the byte model of its family (its bytes/s over the byt
     python benchmarks/bench_bpe.py [SOURCE] [--out out/bench_bpe] [--bytes 2000000] [--vocabs byte,512,1024,2048]
                                    [--families attention,gru] [--jobs 2] [--threads 1]
                                    [--minutes N [--ref-tokens-per-s 23600]] [--widths 64,96,128] [--layers 2]
+                                   [--variant NAME=KEY=VALUE[,KEY=VALUE...]] ...
 
 Equal time (`--minutes N`, instead of equal bytes): each run gets the steps a QUIET N-minute run of it
 reaches (`benchmarks/equal_time.py`): every model's training speed is measured interleaved in this process
 with its own vocabulary, relative to the anchor (`make demo`'s attention model on bytes, whose quiet rate
 is --ref-tokens-per-s), so a BPE model's larger embedding and output layer are paid for in steps.
 `--widths` / `--layers` sweep the model size (n_embd with a head of 32 dimensions; n_layer) of every
-(family, tokenizer); the `small` preset's 128 x 2 is named without a suffix.
+(family, tokenizer); the `small` preset's 128 x 2 is named without a suffix. Each `--variant NAME=OVERRIDES`
+(repeatable; comma-separated config overrides, e.g. `lr5=train.lr=5e-3` or `cd40=train.cooldown_frac=0.4`)
+adds the runs of every (family, tokenizer, size) with those overrides, named with the suffix -NAME; without
+any, only the recipe itself runs. A variant that changes the step's cost (batch size, precision) is timed
+with it, as every run is.
 
 Writes DATA_DIRs under OUT/data/, one JSON per run (OUT/results/NAME-BYTES.json, or NAME-Nmin.json at
 equal time) and the table (OUT/table.md, or OUT/table-Nmin.md); a finished run is not trained again, so an
@@ -41,7 +46,9 @@ from typing import Any
 
 from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
 
-RECIPES = {"attention": "attn-rope", "gru": "gru"}  # studies/recipes.py names of the small preset's families
+# studies/recipes.py names of the small preset's families; the hybrid is its default pattern "ra" (a GRU
+# layer, then local attention over model.attn_window tokens)
+RECIPES = {"attention": "attn-rope", "gru": "gru", "hybrid": "hybrid"}
 BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # as benchmarks/bench_recipe.py: a short warmup
 
 
@@ -126,6 +133,17 @@ def table(results: list[dict[str, Any]], seconds: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _variants(specs: list[str] | None) -> list[tuple[str, tuple[str, ...]]]:
+    """(name suffix, overrides) of every --variant; the recipe alone ("", ()) when none is given."""
+    out = []
+    for spec in specs or []:
+        name, sep, overrides = spec.partition("=")
+        if not sep or not name or "." in name:
+            raise SystemExit(f"--variant {spec!r}: give NAME=KEY=VALUE[,KEY=VALUE...]")
+        out.append((f"-{name}", tuple(o.strip() for o in overrides.split(",") if o.strip())))
+    return out or [("", ())]
+
+
 def _sizes(widths: str, layers: str) -> list[tuple[str, tuple[str, ...]]]:
     """(name suffix, overrides) of every size asked for; the small preset's 128 x 2 has no suffix."""
     out = []
@@ -178,6 +196,8 @@ def main() -> None:
     ap.add_argument("--families", default="attention,gru")
     ap.add_argument("--widths", default="128", help="model widths (n_embd) to sweep")
     ap.add_argument("--layers", default="2", help="model depths (n_layer) to sweep")
+    ap.add_argument("--variant", action="append", metavar="NAME=OVERRIDES",
+                    help="runs with these comma-separated config overrides, named with the suffix -NAME")
     ap.add_argument("--minutes", type=float, default=None,
                     help="equal quiet time instead of equal bytes: the steps a quiet N-minute run reaches")
     ap.add_argument("--ref-tokens-per-s", type=float, default=REF_TOKENS_PER_S,
@@ -193,8 +213,9 @@ def main() -> None:
     datas = {v: prepare(args.source, out, v) for v in vocabs}
     bpts = {v: bytes_per_token(d) for v, d in datas.items()}
     # a family's runs queued next to each other, so that they share the same load
-    jobs = [(f"{fam}-{'bpe' + str(v) if v else 'byte'}{suffix}", fam, size, str(datas[v]), bpts[v])
-            for fam in families for suffix, size in _sizes(args.widths, args.layers) for v in vocabs]
+    jobs = [(f"{fam}-{'bpe' + str(v) if v else 'byte'}{suffix}{vsuffix}", fam, (*size, *extra), str(datas[v]), bpts[v])
+            for fam in families for suffix, size in _sizes(args.widths, args.layers) for v in vocabs
+            for vsuffix, extra in _variants(args.variant)]
     steps = _steps(jobs, datas, args)
     tag = str(args.bytes) if args.minutes is None else f"{args.minutes:g}min"
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
