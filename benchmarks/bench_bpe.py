@@ -44,12 +44,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
+from equal_time import REF_PRECISION, REF_TOKENS_PER_S, equal_time_steps, step_rates
 
 # studies/recipes.py names of the small preset's families; the hybrid is its default pattern "ra" (a GRU
 # layer, then local attention over model.attn_window tokens)
 RECIPES = {"attention": "attn-rope", "gru": "gru", "hybrid": "hybrid"}
-BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # as benchmarks/bench_recipe.py: a short warmup
+# as benchmarks/bench_recipe.py: a short warmup; fp32, as the runs named before train.precision existed
+# (a bf16 run is a variant: --variant bf16=train.precision=bf16)
+BASE = ["train.warmup_steps=30", "train.lr=3e-3", "train.precision=fp32"]
 
 
 def prepare(source: str, out: Path, vocab: int) -> Path:
@@ -172,7 +174,8 @@ def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) 
     new = [j for j in jobs if j[0] not in steps]
     if new:
         vocab = {str(d): load_tokenizer(d / "tokenizer.json").vocab_size for d in datas.values()}
-        configs = {"anchor": _config("attention", (), 1, args.threads, 259)}  # make demo's attention on bytes
+        # make demo's attention on bytes, in fp32 as its quiet rate was measured
+        configs = {"anchor": _config("attention", (REF_PRECISION,), 1, args.threads, 259)}
         configs |= {j[0]: _config(j[1], j[2], 1, args.threads, vocab[j[3]]) for j in new}
         same = [name for name, c in configs.items() if name != "anchor" and c == configs["anchor"]]
         measured = step_rates({n: c for n, c in configs.items() if n not in same}, args.threads)

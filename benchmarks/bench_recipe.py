@@ -49,7 +49,9 @@ from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
 
 REF = "attn"  # the baseline whose quiet rate (REF_TOKENS_PER_S) anchors an equal-time budget
 
-BASE = ["train.warmup_steps=30", "train.lr=3e-3"]  # a few hundred steps: a short warmup
+# a few hundred steps: a short warmup; fp32, as attn's quiet anchor rate and the comparisons measured before
+# train.precision existed (a bf16 variant overrides it)
+BASE = ["train.warmup_steps=30", "train.lr=3e-3", "train.precision=fp32"]
 # comparison -> [(variant name, recipe, overrides)]; the first variant of most is the baseline "attn"
 COMPARISONS: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {
     "schedule": [("attn", "attn-rope", ()), ("attn-wsd", "attn-rope", ("train.schedule=wsd",))],

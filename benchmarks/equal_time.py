@@ -13,7 +13,9 @@ on the values), so every model sees the same load, and the fastest round of each
 is its own cost plus whatever the other work took from it, so the fastest of many rounds is the closest
 to the quiet cost (the median was tried first and timed two copies of one model 1.4x apart).
 ref_tokens_per_s is the reference's measured quiet rate: 23,600 tokens/s for `make demo`'s attention model
-on bytes (the `small` preset at 2 threads did 2,428 steps of 2,048 tokens in 210 s on the quiet machine).
+on bytes (the `small` preset at 2 threads did 2,428 steps of 2,048 tokens in 210 s on the quiet machine),
+in fp32: so the reference is timed with train.precision=fp32 (REF_PRECISION), and every other model with
+its own train.precision (bf16 autocast around the forward pass, as the trainer does; `training/precision.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from typing import Any
 
 REF_TOKENS_PER_S = 23_600.0  # make demo's attention model on bytes, quiet: 2,428 steps x 2,048 tokens / 210 s
+REF_PRECISION = "train.precision=fp32"  # the override that times the reference as its quiet rate was measured
 
 
 def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: int = 3) -> dict[str, dict[str, float]]:
@@ -38,6 +41,7 @@ def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: i
     from seqlab.models.context import ContextBatch
     from seqlab.training.flops import flops_per_token
     from seqlab.training.optim import make_optimizer
+    from seqlab.training.precision import autocast_for
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)
@@ -52,10 +56,13 @@ def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: i
         if cfg.model.cross_attention:  # (B, 1, Lc) context ids, all real
             ids = torch.randint(0, cfg.model.vocab_size, (t.batch_size, 1, cfg.model.ctx_block_size), generator=gen)
             extra["context"] = ContextBatch(ids, torch.ones_like(ids, dtype=torch.bool))
+        extra["autocast"] = autocast_for(t.precision, torch.device("cpu"))  # bf16 or nothing, as the trainer
         setups[name] = (model, opt, x, extra, flops_per_token(model, cfg.model, cfg.model.block_size))
 
     def step(model: Any, opt: Any, x: Any, extra: dict[str, Any]) -> None:
-        logits, _ = model(x[:, :-1], **extra)  # (B, T, V)
+        kwargs = {k: v for k, v in extra.items() if k != "autocast"}
+        with extra["autocast"]():
+            logits, _ = model(x[:, :-1], **kwargs)  # (B, T, V)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), x[:, 1:].flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
