@@ -213,7 +213,7 @@ def report(people: dict[str, dict[str, Any]], steps: dict[str, int], datas: dict
         meta = json.loads((datas[name] / "meta.json").read_text())["splits"]
         summary["people"][name] = {"splits": meta, "arms": {}, "bootstrap": p["bootstrap"]}
         for arm, (result, run) in p["arms"].items():
-            best = json.loads((Path(run) / "run.json").read_text()).get("best_step", "")
+            best = json.loads((Path(run) / "run.json").read_text())["summary"]["best_step"]
             ems = [em_at(result, c, n) for c in COVERAGES for n in (1, 3)]
             summary["people"][name]["arms"][arm] = {"bpb": result["bpb"], "best_step": best, "run": str(run),
                                                     "em_hits_shown": ems}
