@@ -11,7 +11,10 @@ On each person's test split, at equal budget:
     general      the general model as it is
     adapted      the general model trained further on the person's train split (`train --init`)
     scratch      the same recipe trained on the person's train split alone, for the adaptation's steps
-    scratch+     (--scratch-long) the same, for the general's and the adaptation's steps together
+    scratch+     (--scratch-long) the same, for the general's and the adaptation's steps together (under
+                 the wsd schedule it follows scratch step for step until scratch's cooldown, so it differs
+                 only when a later checkpoint validates better; for Gary Murphy it did not: best step
+                 100 of 1,892, the same weights and test bpb as scratch's)
     +phrases     the general and the adapted model with the person's phrase cache (`seqlab phrases` of the
                  train split) blended at decode time; bits per byte stay the model's own
 
