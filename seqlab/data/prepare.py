@@ -41,6 +41,7 @@ from seqlab.data.contexts import ContextSpool, thread_parents, write_contexts
 from seqlab.data.durable import DiskFullError, atomic_write_text, fsync_dir, is_disk_full, kill_point
 from seqlab.data.encode import SPLITS, encode_all
 from seqlab.data.mail.corpus import Deduper
+from seqlab.data.mail.mime import parse_addresses
 from seqlab.data.mail.reader import CleanOptions
 from seqlab.data.mail.records import SkipReport
 from seqlab.data.mail.sources import resolve_source
@@ -142,8 +143,8 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
     try:
         meta = _build(staging, source, tokenizer=tokenizer, vocab_size=vocab_size, split=split, seed=seed,
                       opts=CleanOptions(keep_quotes=keep_quotes, keep_signatures=keep_signatures,
-                                        mask_pii=mask_pii, senders=_addresses(senders),
-                                        exclude_senders=_addresses(exclude_senders)),
+                                        mask_pii=mask_pii, senders=_addresses(senders, "--sender"),
+                                        exclude_senders=_addresses(exclude_senders, "--exclude-sender")),
                       limit=limit, count=count, groups=groups, cache_dir=cache_dir, progress=progress,
                       workers=workers, stats=stats, reused=reused)
         _publish(staging, out)
@@ -158,9 +159,29 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
     return meta
 
 
-def _addresses(values: Sequence[str]) -> frozenset[str]:
-    """Case-folded sender addresses of `--sender` / `--exclude-sender` (as `mime.parse_addresses` gives)."""
-    return frozenset(v.strip().casefold() for v in values if v.strip())
+def _addresses(values: Sequence[str], flag: str) -> frozenset[str]:
+    """The addresses in `--sender` / `--exclude-sender` values, normalized as a From header's address is
+    (`mime.parse_addresses`, case-folded as `reader` compares them), so a value pasted from a From line,
+    `Matthias Saou <Matthias@egwn.net>`, matches as `matthias@egwn.net` does. A value without an address
+    (a name, a typo) is refused: it would match nothing, and an --exclude-sender would silently leave the
+    person in."""
+    out: set[str] = set()
+    for value in values:
+        found = parse_addresses(value)
+        if not found:
+            raise UserError(f"{flag} {value!r} holds no email address; give one like name@example.org")
+        out.update(a.casefold() for a in found)
+    return frozenset(out)
+
+
+def _nothing_kept(source: str, report: SkipReport, opts: CleanOptions) -> str:
+    """The error when no email is left: how many were seen and why each was skipped (a --sender that
+    matched nobody says so)."""
+    why = ", ".join(f"{reason} {n}" for reason, n in report.skipped.most_common())
+    text = f"no usable email was found in {source} ({report.seen} messages seen{'; skipped: ' + why if why else ''})"
+    if opts.senders and report.skipped["other_sender"]:
+        text += f"; no kept message is From {', '.join(sorted(opts.senders))}"
+    return text
 
 
 def _staging_folder(out: Path) -> Path:
@@ -229,7 +250,7 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
         table, duplicates, replies = _spool_emails(messages, opts, report, limit, spool, workers, progress, stats)
         lap("read_s")
         if not table.emails:
-            raise UserError(f"no usable email was found in {source} ({report.seen} messages seen)")
+            raise UserError(_nothing_kept(source, report, opts))
         parents = thread_parents(*replies)  # for emails that quote nothing: the parent's body as context
         del replies
         assignment = _split_threads(table, seed, split)
