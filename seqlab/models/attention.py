@@ -258,9 +258,14 @@ class MultiHeadAttention(nn.Module):
             rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
             w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
             qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
-            cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2)
-            pairs = torch.view_as_complex(qkv[:, :, :2].unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
+            # bf16 (under autocast) has no complex dtype: its pairs are rotated in float32 and written back
+            exact = qkv.dtype in (torch.float32, torch.float64)
+            qk = qkv[:, :, :2] if exact else qkv[:, :, :2].float()  # (B, T, 2, H, D)
+            cos, sin = self.pos.tables(offset, t, qk.dtype)  # (T, D/2)
+            pairs = torch.view_as_complex(qk.unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
             pairs.mul_(torch.complex(cos, sin)[:, None, None])  # (x1 + i x2) e^{i p theta}: [x1', x2']
+            if not exact:
+                qkv[:, :, :2] = qk
             q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
         else:
             qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
