@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqlab.models.cpu_linear import linear
 from seqlab.models.kv_cache import CrossKV, KVCache, RingKVCache, SlidingKVCache
 from seqlab.models.positional import PositionHandler, RotaryPositions
 from seqlab.models.recorder import active_recorder
@@ -217,7 +218,7 @@ class MultiHeadAttention(nn.Module):
         # otherwise each compute a (B, T, C) input gradient and add them (seqlab bench, "throughput")
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C)
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
-        q, k, v = (self._heads(z) for z in F.linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        q, k, v = (self._heads(z) for z in linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
         q, k = self._qk_norm(q, k)
         offset = state.length if state is not None else 0  # position of the first new token
         if self.pos is not None:
@@ -257,7 +258,7 @@ class MultiHeadAttention(nn.Module):
             # the same order for queries and keys, which leaves every q . k unchanged
             rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
             w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
-            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
             # bf16 (under autocast) has no complex dtype: its pairs are rotated in float32 and written back
             exact = qkv.dtype in (torch.float32, torch.float64)
             qk = qkv[:, :, :2] if exact else qkv[:, :, :2].float()  # (B, T, 2, H, D)
@@ -268,7 +269,7 @@ class MultiHeadAttention(nn.Module):
                 qkv[:, :, :2] = qk
             q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
         else:
-            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
             q, k = self._qk_norm(qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2))
             if self.pos is not None:
                 q, k = self.pos.rotate(q, k, offset)
