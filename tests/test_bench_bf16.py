@@ -88,3 +88,22 @@ def test_bench_quick_bf16_rows(tmp_path: Path) -> None:
         assert r["section"] == "bf16" and r["value"] > 0 and r["pass"] == check_goal(r["value"], r["goal"])
     goal_rows = {r["name"] for r in rows if r["goal"]}
     assert goal_rows == ({"mingru bf16 vs loop, L=128"} if bf16.default_precision() == "bf16" else set())
+
+
+def test_the_evaluation_goal_row_compares_with_the_default_training_step() -> None:
+    from seqlab.bench.heldout import _rows
+
+    times = {"train_fp32": 0.2, "train_bf16": 0.1, "eval": 1.0, "eval_bf16": 0.5, "windows": 2.0}
+    result = {"tokens": 4000, "bpb": 2.0, "bpb_bf16": 2.0001}
+    rows = {r["name"]: r for r in _rows("attention", "val", "sliding", 1000, 4100, result, times)}
+    default = bf16.default_precision()
+    goal = rows["attention small: eval / train"]
+    assert goal["goal"] == ">= 3.0" and goal["detail"]["train_precision"] == default
+    # 4000 tokens/s of evaluation against 5000 (fp32) or 10000 (bf16) training tokens/s
+    assert goal["value"] == pytest.approx(0.8 if default == "fp32" else 0.4)
+    other = "bf16" if default == "fp32" else "fp32"
+    expect = 0.4 if other == "bf16" else 0.8
+    assert rows[f"attention small: eval / train ({other} step)"]["value"] == pytest.approx(expect)
+    assert rows["attention small: bf16 eval / bf16 train"]["value"] == pytest.approx(0.8)
+    assert rows["attention small: sliding / windows"]["value"] == pytest.approx(2.0)
+    assert sum(bool(r["goal"]) for r in rows.values()) == 1
