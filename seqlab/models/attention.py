@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seqlab.models.cpu_linear import linear
+from seqlab.models.cpu_linear import apply_linear, linear
 from seqlab.models.kv_cache import CrossKV, KVCache, RingKVCache, SlidingKVCache
 from seqlab.models.positional import PositionHandler, RotaryPositions
 from seqlab.models.recorder import active_recorder
@@ -175,7 +175,7 @@ class MultiHeadAttention(nn.Module):
     def _merge(self, y: Tensor) -> Tensor:
         """(B, H, L, D) -> (B, L, C): concatenate the heads, then W_O."""
         b, _, length, _ = y.shape
-        return self.out_proj(y.transpose(1, 2).reshape(b, length, self.n_embd))
+        return apply_linear(self.out_proj, y.transpose(1, 2).reshape(b, length, self.n_embd))
 
     def forward(
         self,

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def _find_op() -> object | None:
@@ -62,3 +62,11 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None, gelu: bool = False) ->
         return _OP(x, w, b, "gelu" if gelu else "none", [], "none" if gelu else "")  # type: ignore[operator]
     y = F.linear(x, w, b)
     return F.gelu(y) if gelu else y
+
+
+def apply_linear(module: nn.Linear, x: Tensor) -> Tensor:
+    """`module(x)` through `linear` where the module has no hooks (an inspection probe may hook a
+    projection's input: then the module itself is called, hooks and all)."""
+    if module._forward_pre_hooks or module._forward_hooks or not onednn_applies(x):
+        return module(x)
+    return linear(x, module.weight, module.bias)
