@@ -1,8 +1,8 @@
 """Training in bfloat16 on the CPU ("bf16" rows): the bf16 matmul peak, each family's step, minGRU.
 
-Runs only where the CPU has bf16 dot-product instructions (`seqlab.training.precision.cpu_bf16_native`);
-elsewhere one "skipped" row says so. A bf16 step is what the trainer runs under train.precision=bf16:
-the forward pass (loss included) under `torch.autocast("cpu", dtype=torch.bfloat16)`, the loss computed
+Runs only where the CPU has bf16 dot-product instructions (`seqlab.training.precision.cpu_has_native_bf16`);
+elsewhere one "skipped" row says so. A bf16 step is what the trainer runs under train.precision=bf16: the
+forward pass (loss included) under `torch.autocast("cpu", dtype=torch.bfloat16)`, the loss computed
 in float32 (`lm_loss`), the weights, gradients and optimizer in float32. The fp32 step beside it is the
 one of the "throughput" and "layers" sections, timed in the same rotation.
 
@@ -12,7 +12,8 @@ Rows:
   <family> small bf16: MFU    the bf16 step's model FLOPs (`seqlab.training.flops`) over the bf16 peak
   mingru bf16 vs loop, L=512  the minGRU mixer against the explicit GRU loop, both under autocast
   mingru_L<L> bf16            the minGRU mixer against the fused GRU, both under autocast, 1 thread
-A goal sits on the rows of the precision the trainer uses by default on this machine (`default_precision`):
+A goal sits on the rows of the precision the trainer uses by default on this machine (`default_precision`,
+the `small` preset's train.precision=auto resolved here):
 the issue's goals are about what a user's training does. So with train.precision=auto resolving to bf16
 here, the minGRU goals (>= 10x the loop at L = 512, >= 5x the fused GRU at L = 2048) move from the
 "layers" rows to these; with fp32 they stay there.
@@ -26,20 +27,20 @@ import torch
 
 from seqlab.bench.common import Step, backward_step, row, time_pair, time_steps
 from seqlab.bench.throughput import FAMILIES, PEAK_N, family_config, seqlab_step
-from seqlab.config import ModelConfig, TrainConfig
+from seqlab.config import ModelConfig, get_preset
 from seqlab.models.mingru import MinGRUMixer
 from seqlab.models.rnn import RecurrentMixer
 from seqlab.training.flops import flops_per_token, mfu
-from seqlab.training.precision import autocast_for, cpu_bf16_native, resolve_precision
+from seqlab.training.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 
 SECTION = "bf16"
 CPU = torch.device("cpu")
 
 
-def default_precision() -> str:
-    """"fp32" or "bf16": what a training run on this CPU uses when train.precision is left alone (fp32
-    where the config has no precision field)."""
-    return resolve_precision(getattr(TrainConfig(), "precision", "fp32"), CPU)
+def default_precision(preset: str = "small") -> str:
+    """"fp32" or "bf16": what a training run of `preset` uses on this CPU when train.precision is left
+    alone (`auto` resolved by `seqlab.training.precision`)."""
+    return resolve_precision(get_preset(preset).train.precision, CPU)
 
 
 def matmul_step(dtype: torch.dtype, n: int = PEAK_N) -> Step:
@@ -143,7 +144,7 @@ def mingru_rows(lens: list[int], batch: int, C: int, repeats: int, loop_len: int
 
 def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
     """Every bf16 row at `threads` torch threads (the minGRU rows on 1), or one skipped row."""
-    if not cpu_bf16_native():
+    if not cpu_has_native_bf16():
         return [row(SECTION, "skipped: this CPU has no bf16 dot-product instructions", "", 0.0, "skipped")]
     goals = default_precision() == "bf16"
     before = torch.get_num_threads()

@@ -33,7 +33,7 @@ from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.evaluation.heldout import evaluate_lm, score_heldout, score_split, token_byte_lengths
 from seqlab.evaluation.plans import iter_windows, split_plan
-from seqlab.training.precision import autocast_for, cpu_bf16_native
+from seqlab.training.precision import autocast_for, cpu_has_native_bf16
 
 CPU = torch.device("cpu")
 
@@ -45,7 +45,7 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     cfg.vocab_size = tok.vocab_size
     model, step = seqlab_step(cfg, batch)
     _, step16 = seqlab_step(cfg, batch, precision="bf16")
-    bf16 = cpu_bf16_native()
+    bf16 = cpu_has_native_bf16()
     store = TokenStore(data, split)
     plan = split_plan(model, store, cfg.block_size, batch, tok.pad_id)
     fed = sum(c.x.numel() for c in plan.chunks)  # positions the model computes, padding included

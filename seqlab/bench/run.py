@@ -37,7 +37,7 @@ from seqlab.bench import SECTIONS
 from seqlab.bench.common import machine_info, row
 from seqlab.bench.results import markdown, write_json
 from seqlab.training.flops import matmul_peak_gflops
-from seqlab.training.precision import cpu_bf16_native
+from seqlab.training.precision import cpu_has_native_bf16
 
 PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prepare.py"
 
@@ -123,7 +123,7 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     peak = matmul_peak_gflops(2048)
-    peak16 = matmul_peak_gflops(2048, dtype=torch.bfloat16) if cpu_bf16_native() else None
+    peak16 = matmul_peak_gflops(2048, dtype=torch.bfloat16) if cpu_has_native_bf16() else None
     print(f"fp32 matmul peak {peak:.0f} GFLOP/s on {threads} threads"
           + (f", bf16 {peak16:.0f} GFLOP/s" if peak16 else ", no bf16 instructions"), flush=True)
     payload: dict[str, Any] = {"quick": quick, "machine": machine_info(peak, peak16), "rows": [], "errors": {},

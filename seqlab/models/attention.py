@@ -252,21 +252,17 @@ class MultiHeadAttention(nn.Module):
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
         offset = state.length  # position of the first new token
-        if isinstance(self.pos, RotaryPositions) and self.q_norm is None:
+        complex_ok = not torch.is_autocast_enabled(x.device.type)  # no complex bfloat16: autocast rotates below
+        if isinstance(self.pos, RotaryPositions) and self.q_norm is None and complex_ok:
             # RoPE as one complex product in place (Su et al. 2021, eq. 34 in complex form): the rows of
             # W_Q and W_K are reordered so each head's rotated pair (i, i + D/2) comes out side by side,
             # the same order for queries and keys, which leaves every q . k unchanged
             rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
             w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
             qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
-            # bf16 (under autocast) has no complex dtype: its pairs are rotated in float32 and written back
-            exact = qkv.dtype in (torch.float32, torch.float64)
-            qk = qkv[:, :, :2] if exact else qkv[:, :, :2].float()  # (B, T, 2, H, D)
-            cos, sin = self.pos.tables(offset, t, qk.dtype)  # (T, D/2)
-            pairs = torch.view_as_complex(qk.unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
+            cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2)
+            pairs = torch.view_as_complex(qkv[:, :, :2].unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
             pairs.mul_(torch.complex(cos, sin)[:, None, None])  # (x1 + i x2) e^{i p theta}: [x1', x2']
-            if not exact:
-                qkv[:, :, :2] = qk
             q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
         else:
             qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
