@@ -44,7 +44,8 @@ def category(key: str, shapes: list[Any], half_head: int) -> str:
     last = next((s[-1] for s in shapes if isinstance(s, (list, tuple)) and s), None)
     named = {"aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul", "aten::gelu": "GELU",
              "aten::gelu_backward": "GELU", "aten::_log_softmax": "log-softmax + NLL",
-             "aten::_log_softmax_backward_data": "log-softmax + NLL"}
+             "aten::_log_softmax_backward_data": "log-softmax + NLL",
+             "mkldnn::_linear_pointwise": "matmul"}  # oneDNN's inference linear (models/cpu_linear.py), GELU fused
     if key in named:
         return named[key]
     if "scaled_dot_product" in key or "flash" in key:

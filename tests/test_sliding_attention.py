@@ -95,3 +95,20 @@ def test_ring_slots_and_positions() -> None:
     assert ring.k is not None and ring.k.size(2) == 5  # keep + the first call's width, never grown
     with pytest.raises(ValueError, match="longer"):
         ring.append(pos[:, :, :3], pos[:, :, :3])
+
+
+@pytest.mark.parametrize("pos", ["rope", "alibi", "none"])
+def test_sliding_path_under_bf16_autocast_is_the_float32_result_to_bf16_accuracy(pos: str) -> None:
+    """The trainer's validation under train.precision=bf16 runs this path under autocast: bf16 has no
+    complex dtype, so RoPE's pairs turn in float32 there; the result is the float32 one to bf16 rounding."""
+    mha = attention_module(pos).float()
+    x = torch.randn(3, sum(WIDTHS), 16)
+    exact = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ring = run_calls(mha, x, RingKVCache(KEEP), drop_after=1)
+        generic = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+    for e, r, g in zip(exact, ring, generic):
+        assert r.dtype == torch.bfloat16
+        scale = e.abs().max()
+        assert (r.float() - e).abs().max() <= 3e-2 * scale
+        assert (r.float() - g.float()).abs().max() <= 3e-2 * scale

@@ -100,8 +100,9 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def machine_info(peak_gflops: float | None = None) -> dict[str, Any]:
-    """torch and Python versions, threads, CPUs, the CPU model, load, the OpenMP wait policy."""
+def machine_info(peak_gflops: float | None = None, bf16_peak_gflops: float | None = None) -> dict[str, Any]:
+    """torch and Python versions, threads, CPUs, the CPU model, load, the OpenMP wait policy, and the
+    matmul peaks when given (bf16: only where the CPU has bf16 instructions)."""
     info: dict[str, Any] = {
         "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -110,4 +111,6 @@ def machine_info(peak_gflops: float | None = None) -> dict[str, Any]:
     }
     if peak_gflops is not None:
         info["fp32_matmul_peak_gflops"] = round(peak_gflops, 1)
+    if bf16_peak_gflops is not None:
+        info["bf16_matmul_peak_gflops"] = round(bf16_peak_gflops, 1)
     return info

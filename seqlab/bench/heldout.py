@@ -7,10 +7,16 @@ the same machine, the two timed in turn (median of 3 after a warm-up). Goal: eva
 for attention (the `small` preset's RoPE: a key/value cache slides over whole-email lanes, each chunk
 of W/2 tokens reading the W/2 before it) and a GRU (whole-email lanes, the hidden state carried).
 
-A forward pass is about a third of a training step's FLOPs. A second row counts every position the
-model computes (padding included). For attention a third row compares, side by side, the sliding cache
-with the half-overlapping windows that learned positions still use (and that every attention model
-used before): those compute each position about twice, since only the second half of a window is new.
+The goal row compares with the training step the trainer runs by default on this machine
+(`seqlab.bench.bf16.default_precision`: fp32, or bf16 autocast where train.precision=auto resolves to
+bf16); on a CPU with bf16 instructions the other precision's step is timed in the same rotation and given
+as an informative row, and so is evaluation itself under bf16 autocast (what the trainer's validation runs
+under train.precision=bf16) against the bf16 step, with its bits per byte beside the float32 ones.
+`seqlab eval` and `evaluate_lm` stay float32. A forward pass is about a third of a training step's FLOPs.
+A second row counts every position the model computes (padding included). For attention a last row
+compares, side by side, the sliding cache with the half-overlapping windows that learned positions still
+use (and that every attention model used before): those compute each position about twice, since only the
+second half of a window is new.
 """
 
 from __future__ import annotations
@@ -20,21 +26,26 @@ from typing import Any
 
 import torch
 
+from seqlab.bench.bf16 import default_precision
 from seqlab.bench.common import row, time_steps
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
-from seqlab.evaluation.heldout import evaluate_lm, score_heldout, token_byte_lengths
+from seqlab.evaluation.heldout import evaluate_lm, score_heldout, score_split, token_byte_lengths
 from seqlab.evaluation.plans import iter_windows, split_plan
+from seqlab.training.precision import autocast_for, cpu_has_native_bf16
 
 CPU = torch.device("cpu")
 
 
 def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
+    """The evaluation rows of one family's `small` preset on `split` (module docstring)."""
     cfg, batch = family_config(family)
     tok = load_tokenizer(data / "tokenizer.json")
     cfg.vocab_size = tok.vocab_size
     model, step = seqlab_step(cfg, batch)
+    _, step16 = seqlab_step(cfg, batch, precision="bf16")
+    bf16 = cpu_has_native_bf16()
     store = TokenStore(data, split)
     plan = split_plan(model, store, cfg.block_size, batch, tok.pad_id)
     fed = sum(c.x.numel() for c in plan.chunks)  # positions the model computes, padding included
@@ -43,24 +54,51 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     def evaluate() -> None:
         result.update(evaluate_lm(model, store, cfg.block_size, batch, CPU, tok))
 
+    def evaluate16() -> None:  # the trainer's validation under train.precision=bf16
+        result["bpb_bf16"] = score_split(model, store, cfg.block_size, batch, CPU, tok,
+                                         autocast=autocast_for("bf16", CPU)).bpb
+
     def windows() -> None:  # the half-overlapping windows, for the side-by-side row
         score_heldout(model, iter_windows(store, cfg.block_size, batch, tok.pad_id, 0), token_byte_lengths(tok), CPU)
 
-    steps = [step, evaluate] + ([windows] if plan.kind == "sliding" else [])
-    s_train, eval_s, *rest = time_steps(steps, 3, 1)
-    train_rate = batch * cfg.block_size / s_train
-    eval_rate = result["tokens"] / eval_s
-    detail = {"plan": plan.kind, "eval_tokens": result["tokens"], "eval_positions": fed, "eval_s": eval_s,
-              "tokens_per_s_eval": eval_rate, "positions_per_s_eval": fed / eval_s, "tokens_per_s_train": train_rate}
-    out = [row("evaluation", f"{family} small: eval / train", f"scored tokens/s of evaluate_lm over the whole {split} "
-               f"split ({plan.kind} plan, evaluation/plans.py) against the training step's tokens/s, same model and "
-               "batch, timed in turn", eval_rate / train_rate, "x", ">= 3.0", **detail),
-           row("evaluation", f"{family} small: positions eval / train", "the same counting every position the model "
-               "computes (padding included)", fed / eval_s / train_rate, "x", **detail)]
-    if rest:
-        out.append(row("evaluation", f"{family} small: sliding / windows", "evaluate_lm's sliding key/value cache "
+    steps = [step, evaluate, *([step16, evaluate16] if bf16 else []), *([windows] if plan.kind == "sliding" else [])]
+    secs = time_steps(steps, 3, 1)
+    nan = float("nan")
+    times = {"train_fp32": secs.pop(0), "eval": secs.pop(0), "train_bf16": secs.pop(0) if bf16 else nan,
+             "eval_bf16": secs.pop(0) if bf16 else nan, "windows": secs.pop(0) if secs else nan}
+    return _rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
+
+
+def _rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
+          times: dict[str, float]) -> list[dict[str, Any]]:
+    """The rows from the medians `times` (seconds of each timed thing) and the evaluation's `result`."""
+    rate = {p: step_tokens / times[f"train_{p}"] for p in ("fp32", "bf16")}
+    default = default_precision()
+    eval_rate = result["tokens"] / times["eval"]
+    detail = {"plan": kind, "eval_tokens": result["tokens"], "eval_positions": fed, "eval_s": times["eval"],
+              "tokens_per_s_eval": eval_rate, "positions_per_s_eval": fed / times["eval"],
+              "tokens_per_s_train": rate[default], "train_precision": default,
+              "tokens_per_s_train_fp32": rate["fp32"], "tokens_per_s_train_bf16": rate["bf16"]}
+    name = f"{family} small"
+    out = [row("evaluation", f"{name}: eval / train", f"scored tokens/s of evaluate_lm (float32) over the whole "
+               f"{split} split ({kind} plan, evaluation/plans.py) against the default ({default}) training step's "
+               "tokens/s, same model and batch, timed in turn", eval_rate / rate[default], "x", ">= 3.0", **detail),
+           row("evaluation", f"{name}: positions eval / train", "the same counting every position the model "
+               "computes (padding included)", fed / times["eval"] / rate[default], "x", **detail)]
+    if "bpb_bf16" in result:
+        other = "fp32" if default == "bf16" else "bf16"
+        out.append(row("evaluation", f"{name}: eval / train ({other} step)", "the same float32 evaluation "
+                       f"against the {other} training step", eval_rate / rate[other], "x", **detail))
+        out.append(row("evaluation", f"{name}: bf16 eval / bf16 train", "evaluation under bf16 autocast (the "
+                       "trainer's validation under train.precision=bf16) against the bf16 training step; bits per "
+                       "byte of both evaluations in detail", result["tokens"] / times["eval_bf16"] / rate["bf16"],
+                       "x", bpb_fp32=result["bpb"], bpb_bf16=result["bpb_bf16"], eval_bf16_s=times["eval_bf16"],
+                       **detail))
+    if kind == "sliding":
+        out.append(row("evaluation", f"{name}: sliding / windows", "evaluate_lm's sliding key/value cache "
                        "against the half-overlapping windows (learned positions' plan) on the same split, scored "
-                       "tokens/s, timed in turn", rest[0] / eval_s, "x", windows_s=rest[0], **detail))
+                       "tokens/s, timed in turn", times["windows"] / times["eval"], "x", windows_s=times["windows"],
+                       **detail))
     return out
 
 

@@ -30,11 +30,13 @@ def _value(v: float, unit: str) -> str:
 def markdown(payload: dict[str, Any]) -> str:
     """bench.md: the machine in one paragraph, then one table line per row with its goal and PASS/MISS."""
     m = payload["machine"]
+    bf16 = (f", bf16 {m['bf16_matmul_peak_gflops']:.0f} GFLOP/s" if "bf16_matmul_peak_gflops" in m
+            else ", no bf16 instructions")
     lines = [
         f"# seqlab bench{' --quick' if payload.get('quick') else ''}",
         "",
         f"torch {m['torch']}, {m['threads']} threads of {m['cpus']} CPUs ({m['cpu']}), fp32 matmul peak "
-        f"{m.get('fp32_matmul_peak_gflops', float('nan')):.0f} GFLOP/s (2048 x 2048, measured at start), load "
+        f"{m.get('fp32_matmul_peak_gflops', float('nan')):.0f} GFLOP/s{bf16} (2048 x 2048, measured at start), load "
         f"{m['load_1min']:.1f} at start, OMP_WAIT_POLICY={m['omp_wait_policy'] or '(unset)'}; "
         f"{payload['wall_s']:.0f} s in all.",
         "",

@@ -3,6 +3,8 @@
 Sections, in order (each a module of this package; `--only` picks some):
   layers      our layers against PyTorch built-ins; minGRU against the fused GRU at long L (`layers`)
   throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`)
+  bf16        on a CPU with bf16 instructions: the bf16 matmul peak, each family's training step under bf16
+              autocast against fp32, minGRU against the GRU in bf16 (`bf16`); one "skipped" row elsewhere
   evaluation  evaluation of a whole split against training tokens/s (`heldout`)
   compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
   threads     the default thread policy beside a busy process (`contention`)
@@ -13,8 +15,9 @@ Sections, in order (each a module of this package; `--only` picks some):
               attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
               without CUDA
 
-The machine (torch, threads, CPUs, CPU model, the fp32 matmul peak at 2048 x 2048 measured at start)
-heads both files. A section that fails is recorded with its error and the others still run.
+The machine (torch, threads, CPUs, CPU model, the fp32 matmul peak at 2048 x 2048 measured at start, and
+the bf16 one beside it where the CPU has bf16 instructions) heads both files. A section that fails is
+recorded with its error and the others still run.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from seqlab.bench import SECTIONS
 from seqlab.bench.common import machine_info, row
 from seqlab.bench.results import markdown, write_json
 from seqlab.training.flops import matmul_peak_gflops
+from seqlab.training.precision import cpu_has_native_bf16
 
 PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prepare.py"
 
@@ -50,6 +54,12 @@ def _throughput(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     from seqlab.bench import throughput
 
     return throughput.rows(quick, threads)
+
+
+def _bf16(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import bf16
+
+    return bf16.rows(quick, threads)
 
 
 def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
@@ -113,12 +123,15 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     peak = matmul_peak_gflops(2048)
-    print(f"fp32 matmul peak {peak:.0f} GFLOP/s on {threads} threads", flush=True)
-    payload: dict[str, Any] = {"quick": quick, "machine": machine_info(peak), "rows": [], "errors": {},
+    peak16 = matmul_peak_gflops(2048, dtype=torch.bfloat16) if cpu_has_native_bf16() else None
+    print(f"fp32 matmul peak {peak:.0f} GFLOP/s on {threads} threads"
+          + (f", bf16 {peak16:.0f} GFLOP/s" if peak16 else ", no bf16 instructions"), flush=True)
+    payload: dict[str, Any] = {"quick": quick, "machine": machine_info(peak, peak16), "rows": [], "errors": {},
                                "sections": {}}
     runners: dict[str, Callable[[], list[dict[str, Any]]]] = {
         "layers": lambda: _layers(out, quick, threads),
         "throughput": lambda: _throughput(out, quick, threads),
+        "bf16": lambda: _bf16(out, quick, threads),
         "evaluation": lambda: _evaluation(out, quick, threads),
         "compile": lambda: _compile(out, quick, threads),
         "threads": lambda: _threads(out, quick, threads),

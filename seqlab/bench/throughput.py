@@ -31,6 +31,7 @@ from seqlab.evaluation.heldout import lm_loss
 from seqlab.models import build_model
 from seqlab.training.flops import flops_per_token, mfu
 from seqlab.training.optim import make_optimizer
+from seqlab.training.precision import autocast_for
 
 FAMILIES = ("attention", "gru", "mingru", "rnn")
 SECTION = "throughput"
@@ -67,12 +68,20 @@ def lm_step(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], o
     return step
 
 
-def seqlab_step(cfg: ModelConfig, batch: int, seed: int = 0) -> tuple[nn.Module, Step]:
+def seqlab_step(cfg: ModelConfig, batch: int, seed: int = 0, precision: str = "fp32") -> tuple[nn.Module, Step]:
+    """A seqlab model and its training step; `precision` "bf16" runs the forward pass under CPU bf16
+    autocast (`seqlab.training.precision.autocast_for`), as the trainer does under train.precision=bf16."""
     torch.manual_seed(seed)
     model = build_model(cfg)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), torch.device("cpu"))
     x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
-    return model, lm_step(model, lambda t: model(t)[0], opt, x, y)
+    ctx = autocast_for(precision, torch.device("cpu"))
+
+    def forward(t: torch.Tensor) -> torch.Tensor:
+        with ctx():
+            return model(t)[0]
+
+    return model, lm_step(model, forward, opt, x, y)
 
 
 def plain_step(model: nn.Module, cfg: ModelConfig, batch: int, fused: bool = False) -> Step:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seqlab.models.cpu_linear import apply_linear, linear
 from seqlab.models.kv_cache import CrossKV, KVCache, RingKVCache, SlidingKVCache
 from seqlab.models.positional import PositionHandler, RotaryPositions
 from seqlab.models.recorder import active_recorder
@@ -174,7 +175,7 @@ class MultiHeadAttention(nn.Module):
     def _merge(self, y: Tensor) -> Tensor:
         """(B, H, L, D) -> (B, L, C): concatenate the heads, then W_O."""
         b, _, length, _ = y.shape
-        return self.out_proj(y.transpose(1, 2).reshape(b, length, self.n_embd))
+        return apply_linear(self.out_proj, y.transpose(1, 2).reshape(b, length, self.n_embd))
 
     def forward(
         self,
@@ -217,7 +218,7 @@ class MultiHeadAttention(nn.Module):
         # otherwise each compute a (B, T, C) input gradient and add them (seqlab bench, "throughput")
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C)
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
-        q, k, v = (self._heads(z) for z in F.linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        q, k, v = (self._heads(z) for z in linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
         q, k = self._qk_norm(q, k)
         offset = state.length if state is not None else 0  # position of the first new token
         if self.pos is not None:
@@ -258,13 +259,13 @@ class MultiHeadAttention(nn.Module):
             # the same order for queries and keys, which leaves every q . k unchanged
             rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
             w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
-            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
             cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2)
             pairs = torch.view_as_complex(qkv[:, :, :2].unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
             pairs.mul_(torch.complex(cos, sin)[:, None, None])  # (x1 + i x2) e^{i p theta}: [x1', x2']
             q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
         else:
-            qkv = F.linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
+            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
             q, k = self._qk_norm(qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2))
             if self.pos is not None:
                 q, k = self.pos.rotate(q, k, offset)

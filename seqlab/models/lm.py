@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
+from seqlab.models.cpu_linear import linear, onednn_applies
 from seqlab.models.kv_cache import CrossKV, KVCache
 from seqlab.models.positional import attention_positions, build_positions
 
@@ -148,6 +149,8 @@ class MLP(nn.Module):
         self.proj = nn.Linear(cfg.mlp_ratio * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        if onednn_applies(x):  # no gradient needed: GELU fused into fc's oneDNN linear (models/cpu_linear.py)
+            return linear(linear(x, self.fc.weight, self.fc.bias, gelu=True), self.proj.weight, self.proj.bias)
         return self.proj(self.act(self.fc(x)))
 
 
@@ -324,7 +327,7 @@ class LM(nn.Module):
             x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask, inits[i])
             layers.append(layer_state)
             crosses.append(cross)
-        logits = self.head(self.ln_f(x))  # (B, T, V)
+        logits = linear(self.ln_f(x), self.head.weight)  # (B, T, V); oneDNN without autograd (cpu_linear.py)
         return logits, LMState(layers, crosses, positions[:, -1] + 1)
 
 
