@@ -1,0 +1,117 @@
+"""A copy (pointer) head over the context: the next token may be copied from the message being answered.
+
+Replies repeat names, dates, subjects and phrases of the message they answer. A pointer-generator
+(See et al. 2017, "Get To The Point", section 2.2) mixes, at every position t, the model's vocabulary
+distribution with a distribution over the context's own tokens:
+
+    a_t      = softmax_j(q_t . k_j / sqrt(C))            attention over the S context tokens (padding masked)
+    c_t      = sum_j a_tj r_j                            what the pointer read (the context vector)
+    g_t      = sigmoid(w_g . [h_t; c_t] + b_g)            p_gen: generate (1) or copy (0)
+    p_t(w)   = g_t * softmax(head(h_t))_w + (1 - g_t) * sum_{j: ctx_j = w} a_tj
+
+with h_t the LM's last hidden state (after ln_f), q_t = W_q h_t, r_j the context rows (the context
+encoder's output: `model.ctx_layers` blocks over token embedding + position, or with ctx_layers=0 just
+the normalized embedding + position, the cheap keys) and k_j = W_k r_j + W_p e(ctx_{j-1}): the key also
+holds the embedding of the token before j, so the reply's current token can find where the same token
+stands in the original and copy what follows it (the induction pattern, in one attention step).
+
+The LM returns log p_t as its logits: the log of a normalized mixture, so softmax gives p back and the
+one cross-entropy outside the model stays right. It is computed in log space (logaddexp of the two
+weighted terms; a word absent from the context has copy log-probability -inf, never log 0 of a
+gradient). A position with no context token to read gets g = 1 exactly: its distribution is the
+vocabulary one, bit for bit. `PointerKeys` holds what the pointer reads, computed once per email and
+kept in the LM's state for incremental decoding (like the cross-attention's `CrossKV`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqlab.config import ModelConfig
+from seqlab.models.attention import stable_softmax
+from seqlab.models.recorder import active_recorder
+
+
+TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach 1.2e-38)
+
+
+@dataclass
+class PointerKeys:
+    """What the pointer reads of a lane's contexts, kept in the state: keys and rows (B, S, C), the
+    token id each row copies (B, S) long, and keep (B, S) bool (False on padding)."""
+
+    keys: Tensor
+    rows: Tensor
+    ids: Tensor
+    keep: Tensor
+
+
+def previous_ids(ids: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+    """ids, keep (N, Lc) -> the id before each position in its context and whether there is one (N, Lc)."""
+    prev = torch.zeros_like(ids)
+    prev[:, 1:] = ids[:, :-1]
+    has = torch.zeros_like(keep)
+    has[:, 1:] = keep[:, :-1] & keep[:, 1:]  # the first real token (after left padding) has none
+    return prev, has
+
+
+class CopyHead(nn.Module):
+    """The pointer and its gate (module docstring): `keys` once per context, `forward` per call."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        c = cfg.n_embd
+        self.block_size = cfg.ctx_block_size
+        self.query = nn.Linear(c, c, bias=False)  # W_q: h_t -> q_t
+        self.key = nn.Linear(c, c, bias=False)  # W_k: context row -> key
+        self.prev = nn.Linear(c, c, bias=False)  # W_p: the previous context token's embedding -> key
+        self.gate = nn.Linear(2 * c, 1)  # [h_t; c_t] -> logit of g_t (p_gen)
+        # attention recorders label the pointer's weights as one more row after the last block
+        self.layer = cfg.n_layer
+
+    def keys(self, rows: Tensor, ids: Tensor, keep: Tensor, wte: nn.Embedding) -> PointerKeys:
+        """rows (B, E*Lc, C) from the context encoder; ids, keep (B, E, Lc) of the contexts (already cut
+        to ctx_block_size as the encoder cut them) -> the pointer's keys."""
+        b, e, lc = ids.shape
+        prev, has = previous_ids(ids.reshape(b * e, lc), keep.reshape(b * e, lc))  # (N, Lc)
+        before = wte(prev) * has.unsqueeze(-1).to(rows.dtype)  # (N, Lc, C): zero where nothing precedes
+        keys = self.key(rows) + self.prev(before.reshape(b, e * lc, -1))  # (B, S, C), S = E*Lc
+        return PointerKeys(keys, rows, ids.reshape(b, e * lc), keep.reshape(b, e * lc))
+
+    def vocab_only(self, logits: Tensor) -> Tensor:
+        """No context to copy from: log p = log_softmax(head) (g = 1), in the dtype `forward` returns."""
+        return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+    def forward(self, h: Tensor, logits: Tensor, ptr: PointerKeys, mask: Tensor) -> Tensor:
+        """h (B, T, C) after ln_f, logits (B, T, V) of the vocabulary head, mask (B, S) or (B, T, S) bool
+        (which context rows each position may read) -> log p (B, T, V) of the mixture, in float32 at
+        least (bf16 autocast computes the mixture in float32; a float64 model stays float64)."""
+        dt = torch.promote_types(logits.dtype, torch.float32)
+        h32, logits = h.to(dt), logits.to(dt)
+        b, t, _ = h.shape
+        mask = (mask[:, None, :] if mask.dim() == 2 else mask).expand(b, t, -1)  # (B, T, S)
+        q = self.query(h)  # (B, T, C)
+        score = (q @ ptr.keys.transpose(1, 2)).to(dt) / q.size(-1) ** 0.5  # (B, T, S)
+        a = stable_softmax(score.masked_fill(~mask, float("-inf")))  # (B, T, S); 0 where nothing to read
+        if (rec := active_recorder()) is not None:
+            rec.add(self.layer, "pointer", a[:, None])  # (B, 1, T, S): one head
+        read = a @ ptr.rows.to(dt)  # (B, T, C): c_t
+        z = self.gate(torch.cat((h32, read), dim=-1).to(self.gate.weight.dtype)).squeeze(-1).to(dt)  # (B, T)
+        has = mask.any(dim=-1)  # (B, T): whether position t has a context token to copy
+        log_gen = torch.where(has, F.logsigmoid(z), torch.zeros_like(z))  # log g_t; g = 1 exactly without
+        log_copy = torch.where(has, F.logsigmoid(-z), torch.full_like(z, float("-inf")))  # log (1 - g_t)
+        # sum_{j: ctx_j = w} a_tj: the attention weights scattered onto the vocabulary (B, T, V)
+        copy = torch.zeros_like(logits).scatter_add_(2, ptr.ids[:, None, :].expand(b, t, -1), a)
+        # log of the copy distribution, -inf where w is not copied (log taken of 1 there: no inf gradient);
+        # weights under TINY (an underflowed softmax tail, at most S * TINY in all) count as absent, so
+        # 1 / p_c in the gradient stays finite
+        present = copy > TINY
+        log_pc = torch.where(present, torch.log(torch.where(present, copy, torch.ones_like(copy))),
+                             torch.full_like(copy, float("-inf")))
+        log_pv = F.log_softmax(logits, dim=-1)  # (B, T, V)
+        # log(g p_v + (1 - g) p_c): the first term is always finite, so logaddexp never sees (-inf, -inf)
+        return torch.logaddexp(log_gen[..., None] + log_pv, log_copy[..., None] + log_pc)
