@@ -1,0 +1,157 @@
+"""The copy head (models/copy.py): a pointer over the context mixed into the next-token distribution.
+
+Incremental decoding against the full pass, normalization in float64, the gate forced to 1 against the
+same weights without a copy head, an empty context against no context (exactly), a hand-built pointer
+whose mixture is worked out by hand, the config's refusals, and training a copy model end to end."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from tiny_models import V
+from tiny_models import tiny_lm as _model
+from tiny_models import token_ids as _ids
+
+from seqlab.cli.main import main
+from seqlab.config import ModelConfig, apply_overrides, get_preset
+from seqlab.models import record_attention
+from seqlab.models.context import ContextBatch
+from seqlab.models.copy import CopyHead, PointerKeys
+from seqlab.training.trainer import train
+
+# (mixer, pos, ctx_mode, ctx_layers): the pointer beside cross-attention or initial states, or alone
+# on encoded rows or on the cheap keys (embeddings + positions, no encoder layer)
+VARIANTS = [("attention", "rope", "cross", 1), ("attention", "rope", "pointer", 0), ("gru", "none", "init_state", 1),
+            ("gru", "none", "pointer", 1), ("mingru", "learned", "pointer", 0)]
+
+
+def _copy_model(mixer: str, pos: str, mode: str, layers: int, **kw: object):  # noqa: ANN202 (an LM)
+    return _model(mixer, pos, cross_attention=True, ctx_mode=mode, ctx_layers=layers, copy=True,
+                  ctx_block_size=8, **kw).double()
+
+
+def _contexts() -> ContextBatch:
+    """Three lanes: a 10-token context (cut to its last 8), a 3-token one (padded), and none at all."""
+    return ContextBatch.from_lists([_ids(10, seed=11).tolist(), _ids(3, seed=12).tolist(), []])
+
+
+@pytest.mark.parametrize("mixer,pos,mode,layers", VARIANTS)
+def test_incremental_decoding_with_a_copy_head_equals_the_full_pass(mixer: str, pos: str, mode: str,
+                                                                    layers: int) -> None:
+    model = _copy_model(mixer, pos, mode, layers)
+    idx, ctx = _ids(3, 10, seed=2), _contexts()
+    with torch.no_grad():
+        full, _ = model(idx, context=ctx)
+        state, steps = None, []
+        for t in range(10):
+            logits, state = model(idx[:, t : t + 1], state=state, context=ctx if t == 0 else None)
+            steps.append(logits)
+    assert state.copy is not None  # the pointer's keys are kept in the state, computed once
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("mixer,pos,mode,layers", VARIANTS)
+def test_the_mixture_is_a_distribution_and_reads_the_context(mixer: str, pos: str, mode: str, layers: int) -> None:
+    model = _copy_model(mixer, pos, mode, layers)
+    idx, ctx = _ids(3, 9, seed=4), _contexts()
+    with torch.no_grad():
+        with_ctx, _ = model(idx, context=ctx)
+        without, _ = model(idx)
+    assert with_ctx.dtype == torch.float64
+    torch.testing.assert_close(with_ctx.exp().sum(-1), torch.ones(3, 9, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(without.exp().sum(-1), torch.ones(3, 9, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert not torch.allclose(with_ctx[:2], without[:2], atol=1e-4)  # the pointer reads the context
+    # lane 2 has an empty context: g = 1 exactly, the vocabulary distribution bit for bit
+    assert torch.equal(with_ctx[2], without[2]) if mode == "pointer" else torch.allclose(with_ctx[2], without[2])
+
+
+@pytest.mark.parametrize("mixer,pos,mode,layers", VARIANTS)
+def test_the_gate_at_one_gives_the_model_without_copy(mixer: str, pos: str, mode: str, layers: int) -> None:
+    """Same weights, copy head removed: with g forced to 1 the copy model's log p is the plain model's
+    log_softmax (for ctx_mode=pointer the plain model reads no context; otherwise it reads it as the
+    copy model's blocks do)."""
+    model = _copy_model(mixer, pos, mode, layers)
+    plain_mode = "cross" if mode == "pointer" else mode
+    plain = _model(mixer, pos, cross_attention=mode != "pointer", ctx_mode=plain_mode, ctx_layers=layers,
+                   ctx_block_size=8).double()
+    weights = {k: v for k, v in model.state_dict().items()
+               if not k.startswith("copy_head.") and (mode != "pointer" or not k.startswith("ctx_encoder."))}
+    plain.load_state_dict(weights)
+    idx, ctx = _ids(3, 9, seed=5), _contexts()
+    with torch.no_grad():
+        model.copy_head.gate.bias.fill_(math.inf)  # sigmoid(inf) = 1: generate, never copy
+        got, _ = model(idx, context=ctx)
+        want, _ = plain(idx, context=None if mode == "pointer" else ctx)
+    torch.testing.assert_close(got, torch.log_softmax(want, dim=-1), atol=1e-12, rtol=0)
+
+
+def test_a_hand_built_pointer_gives_the_mixture_worked_by_hand() -> None:
+    """Zero queries: the pointer spreads evenly over the 3 real context tokens [3, 5, 3] (the fourth is
+    padding), so p_c(3) = 2/3, p_c(5) = 1/3; zero logits give p_v = 1/8; the gate's bias log 3 gives
+    g = 3/4. Then p(3) = 3/32 + 1/6, p(5) = 3/32 + 1/12, any other token 3/32."""
+    cfg = ModelConfig(vocab_size=8, n_embd=4, n_head=1, cross_attention=True, copy=True)
+    head = CopyHead(cfg).double()
+    with torch.no_grad():
+        head.query.weight.zero_()
+        head.gate.weight.zero_()
+        head.gate.bias.fill_(math.log(3.0))
+    rows = torch.randn(1, 4, 4, dtype=torch.float64)
+    ptr = PointerKeys(keys=torch.randn(1, 4, 4, dtype=torch.float64), rows=rows, ids=torch.tensor([[3, 5, 3, 0]]),
+                      keep=torch.tensor([[True, True, True, False]]))
+    h, logits = torch.randn(1, 2, 4, dtype=torch.float64), torch.zeros(1, 2, 8, dtype=torch.float64)
+    with record_attention() as rec:
+        p = head(h, logits, ptr, ptr.keep).exp()
+    want = torch.full((8,), 3 / 32, dtype=torch.float64)
+    want[3], want[5] = 3 / 32 + 1 / 6, 3 / 32 + 1 / 12
+    torch.testing.assert_close(p, want.expand(1, 2, 8), atol=1e-15, rtol=0)
+    # the recorder sees the pointer as one head after the last block: (B, 1, T, S) rows summing to 1
+    weights = rec.get(cfg.n_layer, "pointer")
+    torch.testing.assert_close(weights[0, 0], torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0]] * 2, dtype=torch.float64))
+
+
+def test_each_email_of_a_chunk_copies_only_from_its_own_context() -> None:
+    """A recurrent chunk that holds two emails (segment 0 then 1) and a stretch with no context (-1):
+    positions of email 1 copy only tokens of context 1; the stretch without one is the vocabulary alone."""
+    model = _copy_model("gru", "none", "pointer", 0)
+    ids = torch.tensor([[[1, 2, 3, 0], [7, 8, 9, 10]]])  # (B=1, E=2, Lc=4)
+    keep = torch.tensor([[[True, True, True, False], [True] * 4]])
+    segment = torch.tensor([[0, 0, 0, 1, 1, 1, -1, -1]])
+    idx = _ids(1, 8, seed=6)
+    with torch.no_grad(), record_attention() as rec:
+        out, _ = model(idx, context=ContextBatch(ids, keep, segment))
+        plain, _ = model(idx)
+    a = rec.get(model.cfg.n_layer, "pointer")[0, 0]  # (T, S=8)
+    assert torch.all(a[:3, 4:] == 0) and torch.all(a[3:6, :4] == 0) and torch.all(a[6:] == 0)
+    torch.testing.assert_close(a[:6].sum(-1), torch.ones(6, dtype=torch.float64))
+    assert torch.equal(out[0, 6:], plain[0, 6:])
+
+
+def test_copy_needs_a_context_and_pointer_needs_copy(tiny_data_dir: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(ValueError, match="model.copy=true"):
+        ModelConfig(copy=True)
+    with pytest.raises(ValueError, match="ctx_mode=pointer"):
+        ModelConfig(cross_attention=True, ctx_mode="pointer")
+    code = main(["train", str(tiny_data_dir), "--out", str(tmp_path / "run"), "--preset", "tiny", "model.copy=true"])
+    assert code == 2 and "needs model.cross_attention=true" in capsys.readouterr().err
+    model = _copy_model("attention", "rope", "pointer", 0)
+    with pytest.raises(ValueError, match="token ids"):
+        model(_ids(1, 3), context=torch.randn(1, 4, 16, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mixer", ["attention", "gru"])
+def test_a_copy_model_trains_and_its_loss_falls(tiny_data_dir: Path, tmp_path: Path, mixer: str) -> None:
+    """Windows (attention) and streams with per-email contexts (GRU) through the trainer: finite, falling."""
+    import json
+
+    over = [f"model.mixer={mixer}", "model.pos=none", "model.cross_attention=true", "model.ctx_mode=pointer",
+            "model.copy=true", "model.ctx_layers=0", "model.ctx_block_size=32", "train.max_steps=12",
+            "train.eval_every=6", "train.threads=1"]
+    summary = train(tiny_data_dir, tmp_path / mixer, apply_overrides(get_preset("tiny"), over), progress=False)
+    assert summary["steps"] == 12 and not summary["failed"]
+    val = [r["val_loss"] for r in map(json.loads, (tmp_path / mixer / "metrics.jsonl").read_text().splitlines())
+           if "val_loss" in r]
+    assert len(val) == 2 and all(math.isfinite(x) for x in val) and val[1] < val[0]
