@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_models import V
 from tiny_models import tiny_lm as _model
 from tiny_models import token_ids as _ids
 

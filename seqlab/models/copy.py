@@ -35,7 +35,6 @@ from seqlab.config import ModelConfig
 from seqlab.models.attention import stable_softmax
 from seqlab.models.recorder import active_recorder
 
-
 TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach 1.2e-38)
 
 

@@ -8,7 +8,8 @@ Each block is pre-norm residual (GPT-2, Radford et al. 2019):
     x = x + xattn(ln(x), context)            only with cfg.cross_attention (and ctx_mode=cross)
     x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
 With cfg.copy the head's distribution is mixed with a pointer's over the context tokens and the model
-returns the mixture's log-probabilities as its logits (models/copy.py, See et al. 2017). The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
+returns the mixture's log-probabilities as its logits (models/copy.py, See et al. 2017).
+The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
 computed outside the model. Every mixer follows one contract:
     mixer(x (B, T, C), state=None, reset=None (B, T) bool) -> (y (B, T, C), new state)
 so that feeding tokens one at a time with the returned state equals one full forward pass. With
