@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny_models import tiny_lm as _model
@@ -16,7 +17,7 @@ from tiny_models import token_ids as _ids
 
 from seqlab.cli.main import main
 from seqlab.config import ModelConfig, apply_overrides, get_preset
-from seqlab.models import record_attention
+from seqlab.models import build_model, record_attention
 from seqlab.models.context import ContextBatch
 from seqlab.models.copy import CopyHead, PointerKeys
 from seqlab.training.trainer import train
@@ -98,8 +99,8 @@ def test_a_hand_built_pointer_gives_the_mixture_worked_by_hand() -> None:
         head.gate.weight.zero_()
         head.gate.bias.fill_(math.log(3.0))
     rows = torch.randn(1, 4, 4, dtype=torch.float64)
-    ptr = PointerKeys(keys=torch.randn(1, 4, 4, dtype=torch.float64), rows=rows, ids=torch.tensor([[3, 5, 3, 0]]),
-                      keep=torch.tensor([[True, True, True, False]]))
+    ptr = PointerKeys.build(torch.randn(1, 4, 4, dtype=torch.float64), rows, torch.tensor([[3, 5, 3, 0]]),
+                            torch.tensor([[True, True, True, False]]))
     h, logits = torch.randn(1, 2, 4, dtype=torch.float64), torch.zeros(1, 2, 8, dtype=torch.float64)
     with record_attention() as rec:
         p = head(h, logits, ptr, ptr.keep).exp()
@@ -154,3 +155,29 @@ def test_a_copy_model_trains_and_its_loss_falls(tiny_data_dir: Path, tmp_path: P
     val = [r["val_loss"] for r in map(json.loads, (tmp_path / mixer / "metrics.jsonl").read_text().splitlines())
            if "val_loss" in r]
     assert len(val) == 2 and all(math.isfinite(x) for x in val) and val[1] < val[0]
+
+
+@pytest.mark.parametrize("mode", ["cross", "pointer"])
+def test_the_attention_view_shows_the_pointer(tmp_path: Path, mode: str) -> None:
+    """`attention --reply-to` on a copy model: the pointer's weights are one more row (after any
+    cross-attention layers), the recorded pointer rows, and the HTML names it."""
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.studies.figures import png_bytes
+    from seqlab.studies.html import page
+    from seqlab.studies.inspection.cross import Section, cross_attention_maps, cross_figure, cross_tables
+
+    tok, original = ByteTokenizer(), "Shall we meet in room 5 on Tuesday?"
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="gru", pos="none", n_layer=2, n_embd=16,
+                                    n_head=2, cross_attention=True, ctx_mode=mode, copy=True)).eval()
+    maps = cross_attention_maps(model, tok, "Yes, room 5", original)
+    assert maps.pointer == 2 and maps.layers == ([0, 1, 2] if mode == "cross" else [2])
+    w = maps.weights[(2, 0)]
+    assert w.shape == (len(maps.labels), len(original))
+    np.testing.assert_allclose(w.sum(1), 1.0, rtol=1e-5)
+    ids = torch.tensor([[tok.bos_id, *tok.encode("Yes, room 5")]])
+    with torch.no_grad(), record_attention() as rec:
+        model(ids, context=ContextBatch.from_lists([tok.encode(original)]))
+    np.testing.assert_allclose(w, rec.get(2, "pointer")[0, 0].numpy())
+    html = page("x", [Section("s", png_bytes(cross_figure(maps)), cross_tables(maps), "")])
+    assert "pointer (copy head)" in html

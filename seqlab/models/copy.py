@@ -41,12 +41,23 @@ TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach
 @dataclass
 class PointerKeys:
     """What the pointer reads of a lane's contexts, kept in the state: keys and rows (B, S, C), the
-    token id each row copies (B, S) long, and keep (B, S) bool (False on padding)."""
+    token id each row copies (B, S) long, keep (B, S) bool (False on padding), same (B, S, S) 1.0 where
+    row j' holds row j's token (j' real), first (B, S) bool: row j is the first real row of its token."""
 
     keys: Tensor
     rows: Tensor
     ids: Tensor
     keep: Tensor
+    same: Tensor
+    first: Tensor
+
+    @classmethod
+    def build(cls, keys: Tensor, rows: Tensor, ids: Tensor, keep: Tensor) -> PointerKeys:
+        """Keys, rows, ids and keep -> with the token-sharing table `same` and `first` computed once."""
+        same = (ids[:, :, None] == ids[:, None, :]) & keep[:, None, :]  # (B, S, S)
+        earlier = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool, device=ids.device).tril(-1)  # j' < j
+        first = keep & ~(same & earlier).any(dim=-1)  # (B, S)
+        return cls(keys, rows, ids, keep, same.to(rows.dtype), first)
 
 
 def previous_ids(ids: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
@@ -79,7 +90,7 @@ class CopyHead(nn.Module):
         prev, has = previous_ids(ids.reshape(b * e, lc), keep.reshape(b * e, lc))  # (N, Lc)
         before = wte(prev) * has.unsqueeze(-1).to(rows.dtype)  # (N, Lc, C): zero where nothing precedes
         keys = self.key(rows) + self.prev(before.reshape(b, e * lc, -1))  # (B, S, C), S = E*Lc
-        return PointerKeys(keys, rows, ids.reshape(b, e * lc), keep.reshape(b, e * lc))
+        return PointerKeys.build(keys, rows, ids.reshape(b, e * lc), keep.reshape(b, e * lc))
 
     def vocab_only(self, logits: Tensor) -> Tensor:
         """No context to copy from: log p = log_softmax(head) (g = 1), in the dtype `forward` returns."""
@@ -103,14 +114,20 @@ class CopyHead(nn.Module):
         has = mask.any(dim=-1)  # (B, T): whether position t has a context token to copy
         log_gen = torch.where(has, F.logsigmoid(z), torch.zeros_like(z))  # log g_t; g = 1 exactly without
         log_copy = torch.where(has, F.logsigmoid(-z), torch.full_like(z, float("-inf")))  # log (1 - g_t)
-        # sum_{j: ctx_j = w} a_tj: the attention weights scattered onto the vocabulary (B, T, V)
-        copy = torch.zeros_like(logits).scatter_add_(2, ptr.ids[:, None, :].expand(b, t, -1), a)
-        # log of the copy distribution, -inf where w is not copied (log taken of 1 there: no inf gradient);
-        # weights under TINY (an underflowed softmax tail, at most S * TINY in all) count as absent, so
-        # 1 / p_c in the gradient stays finite
-        present = copy > TINY
-        log_pc = torch.where(present, torch.log(torch.where(present, copy, torch.ones_like(copy))),
-                             torch.full_like(copy, float("-inf")))
+        # Only the context's own tokens differ from g p_v: log p = log g + log p_v everywhere (one dense
+        # (B, T, V) pass), then at each distinct context token w, once, add
+        #   log p(w) - log(g p_v(w)) = softplus(log((1 - g) p_c(w)) - log(g p_v(w)))
+        # computed on (B, T, S) (S context rows, not V tokens). p_c(w) at row j = sum over rows j' holding
+        # the same token of a_tj'; the first real row of each token carries it, the rest add 0 (scattered
+        # once, so the gradient is not counted twice).
+        ids, first = ptr.ids, ptr.first  # (B, S) each
+        p_c = a @ ptr.same.transpose(1, 2).to(a.dtype)  # (B, T, S): p_c(ctx_j) = sum_j' a_tj' [ctx_j' = ctx_j]
         log_pv = F.log_softmax(logits, dim=-1)  # (B, T, V)
-        # log(g p_v + (1 - g) p_c): the first term is always finite, so logaddexp never sees (-inf, -inf)
-        return torch.logaddexp(log_gen[..., None] + log_pv, log_copy[..., None] + log_pc)
+        index = ids[:, None, :].expand(b, t, -1)  # (B, T, S)
+        base = log_gen[..., None] + log_pv.gather(2, index)  # (B, T, S): log(g p_v(ctx_j)), finite
+        # log((1 - g) p_c): -inf where nothing is copied (weights under TINY, an underflowed softmax tail,
+        # count as nothing, so 1 / p_c in the gradient stays finite; log is taken of 1 there)
+        present = first[:, None, :] & (p_c > TINY)  # (B, T, S)
+        log_pc = torch.log(torch.where(present, p_c, torch.ones_like(p_c)))
+        lift = torch.where(present, F.softplus(log_copy[..., None] + log_pc - base), torch.zeros_like(p_c))
+        return (log_gen[..., None] + log_pv).scatter_add(2, index, lift)  # (B, T, V)
