@@ -4,7 +4,10 @@ For each corpus (prepared DATA_DIRs given with --data NAME=DIR, e.g. the synthet
 SpamAssassin ham), the same model (the family and size given by the overrides, attention by default)
 is trained without a context ("plain") and once per --modes entry with `model.cross_attention=true`
 and that `model.ctx_mode`: `cross` (a cross-attention in every block) or, for a recurrent family,
-`init_state` (each recurrent layer starts an email from a state projected from the pooled context).
+`init_state` (each recurrent layer starts an email from a state projected from the pooled context), or
+`pointer` (only a copy head reads it: models/copy.py, See et al. 2017's pointer-generator). `MODE+copy`
+adds the copy head to cross or init_state; `MODE+embed` sets model.ctx_layers=0, so the context's rows are
+its token embeddings and positions with no encoder layer (`pointer+embed`: the cheapest copy model).
 Every run gets the same wall-clock budget (`train.max_minutes`); with --equal-steps each context model
 is also trained for the steps the plain model reached (equal work, not equal time). All are scored on
 every target of the test split, per email (`seqlab.evaluation.context_scores.email_scores`), and
@@ -18,10 +21,12 @@ compared with the plain model on the same emails:
   interval: what reading the context itself is worth;
 - ExactMatch@1..3 at every sampled word boundary (no threshold) of up to --em-emails replies, each model
   reading what it can (a context model its email's context);
-- with --examples N, at those same boundaries, the count of first words right only with the context and
-  only without it, for the best context model against the plain model and against itself fed no
-  context, and N of the suggestions the context made right (context end, reply so far, both proposals;
-  those against itself when there are any, since only they are the context's doing);
+- with --examples N, for every context model: at those same boundaries, the count of first words right
+  only with the context and only without it, against the plain model and against itself fed no context;
+  the same at "copyable" boundaries (up to 6 per reply whose next word, 3+ characters, occurs in the
+  original: where copying could be right), with the first words right there by each; and N of the
+  suggestions the context made right (the original around the word, the reply so far, both proposals;
+  those against itself at copyable boundaries first, since only they are the context's doing);
 - with --greetings, the name after "Hi "/"Hey "/... in each reply, which in the synthetic corpus is the
   original's signer: completed right by each model, with and without its context.
 
@@ -40,7 +45,7 @@ shared, so equal time is not equal work; the context model also spends time enco
 
     python benchmarks/bench_context.py --data synth=out/data-synth --data sa=out/data-sa --out out/bench_context \\
         [--minutes 3 | --quiet-minutes 3] [--em-emails 40] [--modes cross,init_state] [--equal-steps] \\
-        [--examples 3] [--greetings] [model.mixer=gru model.pos=none ...]
+        [--examples 3] [--greetings] [--modes pointer+embed,pointer,cross+copy] [model.mixer=gru model.pos=none ...]
 """
 
 from __future__ import annotations
