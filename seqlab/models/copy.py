@@ -41,23 +41,25 @@ TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach
 @dataclass
 class PointerKeys:
     """What the pointer reads of a lane's contexts, kept in the state: keys and rows (B, S, C), the
-    token id each row copies (B, S) long, keep (B, S) bool (False on padding), same (B, S, S) 1.0 where
-    row j' holds row j's token (j' real), first (B, S) bool: row j is the first real row of its token."""
+    token id each row copies (B, S) long, keep (B, S) bool (False on padding), slot (B, S) long: the first
+    real row holding row j's token (j itself for padding), first (B, S) bool: row j is that first row."""
 
     keys: Tensor
     rows: Tensor
     ids: Tensor
     keep: Tensor
-    same: Tensor
+    slot: Tensor
     first: Tensor
 
     @classmethod
     def build(cls, keys: Tensor, rows: Tensor, ids: Tensor, keep: Tensor) -> PointerKeys:
-        """Keys, rows, ids and keep -> with the token-sharing table `same` and `first` computed once."""
-        same = (ids[:, :, None] == ids[:, None, :]) & keep[:, None, :]  # (B, S, S)
-        earlier = torch.ones(ids.size(1), ids.size(1), dtype=torch.bool, device=ids.device).tril(-1)  # j' < j
-        first = keep & ~(same & earlier).any(dim=-1)  # (B, S)
-        return cls(keys, rows, ids, keep, same.to(rows.dtype), first)
+        """Keys, rows, ids and keep -> with each row's first row of the same token computed once."""
+        s = ids.size(1)
+        same = (ids[:, :, None] == ids[:, None, :]) & keep[:, None, :]  # (B, S, S): row j' real, j's token
+        # the first True of each row (argmax returns the first maximum); a padding row maps to itself
+        slot = torch.where(keep, same.to(torch.uint8).argmax(dim=-1), torch.arange(s, device=ids.device))
+        first = keep & (slot == torch.arange(s, device=ids.device))  # (B, S)
+        return cls(keys, rows, ids, keep, slot, first)
 
 
 def previous_ids(ids: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
@@ -121,13 +123,15 @@ class CopyHead(nn.Module):
         # the same token of a_tj'; the first real row of each token carries it, the rest add 0 (scattered
         # once, so the gradient is not counted twice).
         ids, first = ptr.ids, ptr.first  # (B, S) each
-        p_c = a @ ptr.same.transpose(1, 2).to(a.dtype)  # (B, T, S): p_c(ctx_j) = sum_j' a_tj' [ctx_j' = ctx_j]
-        log_pv = F.log_softmax(logits, dim=-1)  # (B, T, V)
+        # p_c at the first row of each token: the weights of all its rows summed there, (B, T, S)
+        p_c = torch.zeros_like(a).scatter_add_(2, ptr.slot[:, None, :].expand(b, t, -1), a)
+        log_pv = F.log_softmax(logits, dim=-1)  # (B, T, V); the fused kernel (logsumexp is slower on CPU)
+        out = log_pv + log_gen[..., None]  # (B, T, V): log(g p_v), a new tensor changed in place below
         index = ids[:, None, :].expand(b, t, -1)  # (B, T, S)
-        base = log_gen[..., None] + log_pv.gather(2, index)  # (B, T, S): log(g p_v(ctx_j)), finite
+        base = log_pv.gather(2, index) + log_gen[..., None]  # (B, T, S): log(g p_v(ctx_j)), finite
         # log((1 - g) p_c): -inf where nothing is copied (weights under TINY, an underflowed softmax tail,
         # count as nothing, so 1 / p_c in the gradient stays finite; log is taken of 1 there)
         present = first[:, None, :] & (p_c > TINY)  # (B, T, S)
         log_pc = torch.log(torch.where(present, p_c, torch.ones_like(p_c)))
         lift = torch.where(present, F.softplus(log_copy[..., None] + log_pc - base), torch.zeros_like(p_c))
-        return (log_gen[..., None] + log_pv).scatter_add(2, index, lift)  # (B, T, V)
+        return out.scatter_add_(2, index, lift)  # (B, T, V), in place: `out` is not saved for backward
