@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
-from seqlab.models.copy import CopyHead, PointerKeys
+from seqlab.models.copy import CopyHead, PointerKeys, read_context
 from seqlab.models.kv_cache import CrossKV, KVCache
 from seqlab.models.positional import attention_positions, build_positions
 
@@ -324,7 +324,8 @@ class LM(nn.Module):
         ptr, ptr_mask = (state.copy, state.copy.keep) if state is not None and state.copy is not None else (None, None)
         encoded = None
         if context is not None and self.copy_head is not None:  # the pointer's keys, from one encoding
-            context, ptr, ptr_mask, encoded = self.pointer_keys(context, context_mask, t)
+            context, ptr, ptr_mask, encoded = read_context(self.copy_head, self.ctx_encoder, self.wte, context,
+                                                           context_mask, t)
         if context is not None and self.ctx_init is not None:  # read through the initial states only
             inits = self.context_inits(context, context_mask, reset, state is None, t, encoded)
             context = None
@@ -346,24 +347,6 @@ class LM(nn.Module):
             logits = (self.copy_head(h, logits, ptr, ptr_mask) if ptr is not None and ptr_mask is not None
                       else self.copy_head.vocab_only(logits))
         return logits, LMState(layers, crosses, positions[:, -1] + 1, ptr)
-
-    def pointer_keys(self, context: Tensor | ContextBatch, context_mask: Tensor | None, t: int
-                     ) -> tuple[ContextBatch, PointerKeys, Tensor, tuple[Tensor, Tensor, Tensor]]:
-        """model.copy: the context as a ContextBatch, the copy head's keys, the (B, S) or per-query
-        (B, T, S) mask of what each position may copy, and the encoder's output (reused by the blocks)."""
-        assert self.copy_head is not None and self.ctx_encoder is not None
-        if isinstance(context, Tensor):
-            if context.dim() != 2 or context.is_floating_point():
-                raise ValueError("a model with model.copy copies context tokens: give (B, Lc) token ids or a "
-                                 f"ContextBatch, not a tensor of shape {tuple(context.shape)}")
-            context = ContextBatch.single(context, context_mask)
-        if context.segment is not None and context.segment.size(1) != t:
-            raise ValueError(f"context.segment must be (B, {t}), got {tuple(context.segment.shape)}")
-        encoded = self.ctx_encoder(self.wte, context)  # rows (B, S, C), keep (B, S), slot (S,)
-        rows, keep, slot = encoded
-        n = self.cfg.ctx_block_size  # the encoder keeps the last n tokens of each context; so does the pointer
-        ptr = self.copy_head.keys(rows, context.ids[..., -n:], context.keep[..., -n:], self.wte)
-        return context, ptr, cross_mask(keep, slot, context.segment), encoded
 
 
 def _recurrent(mixer: nn.Module) -> bool:
