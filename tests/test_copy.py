@@ -181,3 +181,26 @@ def test_the_attention_view_shows_the_pointer(tmp_path: Path, mode: str) -> None
     np.testing.assert_allclose(w, rec.get(2, "pointer")[0, 0].numpy())
     html = page("x", [Section("s", png_bytes(cross_figure(maps)), cross_tables(maps), "")])
     assert "pointer (copy head)" in html
+
+
+def test_the_decoder_steps_a_copy_model_through_its_forward() -> None:
+    """generation's decoder (what `complete --reply-to` and the server use) on a copy model: no FastStep
+    (it does not know the copy head), and its stepped logits equal the full pass with the original."""
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.generation.decode import IncrementalDecoder
+    from seqlab.generation.fast_step import FastStep
+    from seqlab.generation.reply import reply_context
+
+    tok = ByteTokenizer()
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="attention", n_layer=2, n_embd=16, n_head=2,
+                                    cross_attention=True, ctx_mode="pointer", copy=True, ctx_layers=0)).eval()
+    assert FastStep.of(model) is None
+    ctx = reply_context(model, tok, "Shall we meet in room 5 on Tuesday?")
+    prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room 5 on Tue")]])
+    with torch.no_grad():
+        full, _ = model(prompt, context=ctx)
+        dec = IncrementalDecoder(model, prompt[:, :3], context=ctx)
+        for t in range(3, prompt.size(1)):
+            dec.step(prompt[:, t])
+    torch.testing.assert_close(dec.logits, full[:, -1].float(), atol=1e-5, rtol=1e-5)
