@@ -204,3 +204,34 @@ def test_the_decoder_steps_a_copy_model_through_its_forward() -> None:
         for t in range(3, prompt.size(1)):
             dec.step(prompt[:, t])
     torch.testing.assert_close(dec.logits, full[:, -1].float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mixer,pos,mode", [("attention", "rope", "pointer"), ("gru", "none", "init_state")])
+def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str, mode: str) -> None:
+    """The server's kept session (tokens fed as typed, state kept with the pointer's keys) answers as a
+    fresh session and as `complete` with the original, and its next-token logits equal one full pass."""
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.generation.complete import complete, encode_prompt
+    from seqlab.generation.reply import reply_context
+    from seqlab.serving.engine import CompletionEngine, prompt_text, session_key
+
+    tok, original = ByteTokenizer(), "Could you send me the budget report before Friday? Room 5."
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=64, mixer=mixer, pos=pos, n_layer=2,
+                                    n_embd=32, n_head=2, cross_attention=True, ctx_mode=mode, copy=True)).eval()
+    with torch.no_grad():
+        model.copy_head.gate.bias.fill_(-2.0)  # mostly copy: the original decides the suggestion
+    kept, fresh = CompletionEngine(model, tok), CompletionEngine(model, tok)
+    ctx = reply_context(model, tok, original)
+    for n in (5, 17, 29):
+        body = "Hi, sure, the budget report"[:n]
+        a = kept.complete(body, "Re: budget", session="w", context=original)
+        b = fresh.complete(body, "Re: budget", session=f"new{n}", context=original)
+        c = complete(model, tok, prompt_text("Re: budget", body), max_words=3, context=ctx)
+        assert a.text == b.text == c.text
+        ids, _, _ = encode_prompt(tok, prompt_text("Re: budget", body))
+        with torch.no_grad():
+            full, _ = model(torch.tensor([ids]), context=ctx)
+        reused = kept.sessions.get(session_key("w", ctx))
+        assert reused is not None and reused.state.copy is not None
+        torch.testing.assert_close(reused.logits, full[:, -1].float(), atol=1e-4, rtol=1e-4)
