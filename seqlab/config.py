@@ -176,6 +176,9 @@ class TrainConfig:
     optimizer: str = "adamw"  # adamw | muon (Muon for the hidden matrices, AdamW for the rest)
     compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
     threads: int = 0  # torch intra-op threads; 0: the cores actually free (training/threads.py)
+    # auto | fp32 | bf16: the forward pass under bf16 autocast or not; auto takes bf16 where the device has
+    # native bf16 arithmetic (a CUDA GPU, a CPU with AVX512_BF16 / AMX; training/precision.py)
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every",
@@ -199,6 +202,8 @@ class TrainConfig:
         _check(0.0 < self.cooldown_frac <= 1.0, f"train.cooldown_frac must be in (0, 1], not {self.cooldown_frac}")
         _check(self.ema == 0.0 or 0.0 < self.ema < 1.0, f"train.ema must be 0 (off) or in (0, 1), not {self.ema}")
         _check(self.optimizer in ("adamw", "muon"), f"train.optimizer must be adamw or muon, not {self.optimizer!r}")
+        _check(self.precision in ("auto", "fp32", "bf16"),
+               f"train.precision must be auto, fp32 or bf16, not {self.precision!r}")
 
 
 @dataclass
@@ -239,7 +244,8 @@ def preset_tiny() -> RunConfig:
     return RunConfig(
         model=ModelConfig(block_size=32, n_layer=1, n_embd=32, n_head=2, pos="rope", mlp_ratio=2),
         train=TrainConfig(max_steps=30, batch_size=8, lr=3e-3, warmup_steps=5, eval_every=10,
-                          eval_batches=4, ckpt_every=10, log_every=5),
+                          eval_batches=4, ckpt_every=10, log_every=5,
+                          precision="fp32"),  # exact numbers on every machine; bf16 gains nothing at width 32
     )
 
 

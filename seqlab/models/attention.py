@@ -251,7 +251,8 @@ class MultiHeadAttention(nn.Module):
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
         offset = state.length  # position of the first new token
-        if isinstance(self.pos, RotaryPositions) and self.q_norm is None:
+        complex_ok = not torch.is_autocast_enabled(x.device.type)  # no complex bfloat16: autocast rotates below
+        if isinstance(self.pos, RotaryPositions) and self.q_norm is None and complex_ok:
             # RoPE as one complex product in place (Su et al. 2021, eq. 34 in complex form): the rows of
             # W_Q and W_K are reordered so each head's rotated pair (i, i + D/2) comes out side by side,
             # the same order for queries and keys, which leaves every q . k unchanged

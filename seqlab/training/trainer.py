@@ -16,7 +16,6 @@ on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `Wor
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -47,6 +46,7 @@ from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
+from seqlab.training.precision import autocast_for, resolve_precision
 from seqlab.training.progress import Progress, ProgressBar, StopFlag
 from seqlab.training.run_log import RunLog
 from seqlab.training.saving import SavesState
@@ -150,9 +150,9 @@ class Trainer(SavesState):
             raise UserError(f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --out")
         self.ddp = self.dist.wrap(self.model)  # DistributedDataParallel under torchrun, else the model itself
         self.step_model = torch.compile(self.ddp) if t.compile else self.ddp
-        amp = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if amp else contextlib.nullcontext
-        self.mfu = MFUMeter(self.model, cfg.model, self.device, amp)
+        self.precision = resolve_precision(t.precision, self.device)  # "fp32" or "bf16"
+        self.autocast = autocast_for(self.precision, self.device)  # the forward pass; the loss is float32
+        self.mfu = MFUMeter(self.model, cfg.model, self.device, self.precision == "bf16")
         self.step_tokens = t.batch_size * t.grad_accum * cfg.model.block_size  # processed, padding included
 
     # ------------------------------------------------------------ steps
@@ -316,7 +316,8 @@ class Trainer(SavesState):
         """run.json: where the data is and what ran it, then the final summary."""
         self.log.write_info({"data_dir": str(self.data_dir.resolve()), "device": str(self.device), "mode": self.mode,
                              "params": self.model.num_params(), "world_size": self.dist.size,
-                             "thread_choice": self.threads.describe()},  # who set the count, the free cores it followed
+                             "thread_choice": self.threads.describe(),  # who set the count, the free cores it followed
+                             "precision": self.precision},
                             summary)
 
 
