@@ -235,3 +235,20 @@ def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str,
         reused = kept.sessions.get(session_key("w", ctx))
         assert reused is not None and reused.state.copy is not None
         torch.testing.assert_close(reused.logits, full[:, -1].float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["cross", "pointer"])
+def test_under_bf16_autocast_the_mixture_is_float32_and_normalized(mode: str) -> None:
+    """train.precision=bf16 runs the forward under CPU autocast: the copy head still returns a float32
+    log-distribution (sums to 1 to float32 rounding), close to the fp32 one, with finite gradients."""
+    torch.manual_seed(0)
+    model = _model("attention", "rope", cross_attention=True, ctx_mode=mode, copy=True, ctx_block_size=8).train()
+    idx, ctx = _ids(3, 9, seed=4), _contexts()
+    want, _ = model(idx, context=ctx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = model(idx, context=ctx)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.exp().sum(-1), torch.ones(3, 9), atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.exp(), want.exp(), atol=0.02, rtol=0)
+    torch.nn.functional.cross_entropy(got.flatten(0, 1), _ids(27, seed=8)).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
