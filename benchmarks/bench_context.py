@@ -4,7 +4,10 @@ For each corpus (prepared DATA_DIRs given with --data NAME=DIR, e.g. the synthet
 SpamAssassin ham), the same model (the family and size given by the overrides, attention by default)
 is trained without a context ("plain") and once per --modes entry with `model.cross_attention=true`
 and that `model.ctx_mode`: `cross` (a cross-attention in every block) or, for a recurrent family,
-`init_state` (each recurrent layer starts an email from a state projected from the pooled context).
+`init_state` (each recurrent layer starts an email from a state projected from the pooled context), or
+`pointer` (only a copy head reads it: models/copy.py, See et al. 2017's pointer-generator). `MODE+copy`
+adds the copy head to cross or init_state; `MODE+embed` sets model.ctx_layers=0, so the context's rows are
+its token embeddings and positions with no encoder layer (`pointer+embed`: the cheapest copy model).
 Every run gets the same wall-clock budget (`train.max_minutes`); with --equal-steps each context model
 is also trained for the steps the plain model reached (equal work, not equal time). All are scored on
 every target of the test split, per email (`seqlab.evaluation.context_scores.email_scores`), and
@@ -18,10 +21,12 @@ compared with the plain model on the same emails:
   interval: what reading the context itself is worth;
 - ExactMatch@1..3 at every sampled word boundary (no threshold) of up to --em-emails replies, each model
   reading what it can (a context model its email's context);
-- with --examples N, at those same boundaries, the count of first words right only with the context and
-  only without it, for the best context model against the plain model and against itself fed no
-  context, and N of the suggestions the context made right (context end, reply so far, both proposals;
-  those against itself when there are any, since only they are the context's doing);
+- with --examples N, for every context model: at those same boundaries, the count of first words right
+  only with the context and only without it, against the plain model and against itself fed no context;
+  the same at "copyable" boundaries (up to 6 per reply whose next word, 3+ characters, occurs in the
+  original: where copying could be right), with the first words right there by each; and N of the
+  suggestions the context made right (the original around the word, the reply so far, both proposals;
+  those against itself at copyable boundaries first, since only they are the context's doing);
 - with --greetings, the name after "Hi "/"Hey "/... in each reply, which in the synthetic corpus is the
   original's signer: completed right by each model, with and without its context.
 
@@ -40,13 +45,14 @@ shared, so equal time is not equal work; the context model also spends time enco
 
     python benchmarks/bench_context.py --data synth=out/data-synth --data sa=out/data-sa --out out/bench_context \\
         [--minutes 3 | --quiet-minutes 3] [--em-emails 40] [--modes cross,init_state] [--equal-steps] \\
-        [--examples 3] [--greetings] [model.mixer=gru model.pos=none ...]
+        [--examples 3] [--greetings] [--modes pointer+embed,pointer,cross+copy] [model.mixer=gru model.pos=none ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import sys
 from pathlib import Path
@@ -59,8 +65,8 @@ from seqlab.config import CTX_MODES, apply_overrides, get_preset
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.compressors import split_texts
 from seqlab.evaluation.context_scores import EmailScores, email_scores, paired_bootstrap
-from seqlab.evaluation.exact_match import Proposal, collect_proposals, score_proposals
-from seqlab.generation.complete import complete
+from seqlab.evaluation.exact_match import Proposal, collect_proposals, score_proposals, word_boundaries
+from seqlab.generation.complete import complete, split_words
 from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run
 from seqlab.training.trainer import train
@@ -102,8 +108,25 @@ def _train(data: Path, run: Path, minutes: float, extra: list[str]) -> dict:
     return train(data, run, _config([*budget, *extra]), progress=False)
 
 
+COPY_FLAGS = ("copy", "embed")  # MODE+copy: a copy head too; MODE+embed: no encoder layer (ctx_layers=0)
+
+
 def mode_overrides(mode: str) -> list[str]:
-    return ["model.cross_attention=true", f"model.ctx_mode={mode}"]
+    """A --modes entry as overrides: the ctx_mode, then `+copy` (a copy head, models/copy.py; implied by
+    `pointer`, where it alone reads the context) and `+embed` (the context's rows are its embeddings and
+    positions, no encoder layer: the cheap keys)."""
+    base, *flags = mode.split("+")
+    over = ["model.cross_attention=true", f"model.ctx_mode={base}"]
+    if base == "pointer" or "copy" in flags:
+        over.append("model.copy=true")
+    if "embed" in flags:
+        over.append("model.ctx_layers=0")
+    return over
+
+
+def valid_mode(mode: str) -> bool:
+    base, *flags = mode.split("+")
+    return base in CTX_MODES and set(flags) <= set(COPY_FLAGS)
 
 
 def _proposals(run: Path, store: TokenStore, emails: np.ndarray, seed: int, use_context: bool = True
@@ -124,6 +147,54 @@ def _proposals(run: Path, store: TokenStore, emails: np.ndarray, seed: int, use_
                              contexts=contexts), texts
 
 
+COPYABLE_PER_EMAIL = 6  # word boundaries per reply whose next word the original holds, for --examples
+_PUNCT = ".,;:!?()[]<>\"'"
+
+
+def _bare(word: str) -> str:
+    return word.strip(_PUNCT)
+
+
+def copyable_positions(texts: list[str], originals: list[str], per_email: int, seed: int) -> list[tuple[int, int]]:
+    """(email, offset) word boundaries whose next word (3+ characters, punctuation stripped) occurs in the
+    email's original: where a copy could be right. Up to `per_email` per reply, drawn with `seed`."""
+    rng = random.Random(seed)
+    picked: list[tuple[int, int]] = []
+    for e, (text, original) in enumerate(zip(texts, originals)):
+        held = {_bare(w) for w in split_words(original)}
+        bounds = [i for i in word_boundaries(text)
+                  if (w := split_words(text[i:].split("\n", 1)[0])[:1]) and len(_bare(w[0])) >= 3
+                  and _bare(w[0]) in held]
+        picked += [(e, i) for i in sorted(rng.sample(bounds, min(per_email, len(bounds))))]
+    return picked
+
+
+def _proposals_at(run: Path, store: TokenStore, emails: np.ndarray, texts: list[str],
+                  positions: list[tuple[int, int]], use_context: bool = True) -> list[Proposal]:
+    """Greedy proposals at given (email, offset) boundaries of `texts` (the texts of `emails`)."""
+    model, tok, cfg = load_run(run, "cpu")
+    out = []
+    for e, i in positions:
+        ctx = None
+        if cfg.model.cross_attention and use_context:
+            assert store.contexts is not None
+            ctx = ContextBatch.from_lists([store.contexts.context(int(emails[e]), cfg.model.ctx_block_size).tolist()])
+        c = complete(model, tok, texts[e][:i], max_words=MAX_WORDS, temperature=0.0, context=ctx)
+        truth = split_words(texts[e][i:].split("\n", 1)[0])[:MAX_WORDS]
+        out.append(Proposal(e, i, truth, c.words[:MAX_WORDS], c.confidence if c.words else 0.0,
+                            c.word_confidences[:MAX_WORDS]))
+    return out
+
+
+def _excerpt(original: str, word: str, width: int = 160) -> str:
+    """The part of the original around the first occurrence of `word` (its end when absent)."""
+    at = original.find(_bare(word)) if word and _bare(word) else -1
+    if at < 0:
+        return original[-width:]
+    lo = max(0, at - width // 2)
+    return original[lo:lo + width]
+
+
 def _first_right(p: Proposal) -> bool:
     return bool(p.truth) and p.words[:1] == p.truth[:1]
 
@@ -134,6 +205,7 @@ def _made_right(with_ctx: list[Proposal], without: list[Proposal], texts: list[s
     only_with = [(a, b) for a, b in zip(with_ctx, without) if _first_right(a) and not _first_right(b)]
     only_without = sum(1 for a, b in zip(with_ctx, without) if _first_right(b) and not _first_right(a))
     examples = [{"context_end": originals[a.email][-160:],
+                 "context_excerpt": _excerpt(originals[a.email], a.truth[0] if a.truth else ""),
                  "reply_so_far": texts[a.email][max(0, a.offset - 100):a.offset], "truth": a.truth,
                  "with_context": a.words, "without_context": b.words} for a, b in only_with[:n]]
     return {"boundaries": len(with_ctx), "right_only_with_context": len(only_with),
@@ -223,15 +295,27 @@ def measure(name: str, data: Path, out: Path, minutes: float, em_emails: int, ex
         result[kind]["exact_match"] = {"exact_match": q["exact_match"], "counts": q["exact_match_counts"],
                                        "positions": len(props)}
     if examples and len(runs) > 1:
-        best = min((k for k in runs if k != "plain"), key=lambda k: result[k]["bpb_replies"])
         assert store.contexts is not None
         _, tok, _ = load_run(runs["plain"], "cpu")
         originals = [tok.decode(store.contexts.context(int(i), 10**9).tolist()) for i in picked]
-        (ctx_props, texts), (plain_props, _) = proposals[best], proposals["plain"]
-        blind, _ = _proposals(runs[best], store, picked, seed=3, use_context=False)
-        result["made_right"] = {"model": best,
-                                "against_plain": _made_right(ctx_props, plain_props, texts, originals, examples),
-                                "against_itself_without": _made_right(ctx_props, blind, texts, originals, examples)}
+        texts = proposals["plain"][1]
+        copyable = copyable_positions(texts, originals, COPYABLE_PER_EMAIL, seed=5)
+        plain_copyable = _proposals_at(runs["plain"], store, picked, texts, copyable)
+        result["copyable_boundaries"] = len(copyable)
+        result["made_right"] = {}
+        for kind in (k for k in runs if k != "plain"):
+            ctx_props, plain_props = proposals[kind][0], proposals["plain"][0]
+            blind, _ = _proposals(runs[kind], store, picked, seed=3, use_context=False)
+            at_copy = _proposals_at(runs[kind], store, picked, texts, copyable)
+            at_copy_blind = _proposals_at(runs[kind], store, picked, texts, copyable, use_context=False)
+            result["made_right"][kind] = {
+                "against_plain": _made_right(ctx_props, plain_props, texts, originals, examples),
+                "against_itself_without": _made_right(ctx_props, blind, texts, originals, examples),
+                "copyable_against_plain": _made_right(at_copy, plain_copyable, texts, originals, examples),
+                "copyable_against_itself_without": _made_right(at_copy, at_copy_blind, texts, originals, examples),
+                "copyable_first_word_right": {"with_context": sum(map(_first_right, at_copy)),
+                                              "without_context": sum(map(_first_right, at_copy_blind)),
+                                              "plain": sum(map(_first_right, plain_copyable))}}
     if greetings:
         result["greeting_names"] = greeting_names(runs, store)
     return result
@@ -262,17 +346,19 @@ def _examples(results: list[dict]) -> str:
     for r in results:
         if "greeting_names" in r:
             lines.append(f"{r['corpus']}: greeting names (of the original's signer): {json.dumps(r['greeting_names'])}")
-        m = r.get("made_right")
-        if not m:
-            continue
-        for against in ("against_plain", "against_itself_without"):
-            c = m[against]
-            lines.append(f"{r['corpus']}: {m['model']} {against.replace('_', ' ')}: of {c['boundaries']} boundaries, "
-                         f"first word right only with the context {c['right_only_with_context']}, "
-                         f"only without {c['right_only_without_context']}")
-        for e in m["against_itself_without"]["examples"] or m["against_plain"]["examples"]:
-            lines += [f"  original ends: {e['context_end'][-90:]!r}", f"  reply so far: {e['reply_so_far'][-70:]!r}",
-                      f"  truth {e['truth']}  with context {e['with_context']}  without {e['without_context']}"]
+        for kind, m in r.get("made_right", {}).items():
+            for against in ("against_plain", "against_itself_without", "copyable_against_plain",
+                            "copyable_against_itself_without"):
+                c = m[against]
+                lines.append(f"{r['corpus']}: {kind} {against.replace('_', ' ')}: of {c['boundaries']} boundaries, "
+                             f"first word right only with the context {c['right_only_with_context']}, "
+                             f"only without {c['right_only_without_context']}")
+            lines.append(f"{r['corpus']}: {kind} first word right at the copyable boundaries: "
+                         f"{json.dumps(m['copyable_first_word_right'])}")
+            shown = (m["copyable_against_itself_without"]["examples"] or m["against_itself_without"]["examples"])
+            for e in shown:
+                lines += [f"  original: ...{e['context_excerpt']!r}...", f"  reply so far: {e['reply_so_far'][-80:]!r}",
+                          f"  truth {e['truth']}  with context {e['with_context']}  without {e['without_context']}"]
     return "\n".join(lines)
 
 
@@ -286,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ref-tokens-per-s", type=float, default=None,
                    help="bench_recipe's reference quiet tokens/s that anchors --quiet-minutes (its default)")
     p.add_argument("--em-emails", type=int, default=40, help="replies whose word boundaries ExactMatch samples")
-    p.add_argument("--modes", default="cross", help=f"context models to train, comma-separated: {', '.join(CTX_MODES)}")
+    p.add_argument("--modes", default="cross",
+                   help=f"context models to train, comma-separated: {', '.join(CTX_MODES)}, each maybe followed by "
+                   "+copy (a copy head; pointer: the copy head alone) and +embed (no encoder layer)")
     p.add_argument("--equal-steps", action="store_true",
                    help="also train each context model for the plain model's steps (equal work, not equal time)")
     p.add_argument("--examples", type=int, default=0, help="suggestions the context made right to print")
@@ -295,8 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="extra key=value config overrides for every run")
     args = p.parse_args(argv)
     modes = tuple(m for m in args.modes.split(",") if m)
-    if not modes or set(modes) - set(CTX_MODES):
-        p.error(f"--modes takes {', '.join(CTX_MODES)}, not {args.modes!r}")
+    if not modes or not all(map(valid_mode, modes)):
+        p.error(f"--modes takes {', '.join(CTX_MODES)}, each maybe with +copy and +embed, not {args.modes!r}")
     steps = None
     if args.quiet_minutes is not None:
         from bench_recipe import REF_TOKENS_PER_S

@@ -22,7 +22,8 @@ MIXERS = ("rnn", "gru", "mingru", "attention", "hybrid")
 # only additive positions (their attention, if any, is local and reads order from the recurrence)
 RECURRENT_MIXERS = ("rnn", "gru", "mingru", "hybrid")
 HYBRID_CELLS = ("gru", "mingru")
-CTX_MODES = ("cross", "init_state")  # how a model with model.cross_attention reads its context
+# how a model with model.cross_attention reads its context; pointer: only the copy head (model.copy) reads it
+CTX_MODES = ("cross", "init_state", "pointer")
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
 # Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
 ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
@@ -54,6 +55,9 @@ class ModelConfig:
     # how the blocks read the context: cross (cross-attention after every mixer) or init_state (recurrent
     # families: each recurrent layer starts every email from a state projected from the pooled context)
     ctx_mode: str = "cross"
+    # a copy head (pointer-generator, models/copy.py): the next token may be copied from the context;
+    # with ctx_mode=pointer it is the only reader of the context (no cross-attention, no initial state)
+    copy: bool = False
     tie_weights: bool = True  # output head shares the token embedding matrix
     fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
     qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product
@@ -85,6 +89,11 @@ class ModelConfig:
         _check(self.ctx_mode == "cross" or self.cross_attention,
                f"model.ctx_mode={self.ctx_mode} says how a context is read; it needs model.cross_attention=true, "
                "which gives the model its context encoder and feeds it the contexts")
+        _check(not self.copy or self.cross_attention,
+               "model.copy=true copies tokens from the context (the message answered); it needs "
+               "model.cross_attention=true, which gives the model its context encoder and feeds it the contexts")
+        _check(self.ctx_mode != "pointer" or self.copy,
+               "model.ctx_mode=pointer leaves the context to the copy head alone; it needs model.copy=true")
         if self.mixer == "hybrid":
             _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},
                    f"model.hybrid_pattern must be letters r (recurrent) and a (attention), not {self.hybrid_pattern!r}")

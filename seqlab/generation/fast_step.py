@@ -123,8 +123,8 @@ class FastStep:
     @classmethod
     def of(cls, model: nn.Module) -> FastStep | None:
         """A fast step for `model`, or None when it is not a plain `LM` of known blocks."""
-        if type(model) is not LM:  # a subclass or a wrapper may change forward: use it as it is
-            return None
+        if type(model) is not LM or model.copy_head is not None:  # a subclass or a wrapper may change
+            return None  # forward, and a copy head mixes in a pointer (models/copy.py): use the model as it is
         plans = [_plan_block(b) for b in model.blocks]
         if any(p is None for p in plans) or model.training:
             return None

@@ -7,6 +7,8 @@ Each block is pre-norm residual (GPT-2, Radford et al. 2019):
                                              or per layer for the hybrid (`make_mixer`)
     x = x + xattn(ln(x), context)            only with cfg.cross_attention (and ctx_mode=cross)
     x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
+With cfg.copy the head's distribution is mixed with a pointer's over the context tokens and the model
+returns the mixture's log-probabilities as its logits (models/copy.py, See et al. 2017).
 The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
 computed outside the model. Every mixer follows one contract:
     mixer(x (B, T, C), state=None, reset=None (B, T) bool) -> (y (B, T, C), new state)
@@ -29,6 +31,7 @@ from torch import Tensor, nn
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
+from seqlab.models.copy import CopyHead, PointerKeys, read_context
 from seqlab.models.cpu_linear import linear, onednn_applies
 from seqlab.models.kv_cache import CrossKV, KVCache
 from seqlab.models.positional import attention_positions, build_positions
@@ -94,12 +97,14 @@ class LMState:
     layers: one mixer state per block (KVCache for attention, hidden state for RNN/GRU/minGRU, a dict
         for the hybrid's local attention: models/hybrid.py);
     cross: one CrossKV per block (context keys/values computed once), or None entries;
-    pos: (B,) long, the position of the next token in each lane (restarts at reset flags).
+    pos: (B,) long, the position of the next token in each lane (restarts at reset flags);
+    copy: what the copy head reads of the context (model.copy), computed once, or None.
     """
 
     layers: list[Any]
     cross: list[CrossKV | None]
     pos: Tensor
+    copy: PointerKeys | None = None
 
     def detach(self) -> LMState:
         """Cut the graph (truncated BPTT carries the values, not the history)."""
@@ -125,7 +130,7 @@ class LMState:
         if not 0 < length <= min(layer.length for layer in self.layers):
             raise ValueError(f"cannot truncate a state to {length} tokens")
         layers = [KVCache(c.k[:, :, :length], c.v[:, :, :length], length) for c in self.layers]
-        return LMState(layers, list(self.cross), torch.full_like(self.pos, length))
+        return LMState(layers, list(self.cross), torch.full_like(self.pos, length), self.copy)
 
 
 def position_ids(t: int, start: Tensor, reset: Tensor | None) -> Tensor:
@@ -209,6 +214,7 @@ class LM(nn.Module):
                          if cfg.cross_attention and cfg.ctx_mode == "init_state" else None)
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.copy_head = CopyHead(cfg) if cfg.copy else None  # models/copy.py
         self._init_weights()
         if cfg.tie_weights:
             self.head.weight = self.wte.weight  # one (V, C) matrix reads tokens in and scores them out
@@ -242,12 +248,14 @@ class LM(nn.Module):
         return n
 
     def encode_context(self, context: Tensor | ContextBatch, context_mask: Tensor | None = None,
-                       t: int | None = None) -> tuple[Tensor, Tensor | None]:
+                       t: int | None = None, encoded: tuple[Tensor, Tensor, Tensor] | None = None
+                       ) -> tuple[Tensor, Tensor | None]:
         """Context rows for cross-attention and the mask of what each query may read.
 
         A ContextBatch, or (B, Lc) token ids (with context_mask (B, Lc): False on padding), go through
         the context encoder (models/context.py) -> rows (B, S, C) and a (B, S) or per-query (B, T, S)
-        bool mask; a float (B, Lc, C) tensor is taken as already-encoded rows (context_mask as given)."""
+        bool mask; a float (B, Lc, C) tensor is taken as already-encoded rows (context_mask as given).
+        `encoded`: the encoder's output for this context when the caller has it already (model.copy)."""
         if self.ctx_encoder is None:
             raise ValueError("a context was given but model.cross_attention is false")
         if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
@@ -261,11 +269,12 @@ class LM(nn.Module):
             context = ContextBatch.single(context, context_mask)
         if context.segment is not None and t is not None and context.segment.size(1) != t:
             raise ValueError(f"context.segment must be (B, {t}), got {tuple(context.segment.shape)}")
-        rows, keep, slot = self.ctx_encoder(self.wte, context)
+        rows, keep, slot = encoded if encoded is not None else self.ctx_encoder(self.wte, context)
         return rows, cross_mask(keep, slot, context.segment)
 
     def context_inits(self, context: Tensor | ContextBatch, context_mask: Tensor | None, reset: Tensor | None,
-                      fresh: bool, t: int) -> list[Tensor | None]:
+                      fresh: bool, t: int, encoded: tuple[Tensor, Tensor, Tensor] | None = None
+                      ) -> list[Tensor | None]:
         """ctx_mode=init_state: per block, the (B, T, C) state its recurrent mixer adds where an email
         starts (at resets, and at t = 0 when the call starts from no state), or None (ContextInit)."""
         assert self.ctx_init is not None and self.ctx_encoder is not None
@@ -276,7 +285,7 @@ class LM(nn.Module):
         else:
             if isinstance(context, Tensor):
                 context = ContextBatch.single(context, context_mask)
-            rows, keep, _ = self.ctx_encoder(self.wte, context)
+            rows, keep, _ = encoded if encoded is not None else self.ctx_encoder(self.wte, context)
             n_ctx, segment = context.ids.size(1), context.segment
         b = rows.size(0)
         begin = torch.zeros(b, t, dtype=torch.bool, device=rows.device) if reset is None else reset.clone()
@@ -315,10 +324,18 @@ class LM(nn.Module):
             x = x + pe.to(x.dtype)
         x = self.drop(x)
         inits: list[Tensor | None] = [None] * len(self.blocks)
+        ptr, ptr_mask = (state.copy, state.copy.keep) if state is not None and state.copy is not None else (None, None)
+        encoded = None
+        if context is not None and self.copy_head is not None:  # the pointer's keys, from one encoding
+            context, ptr, ptr_mask, encoded = read_context(self.copy_head, self.ctx_encoder, self.wte, context,
+                                                           context_mask, t)
         if context is not None and self.ctx_init is not None:  # read through the initial states only
-            inits = self.context_inits(context, context_mask, reset, state is None, t)
+            inits = self.context_inits(context, context_mask, reset, state is None, t, encoded)
             context = None
-        ctx, context_mask = self.encode_context(context, context_mask, t) if context is not None else (None, None)
+        if self.cfg.ctx_mode == "pointer":  # no block reads the context: the copy head alone
+            context = None
+        ctx, context_mask = (self.encode_context(context, context_mask, t, encoded) if context is not None
+                             else (None, None))
         layers: list[Any] = []
         crosses: list[CrossKV | None] = []
         for i, block in enumerate(self.blocks):
@@ -327,8 +344,12 @@ class LM(nn.Module):
             x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask, inits[i])
             layers.append(layer_state)
             crosses.append(cross)
-        logits = linear(self.ln_f(x), self.head.weight)  # (B, T, V); oneDNN without autograd (cpu_linear.py)
-        return logits, LMState(layers, crosses, positions[:, -1] + 1)
+        h = self.ln_f(x)
+        logits = linear(h, self.head.weight)  # (B, T, V); oneDNN without autograd (cpu_linear.py)
+        if self.copy_head is not None:  # log p of the pointer-generator mixture (models/copy.py)
+            logits = (self.copy_head(h, logits, ptr, ptr_mask) if ptr is not None and ptr_mask is not None
+                      else self.copy_head.vocab_only(logits))
+        return logits, LMState(layers, crosses, positions[:, -1] + 1, ptr)
 
 
 def _recurrent(mixer: nn.Module) -> bool:

@@ -54,5 +54,6 @@ class ContextFeed:
 
     def carry(self, state: LMState) -> LMState:
         """The stream state to carry to the next chunk: each chunk brings its own contexts, so the cached
-        context keys/values are dropped (plain tensors only, as a checkpoint stores them)."""
-        return dataclasses.replace(state, cross=[None] * len(state.cross)) if self.on else state
+        context keys/values (and the copy head's keys) are dropped (plain tensors only, as a checkpoint
+        stores them)."""
+        return dataclasses.replace(state, cross=[None] * len(state.cross), copy=None) if self.on else state

@@ -5,7 +5,9 @@ text with the original as its context (`seqlab.generation.reply.reply_context`),
 block's cross-attention (lecture slide "Cross-attention gets queries and context from different
 sequences": the weight matrix is L_q x L_c, one normalized row per reply token). `cross_command` draws
 one heatmap per chosen (layer, head), reply tokens as rows and original tokens as columns, and, in HTML,
-the same numbers as tables plus, per head, the original tokens each reply token read most.
+the same numbers as tables plus, per head, the original tokens each reply token read most. A model with a
+copy head (`model.copy`, models/copy.py) shows its pointer's weights as one more row, "pointer": the
+distribution over the original's tokens that a copied token is drawn from.
 `seqlab attention RUN "text" --reply-to FILE` calls it.
 """
 
@@ -47,6 +49,11 @@ class CrossMaps:
     layers: list[int]
     heads: list[int]
     cropped: int = 0
+    pointer: int | None = None  # the layer key of the copy head's weights (in the first head's column), if any
+
+
+def _title(maps: CrossMaps, layer: int, head: int) -> str:
+    return "pointer (copy head)" if layer == maps.pointer else f"layer {layer}, head {head}"
 
 
 def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, original: str,
@@ -56,7 +63,8 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
     if not reads_context(model):
         raise UserError("this run's model has no cross-attention (trained without model.cross_attention=true); "
                         "--reply-to needs one that reads the message being answered")
-    if model.cfg.ctx_mode != "cross":
+    copy = bool(getattr(model.cfg, "copy", False))
+    if model.cfg.ctx_mode != "cross" and not copy:
         raise UserError("this run's model reads the message being answered through its initial states "
                         "(model.ctx_mode=init_state), not cross-attention: there are no weights to show")
     if not original.strip():
@@ -64,7 +72,7 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
     ids, cropped = encode_text(model, tokenizer, text)
     ctx = reply_context(model, tokenizer, original)
     assert ctx is not None
-    layer_ids = _choose(layers, model.cfg.n_layer, "layer")
+    layer_ids = _choose(layers, model.cfg.n_layer, "layer") if model.cfg.ctx_mode == "cross" else []
     head_ids = _choose(heads, model.cfg.n_head, "head")
     was = model.training
     model.eval()
@@ -76,9 +84,13 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
         model.train(was)
     weights = {(layer, head): rec.get(layer, "cross")[0, head].float().cpu().numpy()
                for layer in layer_ids for head in head_ids}
+    pointer = model.cfg.n_layer if copy else None
+    if pointer is not None:  # the copy head records after the last block: (B, 1, Lq, Lc)
+        weights[(pointer, head_ids[0])] = rec.get(pointer, "pointer")[0, 0].float().cpu().numpy()
+        layer_ids = [*layer_ids, pointer]
     context_ids = ctx.ids[0, 0][ctx.keep[0, 0]].tolist()
     return CrossMaps(token_labels(tokenizer, ids), token_labels(tokenizer, context_ids), weights, layer_ids,
-                     head_ids, cropped)
+                     head_ids, cropped, pointer)
 
 
 def cross_figure(maps: CrossMaps) -> Figure:
@@ -95,9 +107,12 @@ def cross_figure(maps: CrossMaps) -> Figure:
     for r, layer in enumerate(maps.layers):
         for c, head in enumerate(maps.heads):
             ax = axes[r][c]
+            if (layer, head) not in maps.weights:  # the pointer's row has one head
+                ax.set_visible(False)
+                continue
             image = ax.imshow(maps.weights[(layer, head)], cmap=colormap("viridis"), vmin=0.0, vmax=top,
                               interpolation="nearest", aspect="auto")
-            ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+            ax.set_title(_title(maps, layer, head), fontsize=9)
             _token_axis(ax, maps.context_labels, "x", max(MAX_TICKS, int(width / 0.13)))
             _token_axis(ax, maps.labels, "y", max(MAX_TICKS, int(height / 0.13)))
             ax.set_xlabel("original (the message replied to)", fontsize=8)
@@ -123,11 +138,10 @@ def cross_tables(maps: CrossMaps) -> list[str]:
     ctx = [f"{j}:{t}" for j, t in enumerate(maps.context_labels)]
     tables = []
     for layer, head in maps.weights:
-        tables.append(plain_table(read_most(maps, layer, head), f"layer {layer}, head {head}: what each reply "
-                                  "token read most"))
+        title = _title(maps, layer, head)
+        tables.append(plain_table(read_most(maps, layer, head), f"{title}: what each reply token read most"))
         tables.append(heat_table(maps.weights[(layer, head)], labels, ctx,
-                                 f"layer {layer}, head {head}: row = reply token, column = original token",
-                                 lo=0.0, hi=1.0))
+                                 f"{title}: row = reply token, column = original token", lo=0.0, hi=1.0))
     return tables
 
 
