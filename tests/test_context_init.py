@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from stepping import decoder_against_full
 from tiny_models import V
 from tiny_models import tiny_lm as _model
 from tiny_models import token_ids as _ids
@@ -176,7 +177,6 @@ def test_a_reply_is_completed_from_the_originals_state_and_has_no_cross_weights(
     decoder's first call starts the email from it; `attention --reply-to` has nothing to show (UserError)."""
     from seqlab.data.tokenizer import ByteTokenizer
     from seqlab.errors import UserError
-    from seqlab.generation.decode import IncrementalDecoder
     from seqlab.generation.reply import reply_context
     from seqlab.studies.inspection.cross import cross_attention_maps
 
@@ -187,11 +187,6 @@ def test_a_reply_is_completed_from_the_originals_state_and_has_no_cross_weights(
     original = "Shall we meet in room 5 on Tuesday?"
     ctx = reply_context(model, tok, original)
     prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room")]])
-    with torch.no_grad():
-        full, _ = model(prompt, context=ctx)
-        dec = IncrementalDecoder(model, prompt[:, :3], context=ctx)
-        for t in range(3, prompt.size(1)):
-            dec.step(prompt[:, t])
-    torch.testing.assert_close(dec.logits, full[:, -1].float(), atol=1e-5, rtol=1e-5)
+    decoder_against_full(model, prompt, ctx)
     with pytest.raises(UserError, match="init_state"):
         cross_attention_maps(model, tok, "Yes", original)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stepping import one_token_at_a_time
 from tiny_models import V
 from tiny_models import tiny_lm as _model
 from tiny_models import token_ids as _ids
@@ -27,12 +28,9 @@ def test_incremental_decoding_with_context_equals_the_full_pass(mixer: str, pos:
     idx, ctx = _ids(3, 10, seed=2), _contexts()
     with torch.no_grad():
         full, _ = model(idx, context=ctx)
-        state, steps = None, []
-        for t in range(10):
-            logits, state = model(idx[:, t : t + 1], state=state, context=ctx if t == 0 else None)
-            steps.append(logits)
+    stepped, state = one_token_at_a_time(model, idx, ctx)
     assert torch.isfinite(full).all()
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(stepped, full, atol=1e-5, rtol=1e-5)
     assert all(c is not None for c in state.cross)  # the encoded context is kept in the state
 
 

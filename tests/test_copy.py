@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from stepping import decoder_against_full, one_token_at_a_time
 from tiny_models import tiny_lm as _model
 from tiny_models import token_ids as _ids
 
@@ -45,12 +46,9 @@ def test_incremental_decoding_with_a_copy_head_equals_the_full_pass(mixer: str, 
     idx, ctx = _ids(3, 10, seed=2), _contexts()
     with torch.no_grad():
         full, _ = model(idx, context=ctx)
-        state, steps = None, []
-        for t in range(10):
-            logits, state = model(idx[:, t : t + 1], state=state, context=ctx if t == 0 else None)
-            steps.append(logits)
+    stepped, state = one_token_at_a_time(model, idx, ctx)
     assert state.copy is not None  # the pointer's keys are kept in the state, computed once
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(stepped, full, atol=1e-10, rtol=1e-10)
 
 
 @pytest.mark.parametrize("mixer,pos,mode,layers", VARIANTS)
@@ -187,7 +185,6 @@ def test_the_decoder_steps_a_copy_model_through_its_forward() -> None:
     """generation's decoder (what `complete --reply-to` and the server use) on a copy model: no FastStep
     (it does not know the copy head), and its stepped logits equal the full pass with the original."""
     from seqlab.data.tokenizer import ByteTokenizer
-    from seqlab.generation.decode import IncrementalDecoder
     from seqlab.generation.fast_step import FastStep
     from seqlab.generation.reply import reply_context
 
@@ -198,12 +195,7 @@ def test_the_decoder_steps_a_copy_model_through_its_forward() -> None:
     assert FastStep.of(model) is None
     ctx = reply_context(model, tok, "Shall we meet in room 5 on Tuesday?")
     prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room 5 on Tue")]])
-    with torch.no_grad():
-        full, _ = model(prompt, context=ctx)
-        dec = IncrementalDecoder(model, prompt[:, :3], context=ctx)
-        for t in range(3, prompt.size(1)):
-            dec.step(prompt[:, t])
-    torch.testing.assert_close(dec.logits, full[:, -1].float(), atol=1e-5, rtol=1e-5)
+    decoder_against_full(model, prompt, ctx)
 
 
 @pytest.mark.parametrize("mixer,pos,mode", [("attention", "rope", "pointer"), ("gru", "none", "init_state")])
