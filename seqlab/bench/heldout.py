@@ -3,7 +3,8 @@
 `evaluate_lm` scores every target of a split once, batched and under `torch.inference_mode()`
 (`seqlab.evaluation.heldout`, cut into calls by `seqlab.evaluation.plans`). Its tokens/s (scored
 targets per second) is compared with the training step's tokens/s of the same model and batch size on
-the same machine, the two timed in turn (median of 3 after a warm-up). Goal: evaluation >= 3x training,
+the same machine, the two timed in turn (median of 5 rounds after a warm-up; a training sample is 8 steps
+in a row). Goal: evaluation >= 3x training,
 for attention (the `small` preset's RoPE: a key/value cache slides over whole-email lanes, each chunk
 of W/2 tokens reading the W/2 before it) and a GRU (whole-email lanes, the hidden state carried).
 
@@ -27,7 +28,7 @@ from typing import Any
 import torch
 
 from seqlab.bench.bf16 import default_precision
-from seqlab.bench.common import row, time_steps
+from seqlab.bench.common import Step, row, time_steps
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
@@ -61,12 +62,31 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     def windows() -> None:  # the half-overlapping windows, for the side-by-side row
         score_heldout(model, iter_windows(store, cfg.block_size, batch, tok.pad_id, 0), token_byte_lengths(tok), CPU)
 
-    steps = [step, evaluate, *([step16, evaluate16] if bf16 else []), *([windows] if plan.kind == "sliding" else [])]
-    secs = time_steps(steps, 3, 1)
+    # A training step (~0.1 s) is timed as TRAIN_BURST steps in a row, so that each sample is about as long
+    # as an evaluation (~1 s): one step alone varied by +-20% from round to round at 2 threads.
+    burst, burst16 = _burst(step), _burst(step16)
+    steps = [burst, evaluate, *([burst16, evaluate16] if bf16 else []), *([windows] if plan.kind == "sliding" else [])]
+    secs = time_steps(steps, 5, 1)
+    secs[0] /= TRAIN_BURST
+    if bf16:
+        secs[2] /= TRAIN_BURST
     nan = float("nan")
     times = {"train_fp32": secs.pop(0), "eval": secs.pop(0), "train_bf16": secs.pop(0) if bf16 else nan,
              "eval_bf16": secs.pop(0) if bf16 else nan, "windows": secs.pop(0) if secs else nan}
     return _rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
+
+
+TRAIN_BURST = 8  # training steps per timed sample
+
+
+def _burst(step: Step) -> Step:
+    """TRAIN_BURST calls of `step` as one timed thing."""
+
+    def run() -> None:
+        for _ in range(TRAIN_BURST):
+            step()
+
+    return run
 
 
 def _rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
