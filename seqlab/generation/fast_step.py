@@ -16,7 +16,7 @@ blocks' own parameters through the functional ops directly:
   new token attends to every cached key, so it needs no causal mask;
 - RNN / GRU: `torch.rnn_tanh_cell` / `torch.gru_cell`, PyTorch's one-step kernels on the same
   parameters and equations as `seqlab.models.rnn` (gate order r, z, n);
-- norms, the MLP and the head as in `seqlab.models.lm.Block` / `LM.forward` (dropout is off in eval).
+- norms, the MLP and the head as in `seqlab.models.block.Block` / `LM.forward` (dropout is off in eval).
 
 Anything else (minGRU, the hybrid, a wrapper such as `PhraseBlend`, training mode, an attention
 recorder or a GRU asked to record its gates) gets None or `usable() == False`, and the decoder calls the
