@@ -15,7 +15,7 @@ to the quiet cost (the median was tried first and timed two copies of one model 
 ref_tokens_per_s is the reference's measured quiet rate: 23,600 tokens/s for `make demo`'s attention model
 on bytes (the `small` preset at 2 threads did 2,428 steps of 2,048 tokens in 210 s on the quiet machine),
 in fp32: so the reference is timed with train.precision=fp32 (REF_PRECISION), and every other model with
-its own train.precision (bf16 autocast around the forward pass, as the trainer does; `training/precision.py`).
+its own train.precision (bf16 autocast around the forward pass, as the trainer does; `runs/precision.py`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: i
 
     from seqlab.models import build_model
     from seqlab.models.context import ContextBatch
+    from seqlab.runs.precision import autocast_for
     from seqlab.training.flops import flops_per_token
     from seqlab.training.optim import make_optimizer
-    from seqlab.training.precision import autocast_for
 
     torch.set_num_threads(threads)
     gen = torch.Generator().manual_seed(0)

@@ -177,7 +177,7 @@ class TrainConfig:
     compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
     threads: int = 0  # torch intra-op threads; 0: the cores actually free (training/threads.py)
     # auto | fp32 | bf16: the forward pass under bf16 autocast or not; auto takes bf16 where the device has
-    # native bf16 arithmetic (a CUDA GPU, a CPU with AVX512_BF16 / AMX; training/precision.py)
+    # native bf16 arithmetic (a CUDA GPU, a CPU with AVX512_BF16 / AMX; runs/precision.py)
     precision: str = "auto"
 
     def __post_init__(self) -> None:

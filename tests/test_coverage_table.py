@@ -79,9 +79,10 @@ def test_cli_eval_reports_each_coverage_and_plots(word_run_dir: Path, tmp_path: 
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "coverage.png"
     code = main(["eval", str(word_run_dir), "--json", "--completion-emails", "6", "--positions-per-email", "4",
-                 "--coverages", "0.1,0.5,1", "--plot", str(png), "--device", "cpu"])
+                 "--coverages", "0.1,0.5,1", "--plot", str(png), "--device", "cpu", "--precision", "fp32"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
+    assert result["precision"] == "fp32"
     rows = result["by_coverage"]
     assert [r["target"] for r in rows] == [0.1, 0.5, 1.0]
     assert result["completion_positions"] == rows[0]["positions"] > 0

@@ -10,9 +10,10 @@ import torch
 
 from seqlab.config import apply_overrides, get_preset
 from seqlab.evaluation.heldout import lm_loss
+from seqlab.evaluation.run import evaluate_run, format_eval
 from seqlab.models import build_model
-from seqlab.training import precision
-from seqlab.training.precision import autocast_for, cpu_has_native_bf16, resolve_precision
+from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision
+from seqlab.runs import precision
 from seqlab.training.trainer import train
 
 CPU = torch.device("cpu")
@@ -85,3 +86,11 @@ def test_a_bf16_run_trains_and_says_so(tiny_data_dir: Path, tmp_path: Path) -> N
         assert info["precision"] == name and not summary["failed"]
         finals[name] = summary["best_val_loss"]
     assert finals["bf16"] == pytest.approx(finals["fp32"], rel=0.02)
+    # seqlab eval scores a run in the precision it trained in, unless told otherwise
+    evals = {(run, p): evaluate_run(tmp_path / run, split="val", completions=False, precision=p)
+             for run, p in (("fp32", "run"), ("fp32", "fp32"), ("bf16", "run"), ("bf16", "fp32"))}
+    assert [e["precision"] for e in evals.values()] == ["fp32", "fp32", "bf16", "fp32"]
+    assert evals["fp32", "run"]["bpb"] == evals["fp32", "fp32"]["bpb"]  # the same float32 pass
+    assert evals["bf16", "run"]["bpb"] != evals["bf16", "fp32"]["bpb"]  # bf16 matmuls really ran
+    assert evals["bf16", "run"]["bpb"] == pytest.approx(evals["bf16", "fp32"]["bpb"], rel=1e-2)
+    assert "bf16" in format_eval(evals["bf16", "run"])

@@ -1,6 +1,6 @@
 """Training in bfloat16 on the CPU ("bf16" rows): the bf16 matmul peak, each family's step, minGRU.
 
-Runs only where the CPU has bf16 dot-product instructions (`seqlab.training.precision.cpu_has_native_bf16`);
+Runs only where the CPU has bf16 dot-product instructions (`seqlab.runs.precision.cpu_has_native_bf16`);
 elsewhere one "skipped" row says so. A bf16 step is what the trainer runs under train.precision=bf16: the
 forward pass (loss included) under `torch.autocast("cpu", dtype=torch.bfloat16)`, the loss computed
 in float32 (`lm_loss`), the weights, gradients and optimizer in float32. The fp32 step beside it is the
@@ -30,8 +30,8 @@ from seqlab.bench.throughput import FAMILIES, PEAK_N, family_config, seqlab_step
 from seqlab.config import ModelConfig, get_preset
 from seqlab.models.mingru import MinGRUMixer
 from seqlab.models.rnn import RecurrentMixer
+from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 from seqlab.training.flops import flops_per_token, mfu
-from seqlab.training.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 
 SECTION = "bf16"
 CPU = torch.device("cpu")
@@ -39,7 +39,7 @@ CPU = torch.device("cpu")
 
 def default_precision(preset: str = "small") -> str:
     """"fp32" or "bf16": what a training run of `preset` uses on this CPU when train.precision is left
-    alone (`auto` resolved by `seqlab.training.precision`)."""
+    alone (`auto` resolved by `seqlab.runs.precision`)."""
     return resolve_precision(get_preset(preset).train.precision, CPU)
 
 

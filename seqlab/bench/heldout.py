@@ -2,18 +2,19 @@
 
 `evaluate_lm` scores every target of a split once, batched and under `torch.inference_mode()`
 (`seqlab.evaluation.heldout`, cut into calls by `seqlab.evaluation.plans`). Its tokens/s (scored
-targets per second) is compared with the training step's tokens/s of the same model and batch size on
+targets per second) is compared with the training step's tokens/s of the same model on
 the same machine, the two timed in turn (median of 5 rounds after a warm-up; a training sample is 8 steps
-in a row). Goal: evaluation >= 3x training,
+in a row). Evaluation reads `EVAL_BATCH` rows a call, as `seqlab eval` does; training, the preset's batch.
+Goal: evaluation >= 3x training,
 for attention (the `small` preset's RoPE: a key/value cache slides over whole-email lanes, each chunk
 of W/2 tokens reading the W/2 before it) and a GRU (whole-email lanes, the hidden state carried).
 
-The goal row compares with the training step the trainer runs by default on this machine
-(`seqlab.bench.bf16.default_precision`: fp32, or bf16 autocast where train.precision=auto resolves to
-bf16); on a CPU with bf16 instructions the other precision's step is timed in the same rotation and given
-as an informative row, and so is evaluation itself under bf16 autocast (what the trainer's validation runs
-under train.precision=bf16) against the bf16 step, with its bits per byte beside the float32 ones.
-`seqlab eval` and `evaluate_lm` stay float32. A forward pass is about a third of a training step's FLOPs.
+The goal row compares evaluation as `seqlab eval` runs it for a `small` run trained on this machine (in
+the run's own precision, `seqlab.bench.bf16.default_precision`: fp32, or bf16 autocast where
+train.precision=auto resolves to bf16) with the training step the trainer runs by default (the same
+precision). On a CPU with bf16 instructions the other precision's step and evaluation are timed in the same
+rotation and given as informative rows (float32 evaluation, `seqlab eval --precision fp32`, is the exact
+one), with the bits per byte of both evaluations. A forward pass is about a third of a training step's FLOPs.
 A second row counts every position the model computes (padding included). For attention a last row
 compares, side by side, the sliding cache with the half-overlapping windows that learned positions still
 use (and that every attention model used before): those compute each position about twice, since only the
@@ -32,9 +33,9 @@ from seqlab.bench.common import Step, row, time_steps
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
-from seqlab.evaluation.heldout import evaluate_lm, score_heldout, score_split, token_byte_lengths
+from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm, score_heldout, score_split, token_byte_lengths
 from seqlab.evaluation.plans import iter_windows, split_plan
-from seqlab.training.precision import autocast_for, cpu_has_native_bf16
+from seqlab.runs.precision import autocast_for, cpu_has_native_bf16
 
 CPU = torch.device("cpu")
 
@@ -48,19 +49,20 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     _, step16 = seqlab_step(cfg, batch, precision="bf16")
     bf16 = cpu_has_native_bf16()
     store = TokenStore(data, split)
-    plan = split_plan(model, store, cfg.block_size, batch, tok.pad_id)
+    plan = split_plan(model, store, cfg.block_size, EVAL_BATCH, tok.pad_id)
     fed = sum(c.x.numel() for c in plan.chunks)  # positions the model computes, padding included
     result: dict[str, Any] = {}
 
     def evaluate() -> None:
-        result.update(evaluate_lm(model, store, cfg.block_size, batch, CPU, tok))
+        result.update(evaluate_lm(model, store, cfg.block_size, EVAL_BATCH, CPU, tok))
 
-    def evaluate16() -> None:  # the trainer's validation under train.precision=bf16
-        result["bpb_bf16"] = score_split(model, store, cfg.block_size, batch, CPU, tok,
+    def evaluate16() -> None:  # seqlab eval (and the trainer's validation) of a run trained in bf16
+        result["bpb_bf16"] = score_split(model, store, cfg.block_size, EVAL_BATCH, CPU, tok,
                                          autocast=autocast_for("bf16", CPU)).bpb
 
     def windows() -> None:  # the half-overlapping windows, for the side-by-side row
-        score_heldout(model, iter_windows(store, cfg.block_size, batch, tok.pad_id, 0), token_byte_lengths(tok), CPU)
+        score_heldout(model, iter_windows(store, cfg.block_size, EVAL_BATCH, tok.pad_id, 0), token_byte_lengths(tok),
+                      CPU)
 
     # A training step (~0.1 s) is timed as TRAIN_BURST steps in a row, so that each sample is about as long
     # as an evaluation (~1 s): one step alone varied by +-20% from round to round at 2 threads.
@@ -93,32 +95,35 @@ def _rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result
           times: dict[str, float]) -> list[dict[str, Any]]:
     """The rows from the medians `times` (seconds of each timed thing) and the evaluation's `result`."""
     rate = {p: step_tokens / times[f"train_{p}"] for p in ("fp32", "bf16")}
+    eval_rate = {"fp32": result["tokens"] / times["eval"], "bf16": result["tokens"] / times["eval_bf16"]}
     default = default_precision()
-    eval_rate = result["tokens"] / times["eval"]
-    detail = {"plan": kind, "eval_tokens": result["tokens"], "eval_positions": fed, "eval_s": times["eval"],
-              "tokens_per_s_eval": eval_rate, "positions_per_s_eval": fed / times["eval"],
+    detail = {"plan": kind, "eval_tokens": result["tokens"], "eval_positions": fed, "eval_precision": default,
+              "eval_s": times["eval" if default == "fp32" else "eval_bf16"], "eval_fp32_s": times["eval"],
+              "tokens_per_s_eval": eval_rate[default], "tokens_per_s_eval_fp32": eval_rate["fp32"],
               "tokens_per_s_train": rate[default], "train_precision": default,
-              "tokens_per_s_train_fp32": rate["fp32"], "tokens_per_s_train_bf16": rate["bf16"]}
+              "tokens_per_s_train_fp32": rate["fp32"], "tokens_per_s_train_bf16": rate["bf16"],
+              "bpb_fp32": result["bpb"], "bpb_bf16": result.get("bpb_bf16", float("nan"))}
     name = f"{family} small"
-    out = [row("evaluation", f"{name}: eval / train", f"scored tokens/s of evaluate_lm (float32) over the whole "
-               f"{split} split ({kind} plan, evaluation/plans.py) against the default ({default}) training step's "
-               "tokens/s, same model and batch, timed in turn", eval_rate / rate[default], "x", ">= 3.0", **detail),
+    out = [row("evaluation", f"{name}: eval / train", f"scored tokens/s of evaluate_lm over the whole {split} split "
+               f"({kind} plan, evaluation/plans.py; {default}, as seqlab eval runs a run trained here) against the "
+               f"default ({default}) training step's tokens/s, same model, {EVAL_BATCH} rows a call against the "
+               "training batch, timed in turn", eval_rate[default] / rate[default], "x", ">= 3.0", **detail),
            row("evaluation", f"{name}: positions eval / train", "the same counting every position the model "
-               "computes (padding included)", fed / times["eval"] / rate[default], "x", **detail)]
-    if "bpb_bf16" in result:
-        other = "fp32" if default == "bf16" else "bf16"
-        out.append(row("evaluation", f"{name}: eval / train ({other} step)", "the same float32 evaluation "
-                       f"against the {other} training step", eval_rate / rate[other], "x", **detail))
-        out.append(row("evaluation", f"{name}: bf16 eval / bf16 train", "evaluation under bf16 autocast (the "
-                       "trainer's validation under train.precision=bf16) against the bf16 training step; bits per "
-                       "byte of both evaluations in detail", result["tokens"] / times["eval_bf16"] / rate["bf16"],
-                       "x", bpb_fp32=result["bpb"], bpb_bf16=result["bpb_bf16"], eval_bf16_s=times["eval_bf16"],
-                       **detail))
+               "computes (padding included)", fed / times["eval" if default == "fp32" else "eval_bf16"]
+               / rate[default], "x", **detail)]
+    if default == "bf16":
+        out.append(row("evaluation", f"{name}: fp32 eval / train", "the exact float32 evaluation (seqlab eval "
+                       "--precision fp32) against the same default training step; bits per byte of both "
+                       "evaluations in detail", eval_rate["fp32"] / rate[default], "x", **detail))
+    elif "bpb_bf16" in result:
+        out.append(row("evaluation", f"{name}: bf16 eval / bf16 train", "evaluation under bf16 autocast against "
+                       "the bf16 training step (not this machine's default); bits per byte of both in detail",
+                       eval_rate["bf16"] / rate["bf16"], "x", **detail))
     if kind == "sliding":
         out.append(row("evaluation", f"{name}: sliding / windows", "evaluate_lm's sliding key/value cache "
                        "against the half-overlapping windows (learned positions' plan) on the same split, scored "
-                       "tokens/s, timed in turn", times["windows"] / times["eval"], "x", windows_s=times["windows"],
-                       **detail))
+                       "tokens/s, float32, timed in turn", times["windows"] / times["eval"], "x",
+                       windows_s=times["windows"], **detail))
     return out
 
 

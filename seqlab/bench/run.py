@@ -36,8 +36,8 @@ import torch
 from seqlab.bench import SECTIONS
 from seqlab.bench.common import machine_info, row
 from seqlab.bench.results import markdown, write_json
+from seqlab.runs.precision import cpu_has_native_bf16
 from seqlab.training.flops import matmul_peak_gflops
-from seqlab.training.precision import cpu_has_native_bf16
 
 PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prepare.py"
 

@@ -29,9 +29,9 @@ from seqlab.bench.plain import PlainGRULM, PlainTransformerLM
 from seqlab.config import ModelConfig, get_preset
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.models import build_model
+from seqlab.runs.precision import autocast_for
 from seqlab.training.flops import flops_per_token, mfu
 from seqlab.training.optim import make_optimizer
-from seqlab.training.precision import autocast_for
 
 FAMILIES = ("attention", "gru", "mingru", "rnn")
 SECTION = "throughput"
@@ -70,7 +70,7 @@ def lm_step(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], o
 
 def seqlab_step(cfg: ModelConfig, batch: int, seed: int = 0, precision: str = "fp32") -> tuple[nn.Module, Step]:
     """A seqlab model and its training step; `precision` "bf16" runs the forward pass under CPU bf16
-    autocast (`seqlab.training.precision.autocast_for`), as the trainer does under train.precision=bf16."""
+    autocast (`seqlab.runs.precision.autocast_for`), as the trainer does under train.precision=bf16."""
     torch.manual_seed(seed)
     model = build_model(cfg)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), torch.device("cpu"))

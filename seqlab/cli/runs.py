@@ -62,6 +62,10 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    help="also draw ExactMatch against coverage to this PNG")
     _add_phrase_options(p)
     p.add_argument("--device", default="auto")
+    p.add_argument("--precision", choices=("run", "fp32", "bf16"), default="run",
+                   help="number format of the held-out pass: the run's own train.precision as resolved on "
+                        "this machine (default; bf16 moved trained models' bits per byte by about 1e-5), "
+                        "or fp32 for exact float32")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -74,7 +78,7 @@ def run_eval(args: argparse.Namespace) -> int:
     result = evaluate_run(args.run_dir, args.data, args.split, args.device, completion_threshold=args.threshold,
                           target_coverage=args.coverage or None, completion_emails=args.completion_emails,
                           positions_per_email=args.positions_per_email, coverages=args.coverages,
-                          phrases=phrases)  # type: ignore[arg-type]
+                          phrases=phrases, precision=args.precision)  # type: ignore[arg-type]
     print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
     if args.plot is not None:
         from seqlab.studies.coverage import save_coverage_plot

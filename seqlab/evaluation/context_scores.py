@@ -11,8 +11,12 @@ not tokens, since the tokens of one email are not independent).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,14 +43,16 @@ class EmailScores:
 
 
 def email_scores(model: nn.Module, store: TokenStore, block_size: int, batch_size: int, device: torch.device,
-                 tokenizer: Tokenizer, use_context: bool = True) -> EmailScores:
+                 tokenizer: Tokenizer, use_context: bool = True,
+                 autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext) -> EmailScores:
     """Score every target of the split once, per email (module docstring). `use_context=False` scores a
-    context model without its contexts (what it does on mail that answers nothing)."""
+    context model without its contexts (what it does on mail that answers nothing); `autocast` wraps the
+    forward passes (`heldout.score_heldout`)."""
     n = store.num_emails
     out = EmailScores(np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
                       store.contexts.lengths > 0 if store.contexts is not None else np.zeros(n, dtype=bool))
     score_split(model, store, block_size, batch_size, device, tokenizer, use_context,
-                per_email=(out.nll, out.tokens, out.bytes))
+                per_email=(out.nll, out.tokens, out.bytes), autocast=autocast)
     return out
 
 

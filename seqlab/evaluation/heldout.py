@@ -45,6 +45,10 @@ from seqlab.models.lm import map_tensors
 from seqlab.runs.load import resolve_device
 
 SEPARATOR = b"\n"  # what an email's eos stands for when bytes are counted and compressors read the split
+# Rows of block_size positions per held-out call in `seqlab eval` (`evaluation.run.evaluate_run`). Twice a
+# `small` training batch: no activations are kept for a backward pass, and at 2 threads on this machine
+# it scored 1.08x the tokens/s of 16 rows for attention and 1.04x for the GRU (64 rows: 1.06x and 1.07x).
+EVAL_BATCH = 32
 
 EmailSums = tuple[np.ndarray, np.ndarray, np.ndarray]  # per email of a split: NLL (nats), targets, bytes
 
@@ -120,8 +124,8 @@ def score_heldout(model: nn.Module, batches: Iterable[Chunk | tuple[Any, ...]], 
     `fresh(B, device)` (None by default: the model's own fresh state); any other continues the previous
     call's state (only its `carry` lanes when given). With `per_email` (nll, tokens, bytes arrays over
     the split's emails) each row's sums are also added to its chunk's email. `autocast` wraps the
-    forward pass only (the trainer's bf16 on CUDA); the loss is float32. The model runs in eval mode
-    under `torch.inference_mode()` and is put back in the mode it was in.
+    forward pass only (bf16 for a run trained in bf16: `seqlab.runs.precision`); the loss is float32.
+    The model runs in eval mode under `torch.inference_mode()` and is put back in the mode it was in.
     """
     byte_lengths = byte_lengths.to(device)  # (V,)
     nll, tokens, nbytes, state = 0.0, 0, 0, None
@@ -174,13 +178,15 @@ def score_split(model: nn.Module, store: TokenStore, block_size: int, batch_size
 
 
 def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size: int,
-                device: str | torch.device, tokenizer: Tokenizer, use_context: bool = True) -> dict[str, float | int]:
+                device: str | torch.device, tokenizer: Tokenizer, use_context: bool = True,
+                autocast: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+                ) -> dict[str, float | int]:
     """Loss per token (nats), perplexity, bits per byte, target tokens and bytes over the whole split
     (`score_split`: a model with cross-attention reads each email's reply context unless `use_context`
-    is False)."""
+    is False; `autocast` wraps the forward passes, as in `score_heldout`)."""
     if store.num_emails == 0 or int((store.lengths - 1).sum()) == 0:
         raise UserError(f"the {store.split} split of {store.data_dir} has no tokens to evaluate.")
     dev = device if isinstance(device, torch.device) else resolve_device(device)
-    r = score_split(model, store, block_size, batch_size, dev, tokenizer, use_context)
+    r = score_split(model, store, block_size, batch_size, dev, tokenizer, use_context, autocast=autocast)
     return {"loss": r.loss, "ppl": r.ppl, "bpb": r.bpb, "tokens": r.tokens, "bytes": r.bytes,
             "nll_nats": r.nll_nats}

@@ -19,10 +19,11 @@ from seqlab.errors import UserError
 from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes, split_texts
 from seqlab.evaluation.context_scores import by_context, email_scores, totals
 from seqlab.evaluation.exact_match import COVERAGES, completion_quality
-from seqlab.evaluation.heldout import evaluate_lm
+from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
 from seqlab.generation.phrases import PhraseModel
 from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
+from seqlab.runs.precision import autocast_for, resolve_precision
 
 
 def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
@@ -59,8 +60,9 @@ def completion_contexts(model: Any, store: TokenStore, emails: int, seed: int) -
 def evaluate_run(
     run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val", device: str = "auto", *,
     completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 200,
-    positions_per_email: int = 5, max_words: int = 5, batch_size: int = 32, seed: int = 0,
+    positions_per_email: int = 5, max_words: int = 5, batch_size: int = EVAL_BATCH, seed: int = 0,
     completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
+    precision: str = "run",
 ) -> dict[str, Any]:
     """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
 
@@ -84,21 +86,24 @@ def evaluate_run(
     run_dir = Path(run_dir)
     dev = resolve_device(device)
     model, tok, cfg = load_run(run_dir, dev)
+    # the held-out pass in the number format the run trained in (runs/precision.py), unless told otherwise
+    numbers = resolve_precision(cfg.train.precision if precision == "run" else precision, dev)
+    autocast = autocast_for(numbers, dev)
     data = run_data_dir(run_dir, data_dir)
     check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
     scores = None
     if store.contexts is not None:  # per email, so that emails with and without a context are reported apart
-        scores = email_scores(model, store, cfg.model.block_size, batch_size, dev, tok)
+        scores = email_scores(model, store, cfg.model.block_size, batch_size, dev, tok, autocast=autocast)
         lm = totals(scores)
     else:
-        lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok)
+        lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok, autocast=autocast)
     raw = split_bytes(store, tok)
     result: dict[str, Any] = {
         "split": split, "loss": lm["loss"], "ppl": lm["ppl"], "bpb": lm["bpb"], "tokens": lm["tokens"],
         "bytes": lm["bytes"], "compressor_bpb": compressor_bpb_bytes(raw),
         "params": sum(p.numel() for p in model.parameters()), "mixer": cfg.model.mixer,
-        "run_dir": str(run_dir), "data_dir": str(data), "emails": store.num_emails,
+        "run_dir": str(run_dir), "data_dir": str(data), "emails": store.num_emails, "precision": numbers,
     }
     if scores is not None:
         result["by_context"] = by_context(scores)
@@ -130,7 +135,8 @@ def format_eval(result: dict[str, Any]) -> str:
         + (f", {result['emails']:,} emails" if "emails" in result else ""),
         f"  {'':10} {'bits/byte':>9} {'loss/token':>10} {'perplexity':>10}",
         f"  {'model':10} {result['bpb']:9.3f} {result['loss']:10.3f} {result['ppl']:10.2f}"
-        + (f"   ({result['params']:,} parameters)" if "params" in result else ""),
+        + (f"   ({result['params']:,} parameters)" if "params" in result else "")
+        + (f", {result['precision']}" if "precision" in result else ""),
     ]
     for name, label in (("gzip", "gzip -9"), ("bz2", "bz2 -9"), ("xz", "xz -9e")):
         lines.append(f"  {label:10} {result['compressor_bpb'][name]:9.3f}")

@@ -40,13 +40,13 @@ from seqlab.runs.checkpoint import (
 )
 from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
+from seqlab.runs.precision import autocast_for, resolve_precision
 from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
 from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
-from seqlab.training.precision import autocast_for, resolve_precision
 from seqlab.training.progress import Progress, ProgressBar, StopFlag
 from seqlab.training.run_log import RunLog
 from seqlab.training.saving import SavesState
