@@ -12,8 +12,8 @@ from seqlab.config import apply_overrides, get_preset
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.evaluation.run import evaluate_run, format_eval
 from seqlab.models import build_model
-from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 from seqlab.runs import precision
+from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 from seqlab.training.trainer import train
 
 CPU = torch.device("cpu")

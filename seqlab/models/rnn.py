@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
+from seqlab.models.gru_backward import gru_sequence
 
 
 class _CellMixin:
@@ -218,6 +219,12 @@ class RecurrentMixer(nn.Module):
 
         init (B, T, C) or None: added to the state where an email starts (`run_cell`)."""
         check_mixer_inputs(self.kind, x, state, reset, init)
+        if self.uses_fused() and self.kind == "gru" and init is None and torch.is_grad_enabled():
+            # training: the time loop with a hand-written backward, resets applied in place (gru_backward.py)
+            h0 = x.new_zeros(x.size(0), self.cell.hidden_size) if state is None else state
+            keep = None if reset is None else (~reset).to(x.dtype)
+            y = gru_sequence(self.cell.project(x), h0, self.cell.weight_hh_l0, self.cell.bias_hh_l0, keep)
+            return y, y[:, -1]
         if self.uses_fused():
             return run_fused(self.cell, x, state, reset, init)
         log: list[tuple[Tensor, Tensor]] | None = [] if self.record_gates and self.kind == "gru" else None
