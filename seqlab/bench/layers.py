@@ -106,6 +106,7 @@ def bench_mingru_long(args: argparse.Namespace, device: torch.device) -> list[di
     scan (the reference form), fwd+bwd, batch --scan-batch, width --n-embd."""
     B, C = args.scan_batch, args.n_embd
     fused = RecurrentMixer(ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none"), "gru").to(device)
+    fused.force_kernel = True  # torch.nn.GRU's kernel, as the rows say, not the trainer's gru_backward loop
     mingru = MinGRUMixer(ModelConfig(mixer="mingru", n_embd=C, n_head=1, pos="none")).to(device)
     mingru.mode = "scan"
     rnn = mingru.rnn
