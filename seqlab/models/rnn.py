@@ -185,8 +185,8 @@ class RecurrentMixer(nn.Module):
     """An RNN or GRU layer of width C = n_embd as a mixer: `(x (B,T,C), state (B,C), reset (B,T)) -> (y, state)`.
 
     The fused path is used when `cfg.fused_rnn` is true and nothing asks for per-step inspection: PyTorch's
-    kernel, except that a GRU computing a gradient runs `gru_backward.gru_sequence` (its time loop with a
-    hand-written backward, ~1.5x faster to train; `force_kernel = True` keeps PyTorch's kernel);
+    kernel, except that a GRU computing a gradient on the CPU runs `gru_backward.gru_sequence` (its time loop
+    with a hand-written backward, ~1.5x faster to train; `force_kernel = True` keeps PyTorch's kernel);
     `force_explicit` (or `with mixer.explicit():`) selects the gate-by-gate loop, and
     `record_gates = True` (GRU only) also stores the last forward's gates in `last_gates`
     as {'r': (B, T, C), 'z': (B, T, C)} (detached).
@@ -225,8 +225,9 @@ class RecurrentMixer(nn.Module):
         init (B, T, C) or None: added to the state where an email starts (`run_cell`)."""
         check_mixer_inputs(self.kind, x, state, reset, init)
         if self.uses_fused() and self.kind == "gru" and not self.force_kernel and init is None \
-                and torch.is_grad_enabled():
-            # training: the time loop with a hand-written backward, resets applied in place (gru_backward.py)
+                and torch.is_grad_enabled() and x.device.type == "cpu":
+            # training on the CPU: the time loop with a hand-written backward, resets applied in place
+            # (gru_backward.py); on a GPU cuDNN's fused kernel stays far ahead of any Python-level loop
             h0 = x.new_zeros(x.size(0), self.cell.hidden_size) if state is None else state
             keep = None if reset is None else (~reset).to(x.dtype)
             y = gru_sequence(self.cell.project(x), h0, self.cell.weight_hh_l0, self.cell.bias_hh_l0, keep)
