@@ -6,12 +6,17 @@ Everything here is seeded and small so the whole suite stays within minutes on 2
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
 # Reproducible CPU numerics for every test process (resume-exactness tests also pin threads per run).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The Ctrl-C tests send SIGINT to child processes, which must start with SIGINT at its default. A shell that
+# runs the suite in the background without job control starts it with SIGINT ignored, and an ignored signal
+# survives exec: every child would then ignore Ctrl-C. A handler does not survive exec, so install one here.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
