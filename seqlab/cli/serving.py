@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -93,11 +94,19 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
           f"also in {info} (readable by you only)", flush=True)
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    # uvicorn shuts down gracefully on SIGTERM and then raises it again for the handler it found: make
+    # that handler an exit, so the finally below still runs (the default one would kill the process)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.run(sockets=[sock])
     finally:
         info.unlink(missing_ok=True)  # the token dies with this launch
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _phrase_file(args: argparse.Namespace) -> Path | None:
