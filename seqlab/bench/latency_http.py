@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from seqlab.bench.latency_model import pct, summary, timed
 from seqlab.bench.latency_runs import MAX_WORDS, OVERHEAD_P50_MS, cut_bytes
 
 
-def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
-    """`python -m seqlab serve RUN --port 0` as a child; (process, port), once /health answers 200."""
+def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int, str]:
+    """`python -m seqlab serve RUN --port 0` as a child; (process, port, token), once /health answers 200."""
     import httpx
 
     cmd = [sys.executable, "-m", "seqlab", "serve", str(run), "--port", "0", "--threads", "1",
@@ -46,9 +45,9 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
         except queue.Empty:
             line = ""
         seen.append(line)
-        m = re.search(r"http://[^:/]+:(\d+)/", line)
+        m = re.search(r"http://[^:/]+:(\d+)/\?token=([A-Za-z0-9_-]+)", line)
         if m:
-            port = int(m.group(1))
+            port, token = int(m.group(1)), m.group(2)
         elif proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit("the server did not start:\n" + "".join(seen))
@@ -56,7 +55,7 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
         while True:
             try:
                 if client.get("/health").status_code == 200:
-                    return proc, port
+                    return proc, port, token
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -70,23 +69,23 @@ def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[in
     """Rows of HTTP round trip vs the server's latency_ms per context size for one model."""
     import httpx
 
-    proc, port = start_server(run, log_dir)
+    proc, port, token = start_server(run, log_dir)
     rows = []
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            def post(prefix: str, session: str) -> tuple[float, dict[str, Any]]:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                          headers={"Authorization": f"Bearer {token}"}) as client:
+            def post(prefix: str, session: str | None) -> tuple[float, dict[str, Any]]:
                 ms, r = timed(lambda: client.post("/v1/complete", json={
                     "prefix": prefix, "subject": subject, "session": session, "max_words": MAX_WORDS}))
                 r.raise_for_status()
                 return ms, r.json()
 
             for _ in range(3):
-                post(body[:200], "warm-" + uuid.uuid4().hex)
+                post(body[:200], None)
             health = [timed(lambda: client.get("/health").raise_for_status())[0] for _ in range(keystrokes)]
             for ctx in contexts:
                 n0 = cut_bytes(body, ctx)
-                sid = uuid.uuid4().hex
-                post(body[:n0], sid)
+                sid = post(body[:n0], None)[1]["session"]  # the server names the session
                 rtt, model, over = [], [], []
                 for k in range(1, keystrokes + 1):
                     ms, answer = post(body[:n0 + k], sid)
