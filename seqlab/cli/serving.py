@@ -93,7 +93,9 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
     print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
           f"also in {info} (readable by you only)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    # no access log (it would hold the URLs the person opened) and no Server header (nothing to fingerprint)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", access_log=False,
+                                           server_header=False))
     # uvicorn shuts down gracefully on SIGTERM and then raises it again for the handler it found: make
     # that handler an exit, so the finally below still runs (the default one would kill the process)
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
