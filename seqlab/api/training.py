@@ -66,7 +66,8 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, resum
     except ValueError as exc:
         raise UserError(str(exc)) from None
     summary = run_trainer(Path(data), Path(out), base, resume=resume, overrides=strings, progress=progress,
-                          init=Path(init) if init is not None else None, on_step=on_step)
+                          init=Path(init) if init is not None else None, on_step=on_step,
+                          announce=False)  # nothing printed unless asked: the summary says `resumed_at`
     if summary["failed"]:  # halted on non-finite steps or weights: the reason says which checkpoint is good
         raise UserError(summary["stopped"])
     if launched_rank() != 0:  # under torchrun only rank 0 writes RUN_DIR (maybe on another machine): not loaded

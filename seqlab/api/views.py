@@ -79,14 +79,17 @@ class Attention:
 
     @property
     def weights(self) -> dict[tuple[int, int], np.ndarray]:
+        """(layer, head) -> the (L, L) weight matrix: row = query token, column = key token."""
         return self.maps.weights
 
     @property
     def labels(self) -> list[str]:
+        """One readable label per token (<bos> first, whitespace shown as ␣ ⏎)."""
         return self.maps.labels
 
     @property
     def ids(self) -> list[int]:
+        """The token ids the model read."""
         return self.maps.ids
 
     def figure(self) -> Figure:

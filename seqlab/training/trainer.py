@@ -62,13 +62,15 @@ class Trainer(SavesState):
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
                  overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
-                 on_step: OnStep | None = None) -> None:
+                 on_step: OnStep | None = None, announce: bool = True) -> None:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
         a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used. A new run with `init` starts
         from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`). `on_step`, when
-        given, is called on rank 0 after every step with a `StepReport`."""
+        given, is called on rank 0 after every step with a `StepReport`; `announce` prints where a resumed run
+        continues (the summary's `resumed_at` says it either way)."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
-        self.init, self.on_step = init, on_step
+        self.init, self.on_step, self.announce = init, on_step, announce
+        self.resumed_at: int | None = None
         self.last_eval: dict[str, float] = {}
         self.dist = World.from_env()  # under torchrun: this rank's place; alone: World() and no process group
         if resume and self.dist.is_main and not self.run_dir.is_dir():  # said before the lock would create it
@@ -309,7 +311,8 @@ class Trainer(SavesState):
         summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
                    "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
                    "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
-                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None}
+                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None,
+                   "resumed_at": self.resumed_at}
         self._write_run_info(summary)
         return summary
 
@@ -338,11 +341,11 @@ class Trainer(SavesState):
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
           overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
-          on_step: OnStep | None = None) -> dict:
+          on_step: OnStep | None = None, announce: bool = True) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
     the summary also written to RUN_DIR/run.json. `on_step` is called after every step (`StepReport`)."""
     trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init,
-                      on_step=on_step)
+                      on_step=on_step, announce=announce)
     try:
         return trainer.run()
     finally:
