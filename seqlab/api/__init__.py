@@ -3,5 +3,5 @@
 One module per role: `data` (prepare, DataDir), `training` (train), `runs` (load, Run), `views` (what a Run's
 reading methods return), `lessons` (the lecture's experiments and attention by hand), `config` (preset). The
 CLI (`seqlab.cli`) is a thin layer over these functions; docs/api.md is generated from their docstrings
-(`tools/api_docs.py`). Nothing is imported here, so `import seqlab` stays instant and torch-free.
+(`python -m seqlab.api.reference`). Nothing is imported here, so `import seqlab` stays instant and torch-free.
 """
