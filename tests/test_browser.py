@@ -10,15 +10,13 @@ The last test saves out/screenshots/compose.png for the README.
 
 from __future__ import annotations
 
-import json
+import functools
+import http.server
 import os
-import socket
-import subprocess
-import sys
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
+from serving_helpers import Served, served
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -36,6 +35,29 @@ WHY_SCREENSHOT = REPO / "out" / "screenshots" / "why.png"
 # Generous: the first completion loads the model on 2 shared CPU cores. Waits end as soon as they succeed.
 WAIT_S = 60
 SUBJECT = "Quarterly report"
+REBOUND = "rebound.attacker.test"
+# A web page on another origin that tries to read the person's model through their browser: a CORS fetch
+# with a guessed token (preflighted), simple requests that need no preflight (text/plain, a form), a read
+# of /health, and the compose page in a frame. It records what it could see in window.results.
+HOSTILE_PAGE = """<!doctype html><html><body><h1>cute cats</h1><form id="f" method="post" target="sink"
+action="SERVER/v1/complete" enctype="text/plain"><input name='{"prefix":"Hi","x":"' value='"}'></form>
+<iframe name="sink"></iframe><iframe id="frame" src="SERVER/?token=TOKEN_GUESS"></iframe><script>
+const S = "SERVER", out = {};
+async function attempt(name, f) { try { out[name] = await f(); } catch (e) { out[name] = "blocked: " + e.name; } }
+(async () => {
+  await attempt("cors_json", async () => (await fetch(S + "/v1/complete", {method: "POST",
+    headers: {"Content-Type": "application/json", "Authorization": "Bearer guess"},
+    body: JSON.stringify({prefix: "Hi Dana, my password is"})})).status);
+  await attempt("simple_text_plain", async () => (await fetch(S + "/v1/complete", {method: "POST",
+    headers: {"Content-Type": "text/plain"}, body: JSON.stringify({prefix: "Hi"})})).status);
+  await attempt("no_cors_blob", async () => (await fetch(S + "/v1/why", {method: "POST", mode: "no-cors",
+    body: new Blob([JSON.stringify({prefix: "Hi", text: " a"})])})).type);
+  await attempt("health", async () => JSON.stringify(await (await fetch(S + "/health")).json()));
+  await attempt("rebound_health", async () => (await fetch("http://REBOUND:PORT/health")).status);
+  document.getElementById("f").submit();
+  window.results = out;
+})();
+</script></body></html>"""
 BODY = "Hi Dana,\n\nCould you send me the rep"
 
 
@@ -69,53 +91,16 @@ def browser_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactor
     return run
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _health(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as res:
-            return res.status
-    except urllib.error.HTTPError as err:
-        return err.code
-    except OSError:
-        return None
+@pytest.fixture(scope="module")
+def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """`seqlab serve` on a free local port as a person starts it; --min-confidence 0 so it always suggests.
+    The page is opened from the URL it printed (with the token)."""
+    with served(browser_run_dir, tmp_path_factory.mktemp("serve"), "--min-confidence", "0", timeout=WAIT_S) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
-def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of `seqlab serve` on a free local port; --min-confidence 0 so it always suggests."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    cmd = [sys.executable, "-m", "seqlab", "serve", str(browser_run_dir), "--port", str(port),
-           "--min-confidence", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    url = f"http://127.0.0.1:{port}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while _health(url) != 200:
-            if proc.poll() is not None:
-                pytest.fail(f"seqlab serve exited with {proc.returncode}:\n{log_path.read_text()}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail(f"seqlab serve not healthy after {WAIT_S} s:\n{log_path.read_text()}", pytrace=False)
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+def driver(server: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
     # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
     # SE_OFFLINE tells it to stay off the network should anything still call it.
     os.environ["SE_OFFLINE"] = "true"
@@ -124,8 +109,11 @@ def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[we
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--window-size=1000,700", "--force-device-scale-factor=1",
+                # DNS rebinding without DNS: the attacker's name resolves to this machine
+                f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",
                 f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # what the page's console said
     browser = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     try:
         yield browser
@@ -136,9 +124,9 @@ def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[we
 # ----------------------------------------------------------------------------- helpers
 
 
-def _open(driver: webdriver.Chrome, url: str, to: str = ""):
-    """Load a fresh page, fill the header fields, type BODY and return the body textarea."""
-    driver.get(url)
+def _open(driver: webdriver.Chrome, server: Served, to: str = ""):
+    """Load a fresh page from the printed URL, fill the header fields, type BODY and return the body textarea."""
+    driver.get(server.page)
     driver.find_element(By.ID, "to").send_keys(to)
     driver.find_element(By.ID, "subject").send_keys(SUBJECT)
     area = driver.find_element(By.ID, "body")
@@ -160,14 +148,13 @@ def _value(driver: webdriver.Chrome) -> str:
     return driver.execute_script("return document.getElementById('body').value")
 
 
-def _stats(url: str) -> dict:
-    with urllib.request.urlopen(f"{url}/v1/stats", timeout=5) as res:
-        return json.load(res)
+def _stats(server: Served) -> dict:
+    return server.get("/v1/stats")
 
 
-def _wait_for_event(url: str, kind: str, before: dict) -> None:
+def _wait_for_event(server: Served, kind: str, before: dict) -> None:
     """The page's events are fire and forget: wait until the server has counted one more of `kind`."""
-    WebDriverWait(None, WAIT_S).until(lambda _: _stats(url)[kind] > before[kind])
+    WebDriverWait(None, WAIT_S).until(lambda _: _stats(server)[kind] > before[kind])
 
 
 def _requests(driver: webdriver.Chrome) -> str:
@@ -253,6 +240,60 @@ def test_why_panel_shows_the_alternatives_and_where_the_model_looked(driver, ser
     assert driver.save_screenshot(str(WHY_SCREENSHOT))
     driver.find_element(By.ID, "why-close").click()
     assert not panel.is_displayed()
+
+
+def test_the_token_leaves_the_address_bar_and_a_page_without_it_says_what_to_open(driver, server):
+    _open(driver, server)
+    _wait_for_ghost(driver)
+    assert "token" not in driver.current_url  # not in the history, a bookmark or a screenshot
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(server.url + "/")
+    WebDriverWait(driver, WAIT_S).until(lambda d: "seqlab serve" in d.find_element(By.ID, "status").text)
+    assert "down" in driver.find_element(By.ID, "model").get_attribute("class")
+
+
+def test_a_hostile_page_reads_nothing(driver, server, tmp_path):
+    """Another origin's page, and the compose page under a rebound name, get nothing out of the server."""
+    before = _stats(server)
+    port = server.url.rsplit(":", 1)[1]
+    page = tmp_path / "index.html"
+    page.write_text(HOSTILE_PAGE.replace("SERVER", server.url).replace("REBOUND", REBOUND).replace("PORT", port))
+    with _static_site(tmp_path) as site:
+        driver.get_log("browser")  # forget what earlier pages said
+        driver.get(site.replace("127.0.0.1", REBOUND) + "/index.html")
+        results = WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return window.results"))
+        time.sleep(0.5)  # the form's post and the frame, which report nothing to the page
+        frame = driver.find_element(By.ID, "frame")
+        driver.switch_to.frame(frame)
+        framed = driver.execute_script("return document.body ? document.body.innerText : ''")
+        driver.switch_to.default_content()
+    # the preflight of the guessed-token call got 403; the simple requests got 403 (415 had they passed the
+    # Origin rule) without a CORS header to read them by; the blind no-cors post is stopped by the
+    # Cross-Origin-Resource-Policy; the rebound name got 421
+    assert all(str(v).startswith("blocked") for v in results.values()), results
+    assert "New message" not in framed  # the compose page never renders in a frame
+    said = "\n".join(e["message"] for e in driver.get_log("browser"))
+    assert "frame-ancestors 'none'" in said and "NotSameOrigin" in said, said
+    after = _stats(server)
+    assert after["completions"] == before["completions"]  # nothing reached the model
+    # and the compose page opened under the rebound name is refused before any route runs
+    driver.get(f"http://{REBOUND}:{port}/?token={server.token}")
+    assert "answers only to" in driver.find_element(By.TAG_NAME, "body").text
+    assert _stats(server)["completions"] == before["completions"]
+
+
+@contextmanager
+def _static_site(folder: Path) -> Iterator[str]:
+    """Serve `folder` over HTTP on a free loopback port (another origin than the server's)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+        site.server_close()
 
 
 def test_screenshot_of_a_suggestion(driver, server):
