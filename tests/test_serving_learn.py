@@ -166,3 +166,25 @@ def _copy_run(src: Path, dst: Path) -> None:
     import shutil
 
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("serve", PERSONAL))
+
+
+def test_a_reply_is_learned_with_the_message_it_answered(tmp_path: Path) -> None:
+    """For a model that reads the replied-to message (cross-attention), a sent reply's step reads it too:
+    the cross-attention weights move, and only with the context given."""
+    from seqlab.config import ModelConfig
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.models import build_model
+    from seqlab.serving.personal import SentEmail
+
+    tok = ByteTokenizer()
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=64, mixer="gru", pos="none", n_layer=1,
+                                    n_embd=32, n_head=2, cross_attention=True, ctx_block_size=64)).eval()
+    xattn = [n for n, _ in model.named_parameters() if "xattn" in n]
+    assert xattn
+    for context, moves in ((None, False), ("Could you send the freight totals?", True)):
+        learner = Learner(model, tok, PersonalStore(tmp_path), idle=lambda: True, on_swap=lambda m: None)
+        start = {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+        learner.step(SentEmail(*MAIL, context=context))
+        moved = any(not torch.equal(start[n], p) for n, p in learner.model.named_parameters() if n in xattn)
+        assert moved == moves, context

@@ -33,9 +33,11 @@ import torch
 from torch import nn
 
 from seqlab.data.batches import IGNORE_INDEX
+from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.generation.decode import context_limit
+from seqlab.generation.reply import reads_context, reply_context
 from seqlab.runs.files import apply_weights, weights_from_bytes, weights_to_bytes
 from seqlab.serving.credentials import write_private, write_private_bytes
 from seqlab.serving.engine import prompt_text
@@ -178,9 +180,14 @@ class Learner:
         return x, y
 
     def step(self, email: Any) -> float:
-        """One gradient step on one email; its loss in nats per token before the step."""
+        """One gradient step on one email (with the message it answered, for a model that reads one, as
+        the server reads it: `original_text` of it); its loss in nats per token before the step."""
         x, y = self.batch(prompt_text(email.subject, email.body))
-        logits, _ = self.model(x)  # (B, T, V)
+        extra = {}
+        if email.context and reads_context(self.model):
+            ctx = reply_context(self.model, self.tokenizer, original_text(email.context.encode("utf-8", "replace")))
+            extra["context"] = ctx.expand(x.size(0))  # one lane per window of the email
+        logits, _ = self.model(x, **extra)  # (B, T, V)
         loss = lm_loss(logits, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
