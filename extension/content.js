@@ -80,8 +80,10 @@
       }
       if (node.nodeType !== Node.ELEMENT_NODE || SKIP.has(node.nodeName)) return;
       if (node.nodeName === "BR") {
-        // a <br> ending its block only keeps an empty line open; elsewhere it is a line break
-        if (node.nextSibling === null && BLOCKS.has(node.parentNode.nodeName) && node.parentNode !== root) {
+        // a <br> that ends a block after some text draws no line of its own (<div>a<br></div> is one
+        // line); any other <br>, the one holding an empty line open included, is a line break
+        const lineHasText = !pendingBreak && out !== "" && !out.endsWith("\n");
+        if (lineHasText && node.nextSibling === null && BLOCKS.has(node.parentNode.nodeName)) {
           pendingBreak = true;
         } else {
           flush();
@@ -355,8 +357,24 @@
     schedule();
   }
 
+  /** Setting the caret where it is ends the browser's current typing step, so that the insertion below
+   *  is an undo step of its own: Ctrl+Z then takes back the suggestion, not the writer's last word too. */
+  function endTypingStep() {
+    if (box instanceof HTMLTextAreaElement) {
+      const { selectionStart: a, selectionEnd: b, selectionDirection: d } = box;
+      box.setSelectionRange(a, b, d);
+      return;
+    }
+    const sel = document.getSelection();
+    if (!sel || !sel.rangeCount) return;
+    const range = sel.getRangeAt(0);
+    sel.removeAllRanges();
+    sel.addRange(range);
+  }
+
   function insertAtCaret(text) {
     // execCommand keeps the insertion in the site's undo history and fires "input" like typing does
+    endTypingStep();
     inserting = true;
     try {
       if (!document.execCommand("insertText", false, text) && box instanceof HTMLTextAreaElement) {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import uvicorn
@@ -16,15 +17,17 @@ from seqlab.serving.app import ServerConfig, create_app
 
 
 @contextmanager
-def running_server(config: ServerConfig, timeout: float = 60.0) -> Iterator[str]:
+def running_server(config: ServerConfig, timeout: float = 60.0,
+                   wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
     """Serve `config` with uvicorn on 127.0.0.1 (a free port) until the block ends; yields the base URL
-    once /health answers 200."""
+    once /health answers 200. `wrap` takes the app and returns the ASGI app to serve (a recorder, say)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(wrap(app) if wrap else app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
