@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # runs the suite in the background without job control starts it with SIGINT ignored, and an ignored signal
 # survives exec: every child would then ignore Ctrl-C. A handler does not survive exec, so install one here.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+# The server keeps paired browser extensions in the person's config folder: never the real one in a test.
+os.environ["SEQLAB_CONFIG_DIR"] = tempfile.mkdtemp(prefix="seqlab-config-")
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,22 @@
-"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread."""
+"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread.
+
+Both speak as the person: requests carry the config's token and are addressed to its host and port, as the
+compose page's are (`seqlab.serving.access`). Tests of the gate itself send their own headers.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,16 +26,23 @@ from fastapi.testclient import TestClient
 from seqlab.serving.app import ServerConfig, create_app
 
 
+def auth(config: ServerConfig) -> dict[str, str]:
+    """The header that proves a request comes from the person."""
+    return {"Authorization": f"Bearer {config.token}"}
+
+
 @contextmanager
 def running_server(config: ServerConfig, timeout: float = 60.0,
                    wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
-    """Serve `config` with uvicorn on 127.0.0.1 (a free port) until the block ends; yields the base URL
-    once /health answers 200. `wrap` takes the app and returns the ASGI app to serve (a recorder, say)."""
+    """Serve `config` with uvicorn on 127.0.0.1 (a free port, which `config.port` is set to) until the block
+    ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls. `wrap` takes
+    the app and returns the ASGI app to serve (a recorder, say)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config.host, config.port = "127.0.0.1", sock.getsockname()[1]
+    url = f"http://127.0.0.1:{config.port}"
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(wrap(app) if wrap else app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -48,10 +65,15 @@ def running_server(config: ServerConfig, timeout: float = 60.0,
         sock.close()
 
 
+def person_client(config: ServerConfig) -> TestClient:
+    """A TestClient addressed to the config's host and port, carrying its token (enter it to start the app)."""
+    return TestClient(create_app(config), base_url=f"http://{config.host}:{config.port}", headers=auth(config))
+
+
 @contextmanager
 def ready_client(config: ServerConfig) -> Iterator[TestClient]:
-    """A TestClient of the app (lifespan running) once /health answers 200."""
-    with TestClient(create_app(config)) as client:
+    """A TestClient of the app (lifespan running), speaking as the person, once /health answers 200."""
+    with person_client(config) as client:
         wait_ready(client)
         yield client
 
@@ -63,3 +85,60 @@ def wait_ready(client: TestClient, seconds: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the server did not load: {client.get('/health').json()}")
         time.sleep(0.01)
+
+
+@dataclass
+class Served:
+    """A `seqlab serve` child process: its base URL, the token it printed, and the page URL carrying it."""
+
+    url: str
+    token: str
+    page: str
+    proc: subprocess.Popen[str]
+    log: Path
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def get(self, path: str) -> Any:
+        """GET path as the person; the JSON answer."""
+        return httpx.get(f"{self.url}{path}", headers=self.headers(), timeout=10).json()
+
+
+PRINTED_URL = re.compile(r"(http://127\.0\.0\.1:(\d+))/\?token=([A-Za-z0-9_-]+)")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@contextmanager
+def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> Iterator[Served]:
+    """`python -m seqlab serve RUN_DIR --port 0 ARGS` as a child, as a person starts it: the URL and token
+    are read from what it prints. Yields once /health answers 200; stops it after the block."""
+    log = log_dir / "serve.log"
+    cmd = [sys.executable, "-m", "seqlab", "serve", str(run_dir), "--port", "0", "--log", str(log_dir), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        found = None
+        while not (found and _healthy(found.group(1))):
+            found = found or PRINTED_URL.search(log.read_text())
+            if proc.poll() is not None:
+                raise AssertionError(f"seqlab serve exited with {proc.returncode}:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"seqlab serve not healthy after {timeout} s:\n{log.read_text()}")
+            time.sleep(0.1)
+        yield Served(found.group(1), found.group(3), found.group(0), proc, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

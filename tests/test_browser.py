@@ -10,14 +10,8 @@ The last test saves out/screenshots/compose.png for the README.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +21,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
+from serving_helpers import Served, served
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -69,53 +64,16 @@ def browser_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactor
     return run
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _health(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as res:
-            return res.status
-    except urllib.error.HTTPError as err:
-        return err.code
-    except OSError:
-        return None
+@pytest.fixture(scope="module")
+def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """`seqlab serve` on a free local port as a person starts it; --min-confidence 0 so it always suggests.
+    The page is opened from the URL it printed (with the token)."""
+    with served(browser_run_dir, tmp_path_factory.mktemp("serve"), "--min-confidence", "0", timeout=WAIT_S) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
-def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The base URL of `seqlab serve` on a free local port; --min-confidence 0 so it always suggests."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    cmd = [sys.executable, "-m", "seqlab", "serve", str(browser_run_dir), "--port", str(port),
-           "--min-confidence", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    url = f"http://127.0.0.1:{port}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while _health(url) != 200:
-            if proc.poll() is not None:
-                pytest.fail(f"seqlab serve exited with {proc.returncode}:\n{log_path.read_text()}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail(f"seqlab serve not healthy after {WAIT_S} s:\n{log_path.read_text()}", pytrace=False)
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+def driver(server: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
     # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
     # SE_OFFLINE tells it to stay off the network should anything still call it.
     os.environ["SE_OFFLINE"] = "true"
@@ -136,9 +94,9 @@ def driver(server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[we
 # ----------------------------------------------------------------------------- helpers
 
 
-def _open(driver: webdriver.Chrome, url: str, to: str = ""):
-    """Load a fresh page, fill the header fields, type BODY and return the body textarea."""
-    driver.get(url)
+def _open(driver: webdriver.Chrome, server: Served, to: str = ""):
+    """Load a fresh page from the printed URL, fill the header fields, type BODY and return the body textarea."""
+    driver.get(server.page)
     driver.find_element(By.ID, "to").send_keys(to)
     driver.find_element(By.ID, "subject").send_keys(SUBJECT)
     area = driver.find_element(By.ID, "body")
@@ -160,14 +118,13 @@ def _value(driver: webdriver.Chrome) -> str:
     return driver.execute_script("return document.getElementById('body').value")
 
 
-def _stats(url: str) -> dict:
-    with urllib.request.urlopen(f"{url}/v1/stats", timeout=5) as res:
-        return json.load(res)
+def _stats(server: Served) -> dict:
+    return server.get("/v1/stats")
 
 
-def _wait_for_event(url: str, kind: str, before: dict) -> None:
+def _wait_for_event(server: Served, kind: str, before: dict) -> None:
     """The page's events are fire and forget: wait until the server has counted one more of `kind`."""
-    WebDriverWait(None, WAIT_S).until(lambda _: _stats(url)[kind] > before[kind])
+    WebDriverWait(None, WAIT_S).until(lambda _: _stats(server)[kind] > before[kind])
 
 
 def _requests(driver: webdriver.Chrome) -> str:

@@ -15,7 +15,7 @@ from seqlab.generation.complete import complete, encode_prompt
 from seqlab.generation.reply import reply_context
 from seqlab.models import build_model
 from seqlab.serving.app import ServerConfig
-from seqlab.serving.engine import CompletionEngine, prompt_text, session_key
+from seqlab.serving.engine import CompletionEngine, context_digest, prompt_text
 
 TOK = ByteTokenizer()
 ORIGINAL = "Could you send me the budget report before Friday? The meeting is in room 5."
@@ -51,21 +51,22 @@ def test_session_with_context_equals_scratch_and_complete(mixer: str, pos: str) 
         ids, _, _ = encode_prompt(TOK, prompt_text("Re: budget", body))
         with torch.no_grad():
             full, _ = model(torch.tensor([ids[-24:] if mixer == "attention" else ids]), context=ctx)
-        reused = kept.sessions.get(session_key("w", ctx))
-        scratch = fresh.sessions.get(session_key(f"new{n}", ctx))
+        reused = kept.sessions.get("w")
+        scratch = fresh.sessions.get(f"new{n}")
         assert reused is not None and scratch is not None
         torch.testing.assert_close(reused.logits, scratch.logits, atol=1e-4, rtol=1e-4)
         if len(ids) <= 24 or mixer != "attention":  # past the window the server's window moves in half steps
             torch.testing.assert_close(scratch.logits, full[:, -1].float(), atol=1e-4, rtol=1e-4)
-        # the same session with another original is another state (keyed by its context)
+        assert reused.context == context_digest(ctx)
+        # the same session with another original starts again: its kept state read the first original
         d = kept.complete(body, "Re: budget", session="w", context=OTHER)
         e = fresh.complete(body, "Re: budget", context=OTHER)
         assert d.text == e.text
-    assert len(kept.sessions) == 2  # one state per (session, original)
-    # the two kept states read different originals: their next-token distributions differ
-    states = [kept.sessions.get(session_key("w", reply_context(model, TOK, o))) for o in (ORIGINAL, OTHER)]
-    assert states[0] is not None and states[1] is not None
-    assert not torch.allclose(states[0].logits, states[1].logits, atol=1e-3)
+        switched = kept.sessions.get("w")
+        assert switched is not None and switched.context == context_digest(reply_context(model, TOK, OTHER))
+        # the two states read different originals: their next-token distributions differ
+        assert not torch.allclose(reused.logits, switched.logits, atol=1e-3)
+    assert len(kept.sessions) == 1  # one state per session, for the original it last read
 
 
 def test_context_field_of_the_api(tiny_run_dir: Path, tmp_path: Path) -> None:

@@ -205,7 +205,7 @@ def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str,
     from seqlab.data.tokenizer import ByteTokenizer
     from seqlab.generation.complete import complete, encode_prompt
     from seqlab.generation.reply import reply_context
-    from seqlab.serving.engine import CompletionEngine, prompt_text, session_key
+    from seqlab.serving.engine import CompletionEngine, prompt_text
 
     tok, original = ByteTokenizer(), "Could you send me the budget report before Friday? Room 5."
     torch.manual_seed(0)
@@ -224,7 +224,7 @@ def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str,
         ids, _, _ = encode_prompt(tok, prompt_text("Re: budget", body))
         with torch.no_grad():
             full, _ = model(torch.tensor([ids]), context=ctx)
-        reused = kept.sessions.get(session_key("w", ctx))
+        reused = kept.sessions.get("w")
         assert reused is not None and reused.state.copy is not None
         torch.testing.assert_close(reused.logits, full[:, -1].float(), atol=1e-4, rtol=1e-4)
 

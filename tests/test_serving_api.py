@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from serving_helpers import ready_client, wait_ready
+from serving_helpers import person_client, ready_client, wait_ready
 
 from seqlab.serving import app as app_module
-from seqlab.serving.app import ServerConfig, create_app
+from seqlab.serving.app import ServerConfig
 from seqlab.serving.routes import CompleteResponse
 
 BODY = "Hi Dana,\n\nCould you send me the report before Friday? I would like to read it"
@@ -34,7 +34,7 @@ def test_health_is_503_while_loading_then_describes_the_model(tiny_run_dir: Path
         return real(config)
 
     monkeypatch.setattr(app_module, "load_engine", slow)
-    with TestClient(create_app(ServerConfig(tiny_run_dir, log_dir=tmp_path))) as c:
+    with person_client(ServerConfig(tiny_run_dir, log_dir=tmp_path)) as c:
         loading = c.get("/health")
         assert loading.status_code == 503 and loading.json()["status"] == "loading"
         assert "Retry-After" in loading.headers
@@ -49,16 +49,27 @@ def test_health_is_503_while_loading_then_describes_the_model(tiny_run_dir: Path
 
 def test_complete_answers_and_a_session_reuses_its_state(client: TestClient) -> None:
     fresh = client.post("/v1/complete", json={"prefix": BODY, "subject": "Report"}).json()
-    assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "reused_tokens", "cut_chars",
-                          "threshold"}
+    assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "cut_chars", "threshold", "session"}
     CompleteResponse.model_validate(fresh, strict=True)  # the route answers what its schema documents
-    assert fresh["reused_tokens"] == 0 and fresh["threshold"] == 0.0 and 0.0 <= fresh["confidence"] <= 1.0
+    assert fresh["threshold"] == 0.0 and 0.0 <= fresh["confidence"] <= 1.0 and len(fresh["session"]) >= 22
     assert fresh["words"] == len(fresh["text"].split()) and 1 <= fresh["words"] <= 3
+    session = None
     for n in range(len(BODY) - 6, len(BODY) + 1):  # the last keystrokes of one writer
-        kept = client.post("/v1/complete", json={"prefix": BODY[:n], "subject": "Report", "session": "w1"}).json()
-    assert kept["reused_tokens"] > 0
+        kept = client.post("/v1/complete", json={"prefix": BODY[:n], "subject": "Report", "session": session}).json()
+        assert session in (None, kept["session"])  # the server named the session once; it keeps its name
+        session = kept["session"]
+    assert client.get("/v1/stats").json()["reused_tokens"] > 0  # reuse is the server's own figure now
     assert (kept["text"], kept["words"], kept["cut_chars"]) == (fresh["text"], fresh["words"], fresh["cut_chars"])
     assert kept["confidence"] == pytest.approx(fresh["confidence"], rel=1e-4)
+
+
+def test_sessions_are_named_by_the_server(client: TestClient) -> None:
+    """A session name the server did not issue starts a new session: a prober cannot pick a writer's name."""
+    first = client.post("/v1/complete", json={"prefix": BODY, "session": "w1"}).json()
+    assert first["session"] != "w1"
+    again = client.post("/v1/complete", json={"prefix": BODY + " a", "session": first["session"]}).json()
+    assert again["session"] == first["session"]
+    assert client.post("/v1/complete", json={"prefix": BODY, "session": "w1"}).json()["session"] != "w1"
 
 
 def test_a_prefix_longer_than_the_window_is_cut_and_the_answer_says_so(client: TestClient) -> None:
@@ -111,7 +122,11 @@ def test_events_are_logged_and_counted(client: TestClient, tmp_path: Path) -> No
     assert client.post("/v1/events", json={"id": shown["id"], "kind": "shown"}).json() == {"ok": True}
     client.post("/v1/events", json={"id": shown["id"], "kind": "accepted", "accepted_chars": 7})
     assert client.post("/v1/events", json={"id": shown["id"], "kind": "clicked"}).status_code == 422
-    lines = [json.loads(line) for line in (tmp_path / "log" / "events.jsonl").read_text().splitlines()]
+    made_up = client.post("/v1/events", json={"id": "c" * 32, "kind": "accepted", "accepted_chars": 9})
+    assert made_up.status_code == 422 and made_up.json()["field"] == "id"  # only ids the server gave out
+    log = tmp_path / "log" / "events.jsonl"
+    assert log.stat().st_mode & 0o777 == 0o600 and log.parent.stat().st_mode & 0o777 == 0o700
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
     kinds = [line["kind"] for line in lines]
     assert kinds.count("shown") == 1 and kinds.count("accepted") == 1 and "clicked" not in kinds
     assert all(line["id"] == shown["id"] for line in lines if line["kind"] in ("shown", "accepted"))
@@ -122,7 +137,7 @@ def test_events_are_logged_and_counted(client: TestClient, tmp_path: Path) -> No
 
 def test_sessions_are_bounded(client: TestClient) -> None:
     for i in range(10):
-        client.post("/v1/complete", json={"prefix": f"Hello {i}", "session": f"s{i}"})
+        client.post("/v1/complete", json={"prefix": f"Hello {i}"})
     assert client.get("/v1/stats").json()["sessions"] == 4
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import socket
 import sys
 from pathlib import Path
@@ -17,11 +18,16 @@ _RUN_PHRASES = "RUN_DIR/phrases.npz"  # --phrases without FILE: the run's own ph
 
 def add_serve(sub: argparse._SubParsersAction) -> None:
     p = add_run_reader(sub, "serve", help="serve suggestions over HTTP and a compose page with ghost text",
-                       description="Serve RUN_DIR's model on this machine: a compose page at / that shows "
+                       description="Serve RUN_DIR's model on this machine: a compose page that shows "
                        "suggestions as ghost text while you type (Tab accepts), and a JSON API "
                        "(POST /v1/complete, POST /v1/events, GET /v1/stats, GET /health). Nothing leaves the "
-                       "machine; binds 127.0.0.1 unless --host says otherwise.")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+                       "machine. Only the person is served: open the URL it prints (it carries this launch's "
+                       "token; RUN_DIR/serve/server.json holds it too), or pair the browser extension with it.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only; another needs --allow-remote)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --host other machines can reach; every route, the page included, then needs "
+                   "the token")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads for the model (default 1)")
     p.add_argument("--max-queue", type=positive_int, default=8,
@@ -52,14 +58,18 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from seqlab.serving.app import ServerConfig, create_app
+    from seqlab.serving.credentials import SERVER_FILE, write_private
 
     if not (args.run_dir / "config.json").exists():
         raise UserError(f"{args.run_dir} is not a run folder (no config.json); train one with `seqlab train`")
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, not {args.port}")
     if not _is_loopback(args.host):
-        print(f"seqlab: warning: serving on {args.host}: other machines on the network can read what is typed "
-              "into the page and the suggestions", file=sys.stderr)
+        if not args.allow_remote:
+            raise UserError(f"--host {args.host} can be reached from other machines, and the model is the mail it "
+                            "was trained on; add --allow-remote if that is what you want")
+        print(f"seqlab: warning: serving on {args.host}: other machines on the network can reach it; every "
+              "request needs the token, but it and what is typed cross the network unencrypted", file=sys.stderr)
 
     def ready(info: dict[str, Any]) -> None:
         print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above confidence "
@@ -72,11 +82,21 @@ def run_serve(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
-                          on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight)
+                          on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight,
+                          host=args.host, port=port, allow_remote=args.allow_remote)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"seqlab serve: loading {args.run_dir}; the compose page is http://{host}:{port}/", flush=True)
+    url = f"http://{host}:{port}/?token={config.token}"
+    info = (config.log_dir or args.run_dir / "serve") / SERVER_FILE
+    write_private(info, {"url": url, "host": args.host, "port": port, "token": config.token, "pid": os.getpid(),
+                         "run_dir": str(args.run_dir.resolve())})
+    print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
+    print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
+          f"also in {info} (readable by you only)", flush=True)
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    finally:
+        info.unlink(missing_ok=True)  # the token dies with this launch
     return 0
 
 

@@ -1,9 +1,10 @@
 """The local autocomplete server: the FastAPI app around one `CompletionEngine` on one worker thread.
 
-`create_app(ServerConfig)` builds the app: the routes (`routes.py`), the body-size limit and JSON errors
-(`limits.py`), and a lifespan that starts the model worker and loads the run on it (`load_engine`), so
-/health answers 503 until the model is ready. Nothing here opens a connection to anywhere: the page, the
-model and the logs are local.
+`create_app(ServerConfig)` builds the app: the gate that admits only the person (`access.py`: Host,
+Origin, token, JSON bodies, security headers), the routes (`routes.py`), the body-size limit and JSON
+errors (`limits.py`), and a lifespan that starts the model worker and loads the run on it
+(`load_engine`), so /health answers 503 until the model is ready. Nothing here opens a connection to
+anywhere: the page, the model and the logs are local.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog
 from seqlab.serving.limits import BodyLimit, error
@@ -47,7 +49,8 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
             threshold, source = float(calibration["threshold"]), "calibration.json"
         else:
             threshold, source = 0.0, "none (run `seqlab calibrate` to choose one for a target coverage)"
-    engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions)
+    engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions,
+                              max_session_bytes=config.max_session_bytes)
     info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir), "phrases": phrases}
     return engine, info
 
@@ -83,20 +86,26 @@ def create_app(config: ServerConfig) -> FastAPI:
     def init_worker() -> None:
         torch.set_num_threads(config.threads)  # fixed: the model never competes with itself for cores
 
+    pairings = config.pairings()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seqlab-model", initializer=init_worker)
         log_dir = config.log_dir or config.run_dir / "serve"
-        app.state.s = ServerState(config, worker, events=EventLog(log_dir))
+        app.state.s = ServerState(config, worker, events=EventLog(log_dir), pairings=pairings)
         _start_loading(app.state.s)
         try:
             yield
         finally:
             worker.shutdown(wait=False, cancel_futures=True)
+            app.state.s.events.close()
 
     # no /docs or /redoc: those pages load their scripts from a CDN, and nothing here leaves the machine
     app = FastAPI(title="seqlab autocomplete", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
+    # added last, so it runs first: nothing, not even the body limit, sees a request the gate refuses
+    app.add_middleware(AccessGuard, policy=AccessPolicy(config.token, config.host, config.port, pairings,
+                                                        allow_remote=config.allow_remote))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]

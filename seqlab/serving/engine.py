@@ -6,12 +6,16 @@ encodes it through the session's `PromptEncoder` (only the new tokens run throug
 decodes from a copy of that state (`IncrementalDecoder.resume`) with `complete_encoded`, the same code
 `seqlab complete` runs. Below the confidence threshold the suggestion is withheld (empty text).
 
+A session is a name under which one writer's encoded prompt is kept (`SessionStore`); the HTTP routes
+issue the names (`new_session_id`) and keep each caller's apart, so here any string will do.
+
 Not thread-safe on purpose: the app runs every call on one worker thread with a fixed torch thread count.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,10 +27,10 @@ from torch import nn
 from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import complete_encoded, encode_prompt
-from seqlab.generation.decode import IncrementalDecoder, model_device
+from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device
 from seqlab.generation.reply import reads_context, reply_context
 from seqlab.models.context import ContextBatch
-from seqlab.serving.sessions import PromptEncoder, SessionStore
+from seqlab.serving.sessions import MAX_SESSION_BYTES, PromptEncoder, SessionStore
 
 
 @dataclass
@@ -42,17 +46,26 @@ class Suggestion:
     cut_chars: int  # characters of the prompt cut from the left: the model's window cannot hold them
     threshold: float  # the confidence a suggestion needed to be shown
 
+    # what a caller is told: not reused_tokens, which would let a prober who knew a session's name read
+    # its text token by token (the server counts it in its own stats instead)
+    PUBLIC = ("id", "text", "confidence", "words", "latency_ms", "cut_chars", "threshold")
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))  # the fields, all plain values: asdict's deep copy costs more at every keystroke
+        """The public fields (`PUBLIC`), plain values: asdict's deep copy costs more at every keystroke."""
+        return {k: getattr(self, k) for k in self.PUBLIC}
 
 
-def session_key(session: str | None, context: ContextBatch | None) -> str | None:
-    """The key a session's state is kept under: the session id, and a digest of its context's ids, since
-    the kept state holds that context's keys and values (another original is another session)."""
-    if not session or context is None:
-        return session
-    digest = hashlib.blake2b(context.ids[context.keep].cpu().numpy().tobytes(), digest_size=8).hexdigest()
-    return f"{session}\x00{digest}"
+def new_session_id() -> str:
+    """An unguessable session name (128 random bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def context_digest(context: ContextBatch | None) -> str | None:
+    """A digest of a context's ids: a kept state holds that context's keys and values, so a session's
+    state is reused only for the same original."""
+    if context is None:
+        return None
+    return hashlib.blake2b(context.ids[context.keep].cpu().numpy().tobytes(), digest_size=8).hexdigest()
 
 
 def prompt_text(subject: str, body: str) -> str:
@@ -65,14 +78,14 @@ class CompletionEngine:
     """Suggestions from one model for many writers, each with a kept state (at most `max_sessions`)."""
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, *, threshold: float = 0.0,
-                 max_sessions: int = 256) -> None:
+                 max_sessions: int = 256, max_session_bytes: int = MAX_SESSION_BYTES) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], not {threshold}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.threshold = threshold
         self.encoder = PromptEncoder(model)
-        self.sessions = SessionStore(max_sessions)
+        self.sessions = SessionStore(max_sessions, max_session_bytes)
         self.device = model_device(model)
         # each token's bytes, looked up by id: the cut of a long prompt joins thousands at every keystroke
         self._bytes = [tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size)]
@@ -86,14 +99,19 @@ class CompletionEngine:
         ids, allowed, skip = encode_prompt(self.tokenizer, prompt_text(subject, prefix))
         ctx = reply_context(self.model, self.tokenizer, original_text(context.encode("utf-8", "replace"))
                             if context else None)
-        key = session_key(session, ctx)
-        previous = self.sessions.get(key) if key else None
+        digest = context_digest(ctx)
+        previous = self.sessions.get(session) if session else None
+        if previous is not None and previous.context != digest:
+            previous = None  # the state read another original: start again
         encoded, reused = self.encoder.encode(ids, previous, ctx)
-        if key:
-            self.sessions.put(key, encoded)
+        encoded.context = digest
+        if session:
+            self.sessions.put(session, encoded)
         window = torch.tensor([encoded.ids], dtype=torch.long, device=self.device)  # (1, W)
-        decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits, self.encoder.limit,
-                                            context=ctx, fast=self.encoder.fast)
+        # the decoder slides only a window the model itself is bounded by; a recurrent model's state just
+        # goes on from the prompt's tail (`serve_limit` bounds only what the prompt feeds it)
+        decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits,
+                                            context_limit(self.model), context=ctx, fast=self.encoder.fast)
         c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
                              threshold=threshold, decoder=decoder)
         return Suggestion(

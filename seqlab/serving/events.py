@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ LOG_NAME = "events.jsonl"
 EVENT_KINDS = ("shown", "accepted", "dismissed")  # what the page reports; "completion" is the server's own
 COMPLETION = "completion"
 DEFAULT_WINDOW = 10_000
+MAX_LOG_BYTES = 16 * 2**20  # one file's size before it is rotated
 
 
 def _count(name: str, value: Any) -> int:
@@ -58,32 +60,58 @@ def _check_id(completion_id: Any) -> str | int:
 
 
 class EventLog:
-    """Appends one JSON line per completion or event to `log_dir/events.jsonl`; safe to share between threads."""
+    """Appends one JSON line per completion or event to `log_dir/events.jsonl`; safe to share between threads.
 
-    def __init__(self, log_dir: Path | str) -> None:
+    The log says how the person used the suggestions (never what they wrote), and it is still theirs: the
+    folder is created 0700 and the file 0600. Past `max_bytes` it is moved to `events.jsonl.1` (replacing
+    the one before) and a new one begun, so a server left running for months keeps at most twice that. A
+    line that cannot be written (a full disk) is dropped and counted in `dropped`: a suggestion already
+    computed is still answered."""
+
+    def __init__(self, log_dir: Path | str, max_bytes: int = MAX_LOG_BYTES) -> None:
         self.path = Path(log_dir) / LOG_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.dropped = 0
         self._lock = threading.Lock()
+        self._fd = -1
+        self._open()
+
+    def _open(self) -> None:
+        """Open (or create, 0600) the log for appending, on a fresh line if a killed server left a torn one."""
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(self._fd, 0o600)  # an older log, made before this rule, is narrowed too
+        self._size = os.fstat(self._fd).st_size
         # A server killed mid-line leaves a torn last line without its newline; start on a fresh line so
         # the torn one stays alone (and `replay` skips it) instead of swallowing the next record.
-        torn = self.path.exists() and self.path.stat().st_size > 0 and not self._ends_with_newline()
-        self._file = open(self.path, "a", encoding="utf-8")  # kept open until close(): cheaper than one open per line
-        if torn:
-            self._file.write("\n")
-            self._file.flush()
+        self._torn = self._size > 0 and not self._ends_with_newline()
 
     def _ends_with_newline(self) -> bool:
         with open(self.path, "rb") as f:
             f.seek(-1, 2)
             return f.read(1) == b"\n"
 
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
+        self._open()
+
     def _write(self, record: dict[str, Any]) -> dict[str, Any]:
-        line = json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n"
+        line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._lock:  # one write per line under the lock: lines from threads never interleave
-            if self._file.closed:
+            if self._fd < 0:
                 raise ValueError(f"the event log {self.path} is closed")
-            self._file.write(line)
-            self._file.flush()
+            try:
+                if self._size + len(line) > self.max_bytes and self._size > 0:
+                    self._rotate()
+                data = b"\n" + line if self._torn else line
+                written = os.write(self._fd, data)
+                self._size += written
+                self._torn = written < len(data)  # a short write (disk full) left a torn line
+                if self._torn:
+                    self.dropped += 1
+            except OSError:
+                self.dropped += 1  # a full disk or a vanished folder costs a log line, never the answer
         return record
 
     def record_event(self, completion_id: str | int, kind: str, accepted_chars: int = 0) -> dict[str, Any]:
@@ -107,13 +135,40 @@ class EventLog:
 
     def close(self) -> None:
         with self._lock:
-            self._file.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
 
     def __enter__(self) -> EventLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RecentIds:
+    """The completion ids the server gave out lately, each good for a few events: an event must name one,
+    so a page cannot fill the log or the counters with made-up suggestions."""
+
+    def __init__(self, keep: int = 4096, events_each: int = 4) -> None:
+        self.keep, self.events_each = keep, events_each
+        self._left: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, completion_id: str) -> None:
+        with self._lock:
+            self._left[completion_id] = self.events_each
+            while len(self._left) > self.keep:
+                self._left.popitem(last=False)
+
+    def take(self, completion_id: str) -> bool:
+        """Whether `completion_id` was given out lately and has events left (one is used up)."""
+        with self._lock:
+            left = self._left.get(completion_id, 0)
+            if left <= 0:
+                return False
+            self._left[completion_id] = left - 1
+            return True
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -140,14 +195,17 @@ class ServingStats:
         self._started = time.monotonic()
         self._latencies: deque[float] = deque(maxlen=window)  # bounded: memory stays flat over weeks
         self._counts = {"completions": 0, "shown": 0, "displayed": 0, "accepted": 0, "dismissed": 0,
-                        "accepted_chars": 0, "rejected": 0}
+                        "accepted_chars": 0, "rejected": 0, "reused_tokens": 0}
 
-    def record_completion(self, latency_ms: float, shown: bool) -> None:
-        """One answered completion request; `shown`: it carried a non-empty suggestion."""
+    def record_completion(self, latency_ms: float, shown: bool, reused_tokens: int = 0) -> None:
+        """One answered completion request; `shown`: it carried a non-empty suggestion; `reused_tokens`:
+        prompt tokens whose state came from the session (the server's own figure, never a caller's)."""
         latency = _finite("latency_ms", latency_ms, 0.0)
+        reused = _count("reused_tokens", reused_tokens)
         with self._lock:
             self._counts["completions"] += 1
             self._counts["shown"] += bool(shown)
+            self._counts["reused_tokens"] += reused
             self._latencies.append(latency)
 
     def record_event(self, kind: str, accepted_chars: int = 0) -> None:

@@ -1,26 +1,35 @@
 """The HTTP routes of the autocomplete server and the JSON shapes they take and give.
 
-    GET  /              the compose page (seqlab/serving/static/)
-    GET  /health        503 while the run loads, then 200 with the model's description
-    POST /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
-    POST /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
-    POST /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
-    GET  /v1/stats      acceptance rate and latency percentiles since start
+    GET    /              the compose page (seqlab/serving/static/); it reads the token from its own URL
+    GET    /health        503 while the run loads, then 200; the model's description only to a caller
+    POST   /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
+                          and the `session` to name next time
+    POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
+    POST   /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
+    GET    /v1/stats      acceptance rate and latency percentiles since start
+    POST   /v1/pair       {name} with the launch token, from a browser extension -> {key, origin}
+    DELETE /v1/pair       with a paired extension's key: forget it
 
-More than `max_queue` requests waiting get 503 with Retry-After instead of a growing wait. Errors are
-JSON `{"error": sentence, "field": name}` (`limits.error`).
+Who may call what is decided before any route runs (`access.AccessGuard`); a route finds the caller in
+`request.scope[CALLER]`. Sessions are named by the server (`new_session_id`) and kept per caller, so one
+caller can never name, and so probe, another's. More than `max_queue` requests waiting get 503 with
+Retry-After instead of a growing wait. Errors are JSON `{"error": sentence, "field": name}` (`limits.error`).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from seqlab.generation.phrases import unblended
+from seqlab.serving.access import CALLER, Caller
+from seqlab.serving.credentials import is_extension_origin
+from seqlab.serving.engine import new_session_id
 from seqlab.serving.limits import error
 from seqlab.serving.state import ServerState, run_unless_gone
 from seqlab.serving.why import explain
@@ -38,7 +47,8 @@ class CompleteRequest(BaseModel):
     prefix: str = Field(max_length=MAX_BODY_BYTES, description="the body typed so far")
     subject: str = Field("", max_length=2000)
     session: str | None = Field(None, min_length=1, max_length=128,
-                                description="reuse the model state kept for this writer; omit to encode from scratch")
+                                description="the session the last answer named: its kept model state is reused; "
+                                "omit it, or name an unknown one, and a new session starts")
     max_words: int = Field(3, ge=1, le=8)
     min_confidence: float | None = Field(None, ge=0.0, le=1.0,
                                          description="default: --min-confidence, else the run's calibrated threshold")
@@ -54,9 +64,9 @@ class CompleteResponse(BaseModel):
     confidence: float
     words: int
     latency_ms: float
-    reused_tokens: int
     cut_chars: int
     threshold: float
+    session: str = Field(description="name this session in the next request to reuse its state")
 
 
 class WhyRequest(BaseModel):
@@ -77,18 +87,40 @@ class EventRequest(BaseModel):
     accepted_chars: int = Field(0, ge=0, le=MAX_BODY_BYTES)
 
 
+class PairRequest(BaseModel):
+    """An extension asking to be paired, with a label the person will recognise in the list of pairings."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field("browser extension", min_length=1, max_length=200)
+
+
 @router.get("/", include_in_schema=False)
-async def page() -> FileResponse:
-    return FileResponse(STATIC / "compose.html", media_type="text/html")
+async def page(request: Request) -> Any:
+    s: ServerState = request.app.state.s
+    if not s.config.allow_remote:
+        return FileResponse(STATIC / "compose.html", media_type="text/html")
+    # remote: the page's own files need the token too, and a <script src> can carry it only in its URL
+    html = (STATIC / "compose.html").read_text(encoding="utf-8")
+    token = request.query_params.get("token", "")
+    return HTMLResponse(re.sub(r'(href|src)="(/static/[^"?]+)"', rf'\1="\2?token={token}"', html)
+                        if re.fullmatch(r"[A-Za-z0-9_-]+", token) else html)
+
+
+def caller_of(request: Request) -> Caller | None:
+    """Who the gate found the request came from (None: no credential, which only /health admits)."""
+    return request.scope.get(CALLER)
 
 
 @router.get("/health")
 async def health(request: Request) -> JSONResponse:
     s: ServerState = request.app.state.s
-    if s.failed:
-        return JSONResponse({"status": "failed", "error": s.failed}, status_code=503)
+    if s.failed:  # why it failed names files of the run: only for a caller
+        return JSONResponse({"status": "failed", **({"error": s.failed} if caller_of(request) else {})},
+                            status_code=503)
     if s.engine is None:
         return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "1"})
+    if caller_of(request) is None:  # anyone on the machine may ask whether it is up, and learn nothing else
+        return JSONResponse({"status": "ok"})
     return JSONResponse({"status": "ok", "model": s.info})
 
 
@@ -107,20 +139,27 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
         return error(422, "this model reads no context (it was trained without model.cross_attention=true)",
                      field="context")
 
+    # the store's key joins the caller and the session: a name is only good to the caller it was issued to
+    caller = caller_of(request)
+    owner = caller.name if caller is not None else ""
+    session = req.session if req.session and f"{owner}\x00{req.session}" in engine.sessions else new_session_id()
+    key = f"{owner}\x00{session}"
+
     def work() -> Any:
-        return engine.complete(req.prefix, req.subject, req.session, max_words=req.max_words,
+        return engine.complete(req.prefix, req.subject, key, max_words=req.max_words,
                                min_confidence=req.min_confidence, beam=req.beam, context=req.context)
 
     result = await run_unless_gone(s, request, work)
     if result is None:  # the client left before its turn: nothing to answer
         return JSONResponse({"error": "client disconnected"}, status_code=499)
-    s.stats.record_completion(result.latency_ms, shown=bool(result.text))
+    s.stats.record_completion(result.latency_ms, shown=bool(result.text), reused_tokens=result.reused_tokens)
+    s.issued.add(result.id)
     if s.events is not None:
         s.events.record_completion(result.id, result.latency_ms, bool(result.text), result.confidence,
                                    result.words)
     # a response made here skips FastAPI's second validation of it against CompleteResponse (which still
-    # documents it in the OpenAPI schema): a Suggestion has exactly those fields
-    return JSONResponse(result.to_dict())
+    # documents it in the OpenAPI schema): a Suggestion's public fields and the session are exactly those
+    return JSONResponse({**result.to_dict(), "session": session})
 
 
 @router.post("/v1/why", responses={413: {"description": "body too large"}, 422: {"description": "bad field"},
@@ -139,9 +178,11 @@ async def why(req: WhyRequest, request: Request) -> Any:
     return result
 
 
-@router.post("/v1/events")
-async def events(ev: EventRequest, request: Request) -> dict[str, bool]:
+@router.post("/v1/events", responses={422: {"description": "bad field, or an id the server did not give lately"}})
+async def events(ev: EventRequest, request: Request) -> Any:
     s: ServerState = request.app.state.s
+    if not s.issued.take(ev.id):
+        return error(422, "id: no suggestion with this id was given lately (or it has had all its events)", "id")
     if s.events is not None:
         s.events.record_event(ev.id, ev.kind, ev.accepted_chars)
     s.stats.record_event(ev.kind, ev.accepted_chars)
@@ -151,9 +192,36 @@ async def events(ev: EventRequest, request: Request) -> dict[str, bool]:
 @router.get("/v1/stats")
 async def stats(request: Request) -> dict[str, Any]:
     s: ServerState = request.app.state.s
-    sessions = len(s.engine.sessions) if s.engine is not None else 0
-    return {**s.stats.snapshot(), "waiting": s.waiting, "sessions": sessions,
+    store = s.engine.sessions if s.engine is not None else None
+    return {**s.stats.snapshot(), "waiting": s.waiting, "sessions": len(store) if store is not None else 0,
+            "session_bytes": store.bytes if store is not None else 0,
+            "log_dropped": s.events.dropped if s.events is not None else 0,
             "threshold": s.engine.threshold if s.engine is not None else None}
+
+
+@router.post("/v1/pair", responses={403: {"description": "not the launch token, or not from an extension"}})
+async def pair(req: PairRequest, request: Request) -> Any:
+    """Pair the calling browser extension: it showed the launch token (so the person gave it) and its
+    origin is an extension's; it gets a key of its own, good from that origin only."""
+    s: ServerState = request.app.state.s
+    caller, origin = caller_of(request), request.headers.get("origin")
+    if caller is None or caller.kind != "person":
+        return error(403, "pairing needs the token `seqlab serve` printed, not an extension's key")
+    if origin is None or s.pairings is None or not is_extension_origin(origin):
+        return error(403, "only a browser extension can be paired (its request carries its origin)")
+    key = s.pairings.pair(origin, req.name)
+    return {"key": key, "origin": origin}
+
+
+@router.delete("/v1/pair")
+async def unpair(request: Request) -> Any:
+    """Forget the calling extension's pairing (its key stops working at once)."""
+    s: ServerState = request.app.state.s
+    caller = caller_of(request)
+    if caller is None or caller.kind != "extension" or s.pairings is None:
+        return error(403, "only a paired extension can unpair itself, with its key")
+    auth = request.headers.get("authorization", "")
+    return {"ok": s.pairings.unpair(auth[7:].strip())}
 
 
 def _not_ready(s: ServerState) -> JSONResponse:

@@ -12,11 +12,18 @@ after them and the next-token logits) and how many tokens it reused:
 - An edit or a backspace (p shorter than the previous tokens) goes back to p. An attention state is its
   key/value cache, and a prefix's cache is a prefix of the cache (`LMState.truncated`); a recurrent
   state cannot be rewound, so a copy is kept every `SNAPSHOT_EVERY` tokens over the newest `DENSE_TAIL`
-  (and one where each earlier feed stopped), and the encoder feeds again from the latest copy at or before p.
-- A model with a bounded context (attention: its training window, `context_limit`) sees the last tokens
-  of the prompt only. The window start moves in steps of half a window (`window_start`), a function of
-  the prompt length alone, so the tokens the model sees, and thus the answer, are the same whether they
-  were encoded now or reused from earlier keystrokes; between two steps every keystroke reuses the cache.
+  (and the latest one before them), and the encoder feeds again from the latest copy at or before p.
+- Every model sees a bounded tail of the prompt: attention its training window (`context_limit`), a
+  recurrent model the last `RECURRENT_TAIL` tokens (`serve_limit`), so a request that starts from no kept
+  state never feeds tens of thousands of tokens (a 64 KiB body) through the model. The window start
+  moves in steps of half a window (`window_start`), a function of the prompt length alone, so the tokens
+  the model sees, and thus the answer, are the same whether they were encoded now or reused from earlier
+  keystrokes; between two steps every keystroke reuses the cache.
+
+Memory is bounded per session and in total: the next-token logits are copied out of the model's (1, T, V)
+output (a view would keep all of it alive), copies of a recurrent state are kept only over the dense tail
+and once before it, and `SessionStore` drops the least recently used sessions past `max_sessions` or
+`max_bytes` (the storage actually held, `held_bytes`).
 
 The answer from a reused state equals the answer from scratch up to float rounding (the same tokens go
 through the same model, split into different chunks); the tests check the suggestions are equal.
@@ -34,9 +41,32 @@ from torch import Tensor, nn
 
 from seqlab.generation.decode import context_limit, model_device
 from seqlab.generation.fast_step import FastStep
+from seqlab.models.lm import map_tensors
 
 SNAPSHOT_EVERY = 16  # tokens between kept copies of a recurrent state: a backspace re-feeds at most this many
-DENSE_TAIL = 64  # copies are kept that densely only over the newest tokens; further back, one per feed
+DENSE_TAIL = 64  # copies are kept that densely only over the newest tokens; further back, only the latest
+# Tokens of the prompt a recurrent model is fed at most: about 4.5 KB of BPE text, longer than most emails,
+# ~30 ms of a GRU from scratch; the state carries what came before the tail no further anyway.
+RECURRENT_TAIL = 2048
+MAX_SESSION_BYTES = 64 * 2**20  # all sessions' kept states together
+
+
+def serve_limit(model: nn.Module) -> int:
+    """The most prompt tokens the server feeds `model`: its context window, else RECURRENT_TAIL."""
+    return context_limit(model) or RECURRENT_TAIL
+
+
+def held_bytes(obj: Any) -> int:
+    """Bytes of tensor storage `obj` keeps alive (each storage once; a view counts its whole storage)."""
+    storages: dict[int, int] = {}
+
+    def note(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    map_tensors(obj, note)
+    return sum(storages.values())
 
 
 def window_start(n: int, limit: int | None) -> int:
@@ -73,6 +103,11 @@ class Encoded:
     state: Any
     logits: Tensor
     snapshots: dict[int, tuple[Any, Tensor]] = field(default_factory=dict)
+    context: str | None = None  # a digest of the context the state has encoded (None: no context)
+
+    def nbytes(self) -> int:
+        """Tensor storage this prompt keeps alive: its state, logits and snapshots."""
+        return held_bytes((self.state, self.logits, list(self.snapshots.values())))
 
 
 class PromptEncoder:
@@ -80,7 +115,7 @@ class PromptEncoder:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.limit = context_limit(model)
+        self.limit = serve_limit(model)
         cfg = getattr(model, "cfg", None)
         # every layer attention: the state can be truncated instead of copied (see the module docstring)
         self.truncatable = cfg is not None and cfg.mixer == "attention"
@@ -147,37 +182,66 @@ class PromptEncoder:
             else:
                 extra = {"context": context} if context is not None and state is None else {}
                 out, state = self.model(idx, state=state, **extra)  # (1, T, V)
-                logits = out[:, -1].float()  # (1, V)
+                # a copy: the view out[:, -1] would keep the whole (1, T, V) output alive in the session
+                logits = out[:, -1].to(torch.float32, copy=True)  # (1, V)
             done = end
             if not self.truncatable and done % SNAPSHOT_EVERY == 0:
                 snapshots[done] = (state, logits)
         assert logits is not None
-        return Encoded(list(window), start, state, logits, snapshots)
+        return Encoded(list(window), start, state, logits, _pruned(snapshots, len(window)))
+
+
+def _pruned(snapshots: dict[int, tuple[Any, Tensor]], n: int) -> dict[int, tuple[Any, Tensor]]:
+    """The snapshots over the dense tail of an n-token window, and the latest one before it."""
+    tail = n - DENSE_TAIL
+    before = [k for k in snapshots if k < tail]
+    keep = {k for k in snapshots if k >= tail} | ({max(before)} if before else set())
+    return {k: snapshots[k] for k in sorted(keep)}
 
 
 class SessionStore:
-    """The encoded prompt of each session, least recently used dropped first (memory stays bounded)."""
+    """The encoded prompt of each session, least recently used dropped first once there are more than
+    `max_sessions` or they hold more than `max_bytes` together (the newest is always kept)."""
 
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(self, max_sessions: int, max_bytes: int = MAX_SESSION_BYTES) -> None:
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, not {max_sessions}")
-        self.max_sessions = max_sessions
-        self._items: OrderedDict[str, Encoded] = OrderedDict()
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be at least 1, not {max_bytes}")
+        self.max_sessions, self.max_bytes = max_sessions, max_bytes
+        self._items: OrderedDict[str, tuple[Encoded, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, session: str) -> Encoded | None:
         with self._lock:
             item = self._items.get(session)
-            if item is not None:
-                self._items.move_to_end(session)
-            return item
+            if item is None:
+                return None
+            self._items.move_to_end(session)
+            return item[0]
+
+    def __contains__(self, session: str) -> bool:
+        with self._lock:
+            return session in self._items
 
     def put(self, session: str, encoded: Encoded) -> None:
+        size = encoded.nbytes()
         with self._lock:
-            self._items[session] = encoded
-            self._items.move_to_end(session)
-            while len(self._items) > self.max_sessions:
-                self._items.popitem(last=False)
+            old = self._items.pop(session, None)
+            if old is not None:
+                self._bytes -= old[1]
+            self._items[session] = (encoded, size)
+            self._bytes += size
+            while len(self._items) > 1 and (len(self._items) > self.max_sessions or self._bytes > self.max_bytes):
+                _, (_, dropped) = self._items.popitem(last=False)
+                self._bytes -= dropped
+
+    @property
+    def bytes(self) -> int:
+        """Tensor storage held by all kept sessions (each session's own count; shared weights are not in it)."""
+        with self._lock:
+            return self._bytes
 
     def __len__(self) -> int:
         with self._lock:

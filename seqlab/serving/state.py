@@ -16,13 +16,19 @@ from typing import Any
 
 from fastapi import Request
 
+from seqlab.serving.credentials import PAIRED_FILE, PairingStore, config_dir, new_token
 from seqlab.serving.engine import CompletionEngine
-from seqlab.serving.events import EventLog, ServingStats
+from seqlab.serving.events import EventLog, RecentIds, ServingStats
+from seqlab.serving.sessions import MAX_SESSION_BYTES
 
 
 @dataclass
 class ServerConfig:
-    """Everything `seqlab serve` passes to the app."""
+    """Everything `seqlab serve` passes to the app.
+
+    `host` and `port` are where the server listens: the gate admits only requests addressed to them
+    (`access.AccessPolicy`). `token` is this launch's secret; `pairing_file` the paired extensions (default
+    `$SEQLAB_CONFIG_DIR/paired.json`)."""
 
     run_dir: Path
     threads: int = 1
@@ -30,9 +36,18 @@ class ServerConfig:
     min_confidence: float | None = None
     log_dir: Path | None = None
     max_sessions: int = 256
+    max_session_bytes: int = MAX_SESSION_BYTES
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str = field(default_factory=new_token, repr=False)
+    allow_remote: bool = False
+    pairing_file: Path | None = None
     phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
     phrase_weight: float = 0.3
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
+
+    def pairings(self) -> PairingStore:
+        return PairingStore(self.pairing_file or config_dir() / PAIRED_FILE)
 
 
 @dataclass
@@ -47,6 +62,8 @@ class ServerState:
     failed: str | None = None
     waiting: int = 0
     events: EventLog | None = None
+    pairings: PairingStore | None = None
+    issued: RecentIds = field(default_factory=RecentIds)  # completion ids an event may name
 
 
 async def run_unless_gone(s: ServerState, request: Request, work: Callable[[], Any]) -> Any:

@@ -30,9 +30,9 @@ from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import encode_prompt
-from seqlab.generation.decode import context_limit, model_device
+from seqlab.generation.decode import model_device
 from seqlab.serving.engine import prompt_text
-from seqlab.serving.sessions import window_start
+from seqlab.serving.sessions import serve_limit, window_start
 from seqlab.studies.inspection import probes
 
 TOP_POSITIONS = 8  # positions listed, by weight
@@ -64,7 +64,7 @@ def seen_prompt(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: st
     (`IncrementalDecoder.step`: a full window is re-encoded from its last half), and the window is the
     one the first token of the suggestion is chosen after."""
     ids, allowed, skip = encode_prompt(tokenizer, prompt_text(subject, prefix))
-    limit = context_limit(model)
+    limit = serve_limit(model)  # the tail the server feeds: a long body never reruns whole
     start = window_start(len(ids), limit)
     healed = allowed is not None
     if allowed is not None and int(allowed.sum()) == 1:

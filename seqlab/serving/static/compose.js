@@ -12,9 +12,10 @@
  * middle of a text would need the text after the caret as well, which the model does not read; rather than
  * pretend, the page stays quiet there.
  *
- * API: POST /v1/complete {prefix, subject, session, max_words} -> {id, text, confidence, latency_ms, ...};
- * POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health. Each suggestion shown
- * is announced as a "seqlab:shown" event on the document for the "why?" panel (why.js).
+ * API: POST /v1/complete {prefix, subject, session, max_words} -> {id, text, confidence, latency_ms, session,
+ * ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health. Every call
+ * carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
+ * document for the "why?" panel (why.js).
  */
 (() => {
   "use strict";
@@ -32,10 +33,33 @@
   const statusEl = $("status");
   const modelEl = $("model");
 
-  // One id per page load: the server keeps this writer's model state under it and, when the next prefix
-  // extends the last one, feeds only the new characters instead of the whole body again.
-  const session = (crypto.randomUUID && crypto.randomUUID()) ||
-    Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+  // The server admits only the person: every call shows this launch's token, which `seqlab serve` printed
+  // in the URL of this page (?token=...). It is kept for this tab in sessionStorage, so a reload still
+  // works, and taken out of the address bar, so it is not in the history, a bookmark or a screenshot.
+  const TOKEN = (() => {
+    const params = new URLSearchParams(location.search);
+    const given = params.get("token");
+    if (given) {
+      sessionStorage.setItem("seqlab-token", given);
+      params.delete("token");
+      const rest = params.toString();
+      history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+    }
+    return given || sessionStorage.getItem("seqlab-token") || "";
+  })();
+  const NEEDS_TOKEN = "open the URL that `seqlab serve` printed: it carries the token";
+
+  // fetch with the token, and JSON's content type when there is a body (the server takes nothing else)
+  function api(path, options = {}) {
+    const headers = { Authorization: `Bearer ${TOKEN}` };
+    if (options.body !== undefined) headers["Content-Type"] = "application/json";
+    return fetch(path, { ...options, headers });
+  }
+  window.seqlabApi = api;  // why.js asks through it too
+
+  // The session the server named in its last answer: it keeps this writer's model state under it and,
+  // when the next prefix extends the last one, feeds only the new characters instead of the whole body.
+  let session = null;
 
   // The suggestion on screen, or null. `base` is the body it was asked for; `taken` counts its characters
   // that the writer has since accepted or typed, so the ghost is text.slice(taken).
@@ -59,9 +83,8 @@
   // Fire and forget: a lost event costs a statistic, never the writer's time. keepalive lets the last
   // one out even while the page is being closed.
   function sendEvent(suggestion, kind) {
-    fetch("/v1/events", {
+    api("/v1/events", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ id: suggestion.id, kind, accepted_chars: suggestion.taken }),
       keepalive: true,
     }).catch(() => {});
@@ -132,17 +155,18 @@
     body.dataset.requests = String(++requests);  // visible to the browser test, and to the curious
     let data;
     try {
-      const res = await fetch("/v1/complete", {
+      const res = await api("/v1/complete", {
         method: "POST",
-        headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS }),
         signal: ctrl.signal,
       });
       data = await res.json().catch(() => ({}));
       if (!res.ok) {
-        showError(`no suggestion: ${data.error || `server answered ${res.status}`}`);
+        showError(res.status === 401 ? `no suggestion: ${NEEDS_TOKEN}`
+          : `no suggestion: ${data.error || `server answered ${res.status}`}`);
         return;
       }
+      session = data.session || null;
     } catch (err) {
       if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
       return;
@@ -264,8 +288,13 @@
   // The server answers 503 while it loads the model; the page says so and keeps asking.
   async function watchHealth() {
     try {
-      const res = await fetch("/health", { cache: "no-store" });
+      const res = await api("/health", { cache: "no-store" });
       const data = await res.json().catch(() => ({}));
+      if (res.ok && !data.model) {  // up, but it did not take the token: it tells the model only to the person
+        setModel("down", TOKEN ? "the token is not this server's" : "no token");
+        showError(NEEDS_TOKEN);
+        return;
+      }
       if (res.ok) {
         setModel("ready", describeModel(data.model || {}));
         return;

@@ -73,12 +73,14 @@
       }
       const shade = 0.12 + 0.68 * (piece.weight / heaviest);
       const what = measure === "rewrite" ? "rewrote" : "weight";
-      box.append(el("mark", /^\s+$/.test(text) ? visible(text, true) : text, {
+      const hit = el("mark", /^\s+$/.test(text) ? visible(text, true) : text, {
         class: "why-hit",
-        style: `background-color: rgba(26, 115, 232, ${shade.toFixed(3)})`,
         title: `#${piece.rank} · ${what} ${pct(piece.weight)}`,
         "data-rank": String(piece.rank),
-      }));
+      });
+      // through the CSSOM: the page's Content-Security-Policy refuses inline style attributes
+      hit.style.backgroundColor = `rgba(26, 115, 232, ${shade.toFixed(3)})`;
+      box.append(hit);
     }
     return box;
   }
@@ -118,9 +120,8 @@
     asking = ctrl;
     open(`Why “${asked.text.trim()}”?`, el("p", "asking the model…", { class: "why-about" }));
     try {
-      const res = await fetch("/v1/why", {
+      const res = await window.seqlabApi("/v1/why", {
         method: "POST",
-        headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ prefix: asked.prefix, subject: asked.subject, text: asked.text }),
         signal: ctrl.signal,
       });

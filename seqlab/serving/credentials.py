@@ -1,0 +1,169 @@
+"""Who may use the server: the per-launch token, the file that hands it to the person's own tools, and the
+browser extensions the person has paired.
+
+- The launch token is 256 random bits (`new_token`), made when `seqlab serve` starts and printed in the URL
+  of the compose page. Whoever holds it is the person: the page reads it from the URL it was opened with,
+  and the person's own scripts from `server.json`, written mode 0600 into the run's `serve/` folder (0700).
+- A paired extension holds a key of its own, handed out once by `POST /v1/pair` to a request that carried
+  the launch token from an extension origin (`chrome-extension://…`, `moz-extension://…`). Only the key's
+  SHA-256 is kept, with that origin, in `paired.json` in the person's config folder (`$SEQLAB_CONFIG_DIR`,
+  else `~/.config/seqlab`), so the pairing outlives this launch and this run; a key counts only when it
+  comes from the origin it was paired with.
+
+Files holding secrets are created with their final mode (never chmod-ed after the fact, which would leave a
+moment when another user could open them) and replaced atomically, so a crash leaves the old or the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (the issue asks for at least 128)
+SERVER_FILE = "server.json"
+PAIRED_FILE = "paired.json"
+EXTENSION_SCHEMES = ("chrome-extension://", "moz-extension://", "safari-web-extension://")
+MAX_PAIRED = 64  # a person pairs a handful of browsers; a bounded file stays cheap to read on every miss
+
+
+def new_token() -> str:
+    """A fresh random secret, URL-safe (43 characters for 256 bits)."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether `given` is `expected`, in time that does not depend on where they first differ."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))
+
+
+def is_extension_origin(origin: str) -> bool:
+    """An origin of a browser extension: the scheme and an id, nothing after it."""
+    for scheme in EXTENSION_SCHEMES:
+        if origin.startswith(scheme):
+            ident = origin[len(scheme):]
+            return bool(ident) and all(c.isalnum() or c == "-" for c in ident)
+    return False
+
+
+def config_dir() -> Path:
+    """The person's seqlab config folder: $SEQLAB_CONFIG_DIR, else ~/.config/seqlab."""
+    env = os.environ.get("SEQLAB_CONFIG_DIR")
+    return Path(env) if env else Path.home() / ".config" / "seqlab"
+
+
+def write_private(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` as JSON to `path`, readable by this user only, replacing any old file atomically.
+
+    The folder is created 0700; the file is written to a temporary name created 0600 and renamed over."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """One paired extension: its origin, the label it gave, when, and its key's SHA-256."""
+
+    origin: str
+    name: str
+    created: float
+    key_sha256: str
+
+
+class PairingStore:
+    """The paired extensions in `path` (paired.json); safe to share between threads.
+
+    Lookups read an in-memory table; a key not found there rereads the file once if it changed on disk,
+    so a pairing made by another running server is seen without a restart."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._by_digest: dict[str, Pairing] = {}
+        self._mtime: float | None = None
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._by_digest, self._mtime = {}, None
+            return
+        if stat.st_mtime == self._mtime:
+            return
+        try:
+            rows = json.loads(self.path.read_text(encoding="utf-8")).get("paired", [])
+            table = {r["key_sha256"]: Pairing(str(r["origin"]), str(r.get("name", "")), float(r.get("created", 0)),
+                                              str(r["key_sha256"])) for r in rows}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            table = {}  # an unreadable file pairs nothing: refusing is the safe way to fail
+        self._by_digest, self._mtime = table, stat.st_mtime
+
+    def _save(self) -> None:
+        rows = [vars(p) for p in sorted(self._by_digest.values(), key=lambda p: p.created)]
+        write_private(self.path, {"paired": rows})
+        self._mtime = self.path.stat().st_mtime
+
+    @property
+    def origins(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(p.origin for p in self._by_digest.values())
+
+    def lookup(self, key: str) -> Pairing | None:
+        """The pairing whose key is `key`, or None."""
+        digest = _digest(key)
+        with self._lock:
+            found = self._by_digest.get(digest)
+            if found is None:
+                self._load()
+                found = self._by_digest.get(digest)
+            return found
+
+    def pair(self, origin: str, name: str) -> str:
+        """A new key for `origin` (kept as its digest; the key itself is returned once, here)."""
+        if not is_extension_origin(origin):
+            raise ValueError(f"only a browser extension can be paired, not {origin!r}")
+        key = new_token()
+        with self._lock:
+            self._load()
+            if len(self._by_digest) >= MAX_PAIRED:  # forget the oldest rather than grow without bound
+                oldest = min(self._by_digest.values(), key=lambda p: p.created)
+                del self._by_digest[oldest.key_sha256]
+            self._by_digest[_digest(key)] = Pairing(origin, name[:200], time.time(), _digest(key))
+            self._save()
+        return key
+
+    def unpair(self, key: str) -> bool:
+        """Forget the pairing of `key`; whether there was one."""
+        with self._lock:
+            self._load()
+            if self._by_digest.pop(_digest(key), None) is None:
+                return False
+            self._save()
+            return True
+
+    def entries(self) -> list[Pairing]:
+        with self._lock:
+            self._load()
+            return sorted(self._by_digest.values(), key=lambda p: p.created)
