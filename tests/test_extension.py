@@ -47,7 +47,6 @@ QUIET_S = 1.0  # longer than the debounce plus a completion: what has not happen
 SUBJECT = "Quarterly report"
 LINES = ["Hi Dana,", "", "Could you send me the rep"]
 BODY = "\n".join(LINES)
-STUB_PAIR = True
 
 
 def _require_browser() -> None:
@@ -110,13 +109,6 @@ class Recorder:
                  "authorization": headers.get("authorization"), "body": body}
         with self.lock:
             self.requests.append(entry)
-        if STUB_PAIR and scope["path"] == "/v1/pair":  # TEMPORARY until main's pairing lands
-            out = json.dumps({"key": "stub-key", "origin": headers.get("origin")}).encode()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", b"application/json"),
-                                    (b"content-length", str(len(out)).encode())]})
-            await send({"type": "http.response.body", "body": out})
-            return
         if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
             entry["context"] = body.pop("context", None)
             raw = json.dumps(body).encode()
@@ -156,10 +148,11 @@ class Recorder:
 
 
 @dataclass
-class Served:
+class Recorded:
     url: str
     pairing_url: str
     recorder: Recorder
+    pairing_file: Path
 
 
 @pytest.fixture(scope="module")
@@ -179,12 +172,12 @@ def extension_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def server(extension_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def server(extension_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     """The server app on a free loopback port, --min-confidence 0 so that it always suggests."""
     from seqlab.serving.app import ServerConfig
 
-    config = ServerConfig(run_dir=extension_run_dir, min_confidence=0.0,
-                          log_dir=tmp_path_factory.mktemp("serve"))
+    config = ServerConfig(run_dir=extension_run_dir, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
+                          pairing_file=tmp_path_factory.mktemp("config") / "paired.json")
     holder: dict[str, Recorder] = {}
 
     def wrap(app: Any) -> Recorder:
@@ -192,7 +185,8 @@ def server(extension_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
         return holder["recorder"]
 
     with running_server(config, wrap=wrap) as url:
-        yield Served(url, f"{url}/?token=pre-merge", holder["recorder"])
+        # what `seqlab serve` prints: http://127.0.0.1:PORT/?token=TOKEN
+        yield Recorded(url, f"{url}/?token={config.token}", holder["recorder"], config.pairing_file)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -241,7 +235,7 @@ def _options(driver: webdriver.Chrome) -> str:
 
 
 @pytest.fixture(scope="module")
-def paired(driver: webdriver.Chrome, server: Served, site: str) -> str:
+def paired(driver: webdriver.Chrome, server: Recorded, site: str) -> str:
     """Pair through the options page as a person does, and switch the fixture site on; the extension id."""
     _options(driver)
     driver.find_element(By.ID, "pair-url").send_keys(server.pairing_url)
@@ -339,11 +333,11 @@ def _open_editor(driver: webdriver.Chrome, site: str) -> None:
     _type_lines(driver, LINES)
 
 
-def _event_kinds(server: Served, mark: int) -> list[str]:
+def _event_kinds(server: Recorded, mark: int) -> list[str]:
     return [r["body"]["kind"] for r in server.recorder.since(mark, "/v1/events")]
 
 
-def _wait_for_event(server: Served, mark: int, kind: str) -> None:
+def _wait_for_event(server: Recorded, mark: int, kind: str) -> None:
     WebDriverWait(None, WAIT_S).until(lambda _: kind in _event_kinds(server, mark))
 
 
@@ -355,6 +349,13 @@ def test_the_options_page_pairs_and_shows_the_model(driver, server, paired):
     assert [r["method"] for r in pairs] == ["POST"]
     assert pairs[0]["origin"] == f"chrome-extension://{paired}"
     assert pairs[0]["authorization"] == "Bearer " + server.pairing_url.split("token=")[1]
+    assert pairs[0]["body"] == {"name": "seqlab extension in Chromium"}
+    kept = json.loads(server.pairing_file.read_text())["paired"]
+    assert [p["origin"] for p in kept] == [f"chrome-extension://{paired}"]
+    # afterwards the extension speaks with its own key, never the launch token
+    later = [r for r in server.recorder.since(0) if r["path"].startswith("/v1/") and r["path"] != "/v1/pair"]
+    assert all(r["authorization"] and server.pairing_url.split("token=")[1] not in r["authorization"]
+               for r in later)
     _options(driver)
     WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
     assert driver.find_element(By.ID, "server-status").text == "ok"
@@ -379,6 +380,9 @@ def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paire
     assert _ghost(driver) == "" or not (BODY + ghost).endswith(_ghost(driver))
     _wait_for_event(server, mark, "shown")
     _wait_for_event(server, mark, "accepted")
+    # the next question names the session the server issued with the last answer
+    asked = WebDriverWait(driver, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/complete")[1:])
+    assert asked[0]["body"]["session"] and asked[0]["body"]["prefix"] == BODY + ghost
     _chord(driver, Keys.CONTROL, "z")
     assert _text(driver) == BODY
 
@@ -505,3 +509,19 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
     secrets = [server.pairing_url.split("token=")[1]] + [r["authorization"] for r in server.recorder.since(0)
                                                           if r["authorization"]]
     assert pairs and all(s.removeprefix("Bearer ") not in report["html"] + report["storage"] for s in secrets)
+
+
+def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
+    """Last: the options page's Forget deletes the pairing on the server; the compose box then goes quiet."""
+    _options(driver)
+    driver.find_element(By.ID, "forget").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("forgotten"))
+    deletes = server.recorder.since(0, "/v1/pair")
+    assert [r["method"] for r in deletes] == ["POST", "DELETE"]
+    assert json.loads(server.pairing_file.read_text())["paired"] == []
+    assert "Not paired" in driver.find_element(By.ID, "server-state").text
+    mark = server.recorder.mark()
+    _open_textarea(driver, site)
+    time.sleep(QUIET_S)
+    assert not server.recorder.since(mark, "/v1/complete")  # no key, no call
+    assert _ghost(driver) == ""
