@@ -14,7 +14,9 @@
  */
 "use strict";
 
-importScripts("common.js");  // parsePairingUrl, siteOrigin, originPattern, SEQLAB_LOOPBACK
+// parsePairingUrl, siteOrigin, originPattern, SEQLAB_LOOPBACK. Firefox, whose background is an event page
+// listing common.js before this file in `background.scripts`, has them already.
+if (typeof importScripts === "function") importScripts("common.js");
 
 const api = globalThis.browser ?? globalThis.chrome;
 

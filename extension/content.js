@@ -141,7 +141,14 @@
     }
     for (let node = el; node; node = node.parentElement) {
       const quote = node.querySelector(QUOTE);
-      if (quote) return (quote.innerText || quote.textContent || "").trim().slice(0, CONTEXT_MAX);
+      if (quote) {
+        // Outlook's block is the original's header; the original follows it as siblings
+        const parts = [quote];
+        if (quote.id === "divRplyFwdMsg") {
+          for (let next = quote.nextElementSibling; next; next = next.nextElementSibling) parts.push(next);
+        }
+        return parts.map((p) => p.innerText || p.textContent || "").join("\n").trim().slice(0, CONTEXT_MAX);
+      }
       if (node.matches("form, [role=dialog], main")) break;  // not another message's quote on the page
     }
     return "";
@@ -249,6 +256,7 @@
     const left = r.left + px(ecs.borderLeftWidth) + px(ecs.paddingLeft);
     const width = Math.max(0, r.width - px(ecs.borderLeftWidth) - px(ecs.borderRightWidth) -
       px(ecs.paddingLeft) - px(ecs.paddingRight));
+    if (at.top < Math.max(0, r.top) || at.top > Math.min(innerHeight, r.bottom)) return false;  // scrolled away
     const lineHeight = cs.lineHeight === "normal" ? null : px(cs.lineHeight);
     // the caret's rect is the text's box; a taller line box centres it
     const top = lineHeight && at.height ? at.top - (lineHeight - at.height) / 2 : at.top;

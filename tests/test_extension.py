@@ -157,8 +157,12 @@ class Recorded:
 
 @pytest.fixture(scope="module")
 def extension_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GRU trained for 200 steps (about 2 s), as in test_browser.py: fewer steps suggest nothing."""
+    """A tiny GRU trained for 200 steps (about 2 s), as in test_browser.py: fewer steps suggest nothing.
+
+    SEQLAB_BROWSER_RUN=RUN_DIR serves that run instead: a better model makes a better screenshot."""
     _require_browser()
+    if os.environ.get("SEQLAB_BROWSER_RUN"):
+        return Path(os.environ["SEQLAB_BROWSER_RUN"])
     from seqlab.config import apply_overrides, get_preset
     from seqlab.training.trainer import train
 
@@ -328,6 +332,7 @@ def _caret_to_first_line(driver: webdriver.Chrome) -> None:
 
 def _open_editor(driver: webdriver.Chrome, site: str) -> None:
     driver.get(f"{site}/editor.html")
+    driver.find_element(By.ID, "to").send_keys("Dana Whitfield <dana.whitfield@harbourline.example>")
     driver.find_element(By.ID, "subject").send_keys(SUBJECT)
     _caret_to_first_line(driver)
     _type_lines(driver, LINES)
