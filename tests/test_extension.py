@@ -338,6 +338,13 @@ def _open_editor(driver: webdriver.Chrome, site: str) -> None:
     _type_lines(driver, LINES)
 
 
+def _settle(driver: webdriver.Chrome) -> None:
+    """Leave the last page and let what it had on its way (a debounced question, an event) arrive, so that a
+    test counting requests counts only its own."""
+    driver.get("about:blank")
+    time.sleep(QUIET_S)
+
+
 def _event_kinds(server: Recorded, mark: int) -> list[str]:
     return [r["body"]["kind"] for r in server.recorder.since(mark, "/v1/events")]
 
@@ -424,6 +431,7 @@ def test_textarea_escape_dismisses_and_tab_then_moves_on(driver, server, site, p
 
 
 def test_password_fields_get_nothing(driver, server, site, paired):
+    _settle(driver)
     driver.get(f"{site}/textarea.html")
     mark = server.recorder.mark()
     driver.find_element(By.ID, "password").click()
@@ -488,6 +496,7 @@ def test_a_reply_sends_its_subject_and_the_quoted_original(driver, server, site,
 
 def test_a_site_not_switched_on_gets_nothing(driver, server, site, paired):
     other = site.replace("127.0.0.1", "localhost")  # the same pages, another origin
+    _settle(driver)
     mark = server.recorder.mark()
     driver.get(f"{other}/textarea.html")
     driver.find_element(By.ID, "body").click()
@@ -500,6 +509,7 @@ def test_a_site_not_switched_on_gets_nothing(driver, server, site, paired):
 
 
 def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server, site, paired):
+    _settle(driver)
     driver.get(f"{site}/hostile.html")
     mark = server.recorder.mark()
     driver.set_script_timeout(WAIT_S)
@@ -525,6 +535,7 @@ def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
     assert [r["method"] for r in deletes] == ["POST", "DELETE"]
     assert json.loads(server.pairing_file.read_text())["paired"] == []
     assert "Not paired" in driver.find_element(By.ID, "server-state").text
+    _settle(driver)
     mark = server.recorder.mark()
     _open_textarea(driver, site)
     time.sleep(QUIET_S)
