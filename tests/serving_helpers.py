@@ -1,4 +1,5 @@
-"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread.
+"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread; and the
+headless Chromium that the browser tests (test_browser.py, test_extension.py) drive against it.
 
 Both speak as the person: requests carry the config's token and are addressed to its host and port, as the
 compose page's are (`seqlab.serving.access`). Tests of the gate itself send their own headers.
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
@@ -142,3 +144,38 @@ def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# ----------------------------------------------------------------------------- the browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def require_browser() -> None:
+    """Skip without Debian's chromium and chromedriver, or fail when SEQLAB_REQUIRE_BROWSER=1 (set by CI)."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
+    if missing:
+        reason = f"{' and '.join(missing)} not found (Debian's chromium and chromium-driver; .ci/run installs them)"
+        if os.environ.get("SEQLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"SEQLAB_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+def chromium(user_data_dir: Path, *args: str) -> Any:
+    """Headless Chromium (a selenium driver) with a fresh profile in `user_data_dir`, a 1000x700 window at
+    scale 1, nothing of its own on the network, and `args` added (--load-extension=..., say)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
+    # SE_OFFLINE tells it to stay off the network should anything still call it.
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1000,700", "--force-device-scale-factor=1", f"--user-data-dir={user_data_dir}",
+                *args):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

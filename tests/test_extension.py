@@ -18,7 +18,6 @@ import functools
 import hashlib
 import http.server
 import json
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -28,16 +27,12 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
+from serving_helpers import chromium, require_browser, running_server
 
-from tests.serving_helpers import running_server
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "extension"
 FIXTURES = Path(__file__).resolve().parent / "extension_fixtures"
@@ -47,15 +42,6 @@ QUIET_S = 1.0  # longer than the debounce plus a completion: what has not happen
 SUBJECT = "Quarterly report"
 LINES = ["Hi Dana,", "", "Could you send me the rep"]
 BODY = "\n".join(LINES)
-
-
-def _require_browser() -> None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
-    if missing:
-        reason = f"{' and '.join(missing)} not found (Debian's chromium and chromium-driver; .ci/run installs them)"
-        if os.environ.get("SEQLAB_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"SEQLAB_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
 
 
 def extension_id(path: Path) -> str:
@@ -156,31 +142,11 @@ class Recorded:
 
 
 @pytest.fixture(scope="module")
-def extension_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GRU trained for 200 steps (about 2 s), as in test_browser.py: fewer steps suggest nothing.
-
-    SEQLAB_BROWSER_RUN=RUN_DIR serves that run instead: a better model makes a better screenshot."""
-    _require_browser()
-    if os.environ.get("SEQLAB_BROWSER_RUN"):
-        return Path(os.environ["SEQLAB_BROWSER_RUN"])
-    from seqlab.config import apply_overrides, get_preset
-    from seqlab.training.trainer import train
-
-    run = tmp_path_factory.mktemp("runs") / "extension-gru"
-    cfg = apply_overrides(get_preset("tiny"), [
-        "model.mixer=gru", "model.pos=none", "train.max_steps=200", "train.eval_every=100",
-        "train.ckpt_every=100", "train.threads=1",
-    ])
-    train(tiny_data_dir, run, cfg, progress=False)
-    return run
-
-
-@pytest.fixture(scope="module")
-def server(extension_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     """The server app on a free loopback port, --min-confidence 0 so that it always suggests."""
     from seqlab.serving.app import ServerConfig
 
-    config = ServerConfig(run_dir=extension_run_dir, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
+    config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
                           pairing_file=tmp_path_factory.mktemp("config") / "paired.json")
     holder: dict[str, Recorder] = {}
 
@@ -214,17 +180,9 @@ def site() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    _require_browser()
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager stays off the network (see test_browser.py)
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", f"--load-extension={EXTENSION}", f"--disable-extensions-except={EXTENSION}",
-                "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1000,700", "--force-device-scale-factor=1",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    browser = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    require_browser()
+    browser = chromium(tmp_path_factory.mktemp("chromium"), f"--load-extension={EXTENSION}",
+                       f"--disable-extensions-except={EXTENSION}")
     try:
         yield browser
     finally:
