@@ -171,8 +171,17 @@
     if (overlay && overlay.host.isConnected) return overlay;
     const host = document.createElement("seqlab-ghost");
     const root = host.attachShadow({ mode: "closed" });
-    const style = document.createElement("style");
-    style.textContent = STYLE;
+    // A constructed stylesheet: webmail pages forbid inline <style> by their Content-Security-Policy, which
+    // does not govern stylesheets built through the CSSOM (the <style> is for browsers without them).
+    let style = null;
+    try {
+      const sheet = new CSSStyleSheet();
+      sheet.replaceSync(STYLE);
+      root.adoptedStyleSheets = [sheet];
+    } catch {
+      style = document.createElement("style");
+      style.textContent = STYLE;
+    }
     const frame = document.createElement("div");
     frame.className = "frame hidden";
     const mirror = document.createElement("div");
@@ -183,7 +192,7 @@
     ghost.className = "ghost";
     mirror.append(typed, ghost);
     frame.append(mirror);
-    root.append(style, frame);
+    root.append(...(style ? [style] : []), frame);
     document.documentElement.append(host);
     overlay = { host, frame, mirror, typed, ghost };
     return overlay;

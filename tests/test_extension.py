@@ -36,7 +36,7 @@ from serving_helpers import chromium, require_browser, running_server
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "extension"
 FIXTURES = Path(__file__).resolve().parent / "extension_fixtures"
-SCREENSHOT = REPO / "out" / "screenshots" / "extension.png"
+SCREENSHOT = REPO / "out" / "screenshots" / "extension.png"  # the docs' picture; the others are for review
 WAIT_S = 60  # generous for 2 busy cores; every wait ends as soon as it succeeds
 QUIET_S = 1.0  # longer than the debounce plus a completion: what has not happened by then will not
 SUBJECT = "Quarterly report"
@@ -296,6 +296,11 @@ def _open_editor(driver: webdriver.Chrome, site: str) -> None:
     _type_lines(driver, LINES)
 
 
+def _screenshot(driver: webdriver.Chrome, name: str) -> None:
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SCREENSHOT.parent / name))
+
+
 def _settle(driver: webdriver.Chrome) -> None:
     """Leave the last page and let what it had on its way (a debounced question, an event) arrive, so that a
     test counting requests counts only its own."""
@@ -344,6 +349,7 @@ def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paire
     assert complete["body"]["prefix"] == BODY and complete["body"]["subject"] == SUBJECT
     assert complete["origin"] == f"chrome-extension://{paired}"
     assert "context" not in complete["body"]  # the tiny GRU reads no context
+    _screenshot(driver, "extension-textarea.png")
     _keys(driver, Keys.TAB)
     assert _text(driver) == BODY + ghost
     assert driver.switch_to.active_element.get_attribute("id") == "body"  # Tab took the ghost, not the focus
@@ -407,8 +413,7 @@ def test_contenteditable_ghost_is_never_the_page_text_and_tab_keeps_undo(driver,
     assert "seqlab" not in page  # nothing of the extension inside the editor
     assert _text(driver).startswith(BODY + "\n")
     assert "Sam Okafor" in _text(driver)  # the signature below the caret, untouched
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    assert driver.save_screenshot(str(SCREENSHOT))
+    _screenshot(driver, SCREENSHOT.name)
     _keys(driver, Keys.TAB)
     assert _text(driver).startswith(BODY + ghost.rstrip())
     assert _text(driver).endswith("\nSam Okafor\nHarbourline Logistics")
@@ -441,6 +446,7 @@ def test_a_reply_sends_its_subject_and_the_quoted_original(driver, server, site,
         _keys(driver, "Thanks Dana, I will send the rep")
         ghost = _wait_for_ghost(driver)
         asked = server.recorder.since(mark, "/v1/complete")[-1]
+        _screenshot(driver, "extension-reply.png")
     finally:
         server.recorder.pretend_context = False
     assert asked["body"]["subject"] == "Re: Quarterly report"
