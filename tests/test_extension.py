@@ -340,6 +340,26 @@ def test_the_options_page_pairs_and_shows_the_model(driver, server, paired):
     assert on == [f"http://127.0.0.1:{on[0].rsplit(':', 1)[1]}"]  # the fixture site alone; Gmail etc. stay off
 
 
+def test_pairing_refuses_other_addresses_and_wrong_tokens(driver, server, paired):
+    """A URL off this machine is refused before anything is sent; a wrong token is the server's 401. Either
+    way the pairing made before stays."""
+    _options(driver)
+    mark = server.recorder.mark()
+    field = driver.find_element(By.ID, "pair-url")
+    field.send_keys("http://mail.example.org/?token=abc")
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "this machine" in d.find_element(By.ID, "message").text)
+    assert not server.recorder.since(mark)
+    field.clear()
+    field.send_keys(f"{server.url}/?token=not-the-token")
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "401" in d.find_element(By.ID, "message").text)
+    assert [r["path"] for r in server.recorder.since(mark)] == ["/v1/pair"]
+    assert len(json.loads(server.pairing_file.read_text())["paired"]) == 1
+    _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-status").text == "ok")
+
+
 def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paired):
     mark = server.recorder.mark()
     _open_textarea(driver, site)
@@ -495,8 +515,8 @@ def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
     _options(driver)
     driver.find_element(By.ID, "forget").click()
     WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("forgotten"))
-    deletes = server.recorder.since(0, "/v1/pair")
-    assert [r["method"] for r in deletes] == ["POST", "DELETE"]
+    deletes = [r for r in server.recorder.since(0, "/v1/pair") if r["method"] == "DELETE"]
+    assert len(deletes) == 1 and deletes[0]["origin"] == f"chrome-extension://{paired}"
     assert json.loads(server.pairing_file.read_text())["paired"] == []
     assert "Not paired" in driver.find_element(By.ID, "server-state").text
     _settle(driver)
