@@ -3,8 +3,9 @@
  * It runs only where the service worker registered it (the switched-on sites), and even there it first
  * asks the worker whether this page's origin is on; if not it installs nothing at all. It never listens to
  * the page's postMessage, never reads the key and never sees more of the server's answer than the text to
- * show. Keys and typed text count only when the browser says a person made them (`isTrusted`): a page's
- * script that dispatches its own key or input events moves nothing and asks the server nothing.
+ * show. Keys and typed text count only when the browser says a person made them (`isTrusted`, and a
+ * trusted beforeinput before an edit): a page's script that dispatches its own key or input events, or
+ * edits the box with execCommand, moves nothing and asks the server nothing.
  *
  * The same behaviour as the compose page (seqlab/serving/static/compose.js): a suggestion is asked for
  * as the writer pauses, with the caret at the end of its line; Tab takes it all, Ctrl+Right one word, Esc
@@ -41,6 +42,7 @@
   let overlay = null;    // {host, frame, mirror, typed, ghost}
   let stopped = false;
   let inserting = false; // our own execCommand is running: its input event is the writer's Tab
+  let personEdit = false; // a trusted beforeinput came first: the next input is the person's editing
 
   const norm = (s) => s.replace(/\u00a0/g, " ");
 
@@ -353,9 +355,18 @@
 
   // --------------------------------------------------------------------------- typing and keys
 
+  // The browser fires a trusted beforeinput before the person's typing, pasting, dropping, Enter and undo,
+  // but none before document.execCommand, whose input event is trusted all the same: so an input counts
+  // as the person's only after a trusted beforeinput (or from our own insertion).
+  function onBeforeInput(e) {
+    personEdit = e.isTrusted && Boolean(box) && (e.target === box || box.contains(e.target));
+  }
+
   function onInput(e) {
     if (!box || !(e.target === box || box.contains(e.target))) return;
-    if (!e.isTrusted && !inserting) { if (current) dismiss(); return; }  // a page script changed the text: ask nothing
+    const byPerson = (e.isTrusted && personEdit) || inserting;
+    personEdit = false;
+    if (!byPerson) { if (current) dismiss(); return; }  // a page script changed the text: ask nothing
     if (current) {
       const state = caretState(box);
       const typed = state.prefix.startsWith(current.base) ? state.prefix.slice(current.base.length) : null;
@@ -453,7 +464,8 @@
 
   const listeners = [
     [window, "focusin", onFocusIn], [window, "focusout", onFocusOut], [window, "keydown", onKeyDown],
-    [window, "input", onInput], [document, "selectionchange", onSelectionChange],
+    [window, "beforeinput", onBeforeInput], [window, "input", onInput],
+    [document, "selectionchange", onSelectionChange],
     [window, "scroll", reposition], [window, "resize", reposition],
   ];
 

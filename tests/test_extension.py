@@ -503,11 +503,21 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
     assert report["sendMessage"] == []
     assert not server.recorder.since(mark)  # synthetic events and messages asked the server nothing
     assert report["shadowRoot"] in ("null", "no host")
-    assert report["texts"] == ["Hi Dana,\n\nCould you send me the rep", "Hi Dana, could you send me the rep"]
+    assert report["tabChanged"] == [False, False]
     pairs = server.recorder.since(0, "/v1/pair")
     secrets = [server.pairing_url.split("token=")[1]] + [r["authorization"] for r in server.recorder.since(0)
                                                           if r["authorization"]]
     assert pairs and all(s.removeprefix("Bearer ") not in report["html"] + report["storage"] for s in secrets)
+    # with a ghost shown for the person's own typing, the page's synthetic keys still accept nothing
+    driver.get(f"{site}/hostile.html")
+    driver.find_element(By.ID, "body").click()
+    _type_lines(driver, LINES)
+    ghost = _wait_for_ghost(driver)
+    for key in ("Tab", "ArrowRight"):
+        driver.execute_script(
+            "document.getElementById('body').dispatchEvent(new KeyboardEvent('keydown',"
+            " {key: arguments[0], ctrlKey: arguments[0] === 'ArrowRight', bubbles: true, cancelable: true}))", key)
+    assert _text(driver) == BODY and _ghost(driver) == ghost
 
 
 def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
