@@ -280,8 +280,11 @@
     return true;
   }
 
+  let visible = false;  // whether the ghost is on screen: keys take only a ghost the writer can see
+
   function render() {
     const text = current ? current.text.slice(current.taken) : "";
+    visible = false;
     if (!text || !box) {
       if (overlay) {
         overlay.frame.classList.add("hidden");
@@ -294,6 +297,7 @@
     const placed = box instanceof HTMLTextAreaElement ? (placeOverTextarea(o, box, text), true)
       : placeInEditable(o, box, text);
     o.frame.classList.toggle("hidden", !placed);
+    visible = placed;
   }
 
   // --------------------------------------------------------------------------- asking and telling
@@ -418,7 +422,7 @@
 
   function onKeyDown(e) {
     if (!e.isTrusted || e.isComposing || !box || !(e.target === box || box.contains(e.target))) return;
-    const ghost = current ? current.text.slice(current.taken) : "";
+    const ghost = current && visible ? current.text.slice(current.taken) : "";
     const plain = !e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey;
     if (e.key === "Escape") {
       if (ghost) { e.preventDefault(); e.stopImmediatePropagation(); }

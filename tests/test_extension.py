@@ -335,6 +335,7 @@ def test_the_options_page_pairs_and_shows_the_model(driver, server, paired):
     WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
     assert driver.find_element(By.ID, "server-status").text == "ok"
     assert driver.find_element(By.ID, "server-base").text == server.url
+    _screenshot(driver, "extension-options.png")
     site_switches = driver.find_elements(By.CSS_SELECTOR, "#sites input[type=checkbox]")
     on = [s.get_attribute("data-origin") for s in site_switches if s.is_selected()]
     assert on == [f"http://127.0.0.1:{on[0].rsplit(':', 1)[1]}"]  # the fixture site alone; Gmail etc. stay off
