@@ -53,9 +53,14 @@
       return;
     }
     const h = st.health || {};
-    state.textContent = h.status === "ok" ? "Paired: suggestions are on where you switch them on."
-      : `Paired, but the server is ${h.status}${h.error ? ` (${h.error})` : ""}.`;
-    state.className = h.status === "ok" ? "state ok" : "state off";
+    // /health describes the model only to a caller it knows: without it, the key is no longer paired there
+    const known = h.status !== "ok" || Boolean(h.model);
+    state.textContent = !known
+      ? "The server no longer knows this extension (it was unpaired there): paste its URL again to pair anew."
+      : h.status === "ok" ? "Paired: suggestions are on where you switch them on."
+        : `Paired, but the server is ${h.status}${h.error ? ` (${h.error})` : ""}. If it now runs on another `
+          + "port, paste the URL it printed to pair with it there.";
+    state.className = h.status === "ok" && known ? "state ok" : "state off";
     $("server-base").textContent = st.base;
     $("server-status").textContent = h.status || "—";
     $("server-model").textContent = describeModel(h.model);

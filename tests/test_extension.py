@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
@@ -522,11 +523,19 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
 
 
 def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
-    """Last: the options page's Forget deletes the pairing on the server; the compose box then goes quiet."""
+    """Last: the options page's Forget deletes the pairing on the server; the compose box then goes quiet.
+    First, a pairing dropped on the server's side is noticed by the options page, and pairing again mends it."""
+    key = [r["authorization"] for r in server.recorder.since(0, "/v1/complete")][-1]
+    assert httpx.delete(f"{server.url}/v1/pair", headers={"Authorization": key}).json() == {"ok": True}
     _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "no longer knows" in d.find_element(By.ID, "server-state").text)
+    driver.find_element(By.ID, "pair-url").send_keys(server.pairing_url)
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
+    mark = server.recorder.mark()
     driver.find_element(By.ID, "forget").click()
     WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("forgotten"))
-    deletes = [r for r in server.recorder.since(0, "/v1/pair") if r["method"] == "DELETE"]
+    deletes = [r for r in server.recorder.since(mark, "/v1/pair") if r["method"] == "DELETE"]
     assert len(deletes) == 1 and deletes[0]["origin"] == f"chrome-extension://{paired}"
     assert json.loads(server.pairing_file.read_text())["paired"] == []
     assert "Not paired" in driver.find_element(By.ID, "server-state").text
