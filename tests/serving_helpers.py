@@ -121,7 +121,7 @@ def _healthy(url: str) -> bool:
 def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> Iterator[Served]:
     """`python -m seqlab serve RUN_DIR --port 0 ARGS` as a child, as a person starts it: the URL and token
     are read from what it prints. Yields once /health answers 200; stops it after the block."""
-    log = log_dir / "serve.log"
+    log = log_dir.parent / f"{log_dir.name}-output.log"  # beside: the server makes log_dir itself, 0700
     cmd = [sys.executable, "-m", "seqlab", "serve", str(run_dir), "--port", "0", "--log", str(log_dir), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log, "w") as out:
@@ -162,9 +162,10 @@ def require_browser() -> None:
         pytest.skip(reason)
 
 
-def chromium(user_data_dir: Path, *args: str) -> Any:
+def chromium(user_data_dir: Path, *args: str, capabilities: dict[str, Any] | None = None) -> Any:
     """Headless Chromium (a selenium driver) with a fresh profile in `user_data_dir`, a 1000x700 window at
-    scale 1, nothing of its own on the network, and `args` added (--load-extension=..., say)."""
+    scale 1, nothing of its own on the network, `args` added (--load-extension=..., say) and `capabilities`
+    set (goog:loggingPrefs, say)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -178,4 +179,6 @@ def chromium(user_data_dir: Path, *args: str) -> Any:
                 "--window-size=1000,700", "--force-device-scale-factor=1", f"--user-data-dir={user_data_dir}",
                 *args):
         options.add_argument(arg)
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
     return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
+from serving_helpers import person_client
 
 from seqlab.cli.main import main as cli_main
 from seqlab.data.tokenizer import fit_tokenizer
-from seqlab.serving.app import ServerConfig, create_app
+from seqlab.serving.app import ServerConfig
 
 
 def _truncate(path: Path) -> None:
@@ -245,7 +245,7 @@ def test_serve_reports_a_damaged_tokenizer_on_health(kind: str, damage: Callable
     Now /health names a damaged tokenizer.json."""
     run = tmp_path / "run"
     damaged = _damaged_run(tiny_run_dir, run, damage, vouched)
-    with TestClient(create_app(ServerConfig(run, log_dir=tmp_path / "log"))) as client:
+    with person_client(ServerConfig(run, log_dir=tmp_path / "log")) as client:
         for _ in range(600):
             health = client.get("/health")
             if health.json()["status"] != "loading":

@@ -10,8 +10,12 @@ The last test saves out/screenshots/compose.png for the README.
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,29 @@ WHY_SCREENSHOT = REPO / "out" / "screenshots" / "why.png"
 # Generous: the first completion loads the model on 2 shared CPU cores. Waits end as soon as they succeed.
 WAIT_S = 60
 SUBJECT = "Quarterly report"
+REBOUND = "rebound.attacker.test"
+# A web page on another origin that tries to read the person's model through their browser: a CORS fetch
+# with a guessed token (preflighted), simple requests that need no preflight (text/plain, a form), a read
+# of /health, and the compose page in a frame. It records what it could see in window.results.
+HOSTILE_PAGE = """<!doctype html><html><body><h1>cute cats</h1><form id="f" method="post" target="sink"
+action="SERVER/v1/complete" enctype="text/plain"><input name='{"prefix":"Hi","x":"' value='"}'></form>
+<iframe name="sink"></iframe><iframe id="frame" src="SERVER/?token=TOKEN_GUESS"></iframe><script>
+const S = "SERVER", out = {};
+async function attempt(name, f) { try { out[name] = await f(); } catch (e) { out[name] = "blocked: " + e.name; } }
+(async () => {
+  await attempt("cors_json", async () => (await fetch(S + "/v1/complete", {method: "POST",
+    headers: {"Content-Type": "application/json", "Authorization": "Bearer guess"},
+    body: JSON.stringify({prefix: "Hi Dana, my password is"})})).status);
+  await attempt("simple_text_plain", async () => (await fetch(S + "/v1/complete", {method: "POST",
+    headers: {"Content-Type": "text/plain"}, body: JSON.stringify({prefix: "Hi"})})).status);
+  await attempt("no_cors_blob", async () => (await fetch(S + "/v1/why", {method: "POST", mode: "no-cors",
+    body: new Blob([JSON.stringify({prefix: "Hi", text: " a"})])})).type);
+  await attempt("health", async () => JSON.stringify(await (await fetch(S + "/health")).json()));
+  await attempt("rebound_health", async () => (await fetch("http://REBOUND:PORT/health")).status);
+  document.getElementById("f").submit();
+  window.results = out;
+})();
+</script></body></html>"""
 BODY = "Hi Dana,\n\nCould you send me the rep"
 
 
@@ -40,7 +67,10 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="module")
 def driver(server: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    browser = chromium(tmp_path_factory.mktemp("chromium"))
+    browser = chromium(tmp_path_factory.mktemp("chromium"),
+                       # DNS rebinding without DNS: the attacker's name resolves to this machine
+                       f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",
+                       capabilities={"goog:loggingPrefs": {"browser": "ALL"}})  # what the page's console said
     try:
         yield browser
     finally:
@@ -166,6 +196,60 @@ def test_why_panel_shows_the_alternatives_and_where_the_model_looked(driver, ser
     assert driver.save_screenshot(str(WHY_SCREENSHOT))
     driver.find_element(By.ID, "why-close").click()
     assert not panel.is_displayed()
+
+
+def test_the_token_leaves_the_address_bar_and_a_page_without_it_says_what_to_open(driver, server):
+    _open(driver, server)
+    _wait_for_ghost(driver)
+    assert "token" not in driver.current_url  # not in the history, a bookmark or a screenshot
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(server.url + "/")
+    WebDriverWait(driver, WAIT_S).until(lambda d: "seqlab serve" in d.find_element(By.ID, "status").text)
+    assert "down" in driver.find_element(By.ID, "model").get_attribute("class")
+
+
+def test_a_hostile_page_reads_nothing(driver, server, tmp_path):
+    """Another origin's page, and the compose page under a rebound name, get nothing out of the server."""
+    before = _stats(server)
+    port = server.url.rsplit(":", 1)[1]
+    page = tmp_path / "index.html"
+    page.write_text(HOSTILE_PAGE.replace("SERVER", server.url).replace("REBOUND", REBOUND).replace("PORT", port))
+    with _static_site(tmp_path) as site:
+        driver.get_log("browser")  # forget what earlier pages said
+        driver.get(site.replace("127.0.0.1", REBOUND) + "/index.html")
+        results = WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return window.results"))
+        time.sleep(0.5)  # the form's post and the frame, which report nothing to the page
+        frame = driver.find_element(By.ID, "frame")
+        driver.switch_to.frame(frame)
+        framed = driver.execute_script("return document.body ? document.body.innerText : ''")
+        driver.switch_to.default_content()
+    # the preflight of the guessed-token call got 403; the simple requests got 403 (415 had they passed the
+    # Origin rule) without a CORS header to read them by; the blind no-cors post is stopped by the
+    # Cross-Origin-Resource-Policy; the rebound name got 421
+    assert all(str(v).startswith("blocked") for v in results.values()), results
+    assert "New message" not in framed  # the compose page never renders in a frame
+    said = "\n".join(e["message"] for e in driver.get_log("browser"))
+    assert "frame-ancestors 'none'" in said and "NotSameOrigin" in said, said
+    after = _stats(server)
+    assert after["completions"] == before["completions"]  # nothing reached the model
+    # and the compose page opened under the rebound name is refused before any route runs
+    driver.get(f"http://{REBOUND}:{port}/?token={server.token}")
+    assert "answers only to" in driver.find_element(By.TAG_NAME, "body").text
+    assert _stats(server)["completions"] == before["completions"]
+
+
+@contextmanager
+def _static_site(folder: Path) -> Iterator[str]:
+    """Serve `folder` over HTTP on a free loopback port (another origin than the server's)."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}"
+    finally:
+        site.shutdown()
+        site.server_close()
 
 
 def test_screenshot_of_a_suggestion(driver, server):

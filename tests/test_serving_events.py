@@ -5,12 +5,17 @@ stats as were counted live."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+from disk_faults import FullDisk
+from serving_helpers import ready_client
 
+from seqlab.serving.app import ServerConfig
 from seqlab.serving.events import LOG_NAME, EventLog, ServingStats, percentile, replay
 
 
@@ -153,3 +158,46 @@ def test_replay_gives_the_live_stats(tmp_path: Path) -> None:
     a, b = live.snapshot(), replayed.snapshot()
     assert skipped == 0
     assert {k: v for k, v in a.items() if k != "uptime_s"} == {k: v for k, v in b.items() if k != "uptime_s"}
+
+
+def test_the_log_is_private_and_rotated_by_size(tmp_path: Path) -> None:
+    log_dir = tmp_path / "serve"
+    with EventLog(log_dir, max_bytes=2000) as log:
+        for i in range(60):
+            log.record_event(f"c{i}", "shown")
+    path = log_dir / LOG_NAME
+    old = log_dir / (LOG_NAME + ".1")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(log_dir.stat().st_mode) == 0o700
+    assert path.stat().st_size <= 2000 and old.stat().st_size <= 2000 and stat.S_IMODE(old.stat().st_mode) == 0o600
+    ids = [json.loads(line)["id"] for f in (old, path) for line in f.read_text().splitlines()]
+    assert ids == [f"c{i}" for i in range(60 - len(ids), 60)]  # the newest lines, in order, none torn
+    # an older log made with a wider mode is narrowed when the server opens it
+    path.chmod(0o644)
+    EventLog(log_dir).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_full_disk_drops_lines_and_counts_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = EventLog(tmp_path)
+    log.record_event("c1", "shown")
+    full = FullDisk(tmp_path, f"*/{LOG_NAME}")  # the next write comes out half, then nothing fits
+    monkeypatch.setattr(os, "write", full)
+    log.record_event("c2", "shown")
+    log.record_completion("c3", 3.0, True, 0.5, 2)
+    assert log.dropped == 2
+    monkeypatch.setattr(os, "write", full.real)  # space again: the next line starts on a line of its own
+    log.record_event("c4", "accepted", 3)
+    log.close()
+    stats, skipped = replay(tmp_path / LOG_NAME)
+    assert skipped == 1 and stats.snapshot()["displayed"] == 1 and stats.snapshot()["accepted"] == 1
+
+
+def test_a_full_disk_never_turns_a_suggestion_into_an_error(word_run_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    with ready_client(ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log")) as client:
+        monkeypatch.setattr(os, "write", FullDisk(tmp_path / "log", f"*/{LOG_NAME}", nth=1))
+        answers = [client.post("/v1/complete", json={"prefix": f"Hi Dana, {i}"}) for i in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert client.post("/v1/events", json={"id": answers[0].json()["id"], "kind": "shown"}).status_code == 200
+        stats = client.get("/v1/stats").json()
+        assert stats["log_dropped"] == 4 and stats["completions"] == 3 and stats["displayed"] == 1

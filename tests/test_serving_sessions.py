@@ -9,7 +9,15 @@ from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.models import build_model
 from seqlab.serving.engine import CompletionEngine
-from seqlab.serving.sessions import SNAPSHOT_EVERY, PromptEncoder, SessionStore, common_prefix, window_start
+from seqlab.serving.sessions import (
+    RECURRENT_TAIL,
+    SNAPSHOT_EVERY,
+    PromptEncoder,
+    SessionStore,
+    common_prefix,
+    held_bytes,
+    window_start,
+)
 
 TOK = ByteTokenizer()
 BLOCK = 24  # small, so a typed email soon outgrows an attention window
@@ -112,6 +120,41 @@ def test_session_store_drops_the_least_recently_used() -> None:
     assert store.get("a") is e  # a is now the most recent
     store.put("c", e)
     assert store.get("b") is None and store.get("a") is e and len(store) == 2
+
+
+def test_a_long_prompt_is_fed_as_a_bounded_tail_and_keeps_little() -> None:
+    """A 64 KiB body to a GRU, with no kept state: at most RECURRENT_TAIL tokens run through the model, and
+    the session keeps its state, the logits and a few copies, not the model's (1, T, V) output."""
+    model = _model("gru", "none")
+    enc = PromptEncoder(model)
+    ids = [TOK.bos_id, *TOK.encode("Dear all, the figures for May are attached. " * 1490)]  # 65,560 tokens
+    encoded, _ = enc.encode(ids)
+    assert len(encoded.ids) <= RECURRENT_TAIL and encoded.start == len(ids) - len(encoded.ids)
+    # what a view of the last row would have kept alive: the whole output of the feed
+    with torch.inference_mode():
+        out, _ = model(torch.tensor([encoded.ids[:1024]]))
+    assert held_bytes(out[:, -1]) == 1024 * TOK.vocab_size * 4
+    assert len(encoded.snapshots) <= 64 // SNAPSHOT_EVERY + 1
+    assert encoded.nbytes() < 32 * 1024, encoded.nbytes()  # state, logits and 5 copies: ~12 KB
+    # a session typed out to 64 KiB keystroke by keystroke keeps as little
+    store, previous = SessionStore(4), None
+    for n in range(len(ids) - 300, len(ids) + 1, 7):
+        previous, _ = enc.encode(ids[:n], previous)
+        store.put("w", previous)
+    assert store.bytes == previous.nbytes() < 32 * 1024
+
+
+def test_session_store_is_bounded_in_bytes() -> None:
+    enc = PromptEncoder(_model("gru", "none"))
+    e, _ = enc.encode([TOK.bos_id, *TOK.encode("x" * 100)])
+    store = SessionStore(1000, max_bytes=5 * e.nbytes())
+    for i in range(20):
+        store.put(f"s{i}", e)
+    assert len(store) == 5 and store.bytes == 5 * e.nbytes() and store.get("s19") is e and store.get("s14") is None
+    alone = SessionStore(10, max_bytes=1)  # one session larger than the cap is still kept, alone
+    alone.put("a", e)
+    alone.put("b", e)
+    assert len(alone) == 1 and alone.get("b") is e
 
 
 def test_common_prefix() -> None:

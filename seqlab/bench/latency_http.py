@@ -1,9 +1,13 @@
 """End to end over HTTP on loopback: what the server adds to the model's time.
 
 `python -m seqlab serve RUN --port 0 --threads 1` as a child process; per-keystroke POST /v1/complete with
-a session over one persistent httpx connection on loopback. The round trip is compared with the
-`latency_ms` the server reports for the same request; overhead = round trip - model. GET /health on the
-same connection (no model work) shows what the transport alone costs.
+the token and the server's session over one persistent connection on loopback. The round trip is compared
+with the `latency_ms` the server reports for the same request; overhead = round trip - model. GET /health
+on the same connection (no model work) shows what the transport alone costs.
+
+The client is the standard library's `http.client`, the leanest one at hand: httpx spends ~0.45 ms of its
+own per request on this kind of machine, which the server is not to blame for (a browser's fetch has its
+own cost too). `gate_cost` times the access gate alone, in-process, against the same request without it.
 """
 
 from __future__ import annotations
@@ -14,16 +18,17 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from seqlab.bench.latency_model import pct, summary, timed
 from seqlab.bench.latency_runs import MAX_WORDS, OVERHEAD_P50_MS, cut_bytes
 
 
-def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
-    """`python -m seqlab serve RUN --port 0` as a child; (process, port), once /health answers 200."""
+def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int, str]:
+    """`python -m seqlab serve RUN --port 0` as a child; (process, port, token), once /health answers 200."""
     import httpx
 
     cmd = [sys.executable, "-m", "seqlab", "serve", str(run), "--port", "0", "--threads", "1",
@@ -46,9 +51,9 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
         except queue.Empty:
             line = ""
         seen.append(line)
-        m = re.search(r"http://[^:/]+:(\d+)/", line)
+        m = re.search(r"http://[^:/]+:(\d+)/\?token=([A-Za-z0-9_-]+)", line)
         if m:
-            port = int(m.group(1))
+            port, token = int(m.group(1)), m.group(2)
         elif proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit("the server did not start:\n" + "".join(seen))
@@ -56,7 +61,7 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
         while True:
             try:
                 if client.get("/health").status_code == 200:
-                    return proc, port
+                    return proc, port, token
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -68,39 +73,47 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int]:
 def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[int, ...], keystrokes: int,
                log_dir: Path) -> list[dict[str, Any]]:
     """Rows of HTTP round trip vs the server's latency_ms per context size for one model."""
-    import httpx
+    import http.client
+    import json
 
-    proc, port = start_server(run, log_dir)
+    proc, port, token = start_server(run, log_dir)
     rows = []
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            def post(prefix: str, session: str) -> tuple[float, dict[str, Any]]:
-                ms, r = timed(lambda: client.post("/v1/complete", json={
-                    "prefix": prefix, "subject": subject, "session": session, "max_words": MAX_WORDS}))
-                r.raise_for_status()
-                return ms, r.json()
+        def call(method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+            conn.request(method, path, json.dumps(payload) if payload is not None else None, headers)
+            res = conn.getresponse()
+            data = json.loads(res.read())
+            if res.status != 200:
+                raise SystemExit(f"{method} {path} answered {res.status}: {data}")
+            return data
 
-            for _ in range(3):
-                post(body[:200], "warm-" + uuid.uuid4().hex)
-            health = [timed(lambda: client.get("/health").raise_for_status())[0] for _ in range(keystrokes)]
-            for ctx in contexts:
-                n0 = cut_bytes(body, ctx)
-                sid = uuid.uuid4().hex
-                post(body[:n0], sid)
-                rtt, model, over = [], [], []
-                for k in range(1, keystrokes + 1):
-                    ms, answer = post(body[:n0 + k], sid)
-                    rtt.append(ms)
-                    model.append(answer["latency_ms"])
-                    over.append(ms - answer["latency_ms"])
-                o = summary(over)
-                rows.append({"model": name, "context_bytes": ctx, "keystrokes": keystrokes,
-                             "round_trip": summary(rtt), "server_model": summary(model), "overhead": o,
-                             "health_round_trip": summary(health),
-                             "overhead_pass": o["p50"] <= OVERHEAD_P50_MS})
-                print(f"  {name:<9} {ctx:>5} B: round trip p50 {pct(rtt, 50):6.2f} ms, model p50 "
-                      f"{pct(model, 50):6.2f} ms", flush=True)
+        def post(prefix: str, session: str | None) -> tuple[float, dict[str, Any]]:
+            return timed(lambda: call("POST", "/v1/complete", {
+                "prefix": prefix, "subject": subject, "session": session, "max_words": MAX_WORDS}))
+
+        for _ in range(3):
+            post(body[:200], None)
+        health = [timed(lambda: call("GET", "/health"))[0] for _ in range(keystrokes)]
+        for ctx in contexts:
+            n0 = cut_bytes(body, ctx)
+            sid = post(body[:n0], None)[1]["session"]  # the server names the session
+            rtt, model, over = [], [], []
+            for k in range(1, keystrokes + 1):
+                ms, answer = post(body[:n0 + k], sid)
+                rtt.append(ms)
+                model.append(answer["latency_ms"])
+                over.append(ms - answer["latency_ms"])
+            o = summary(over)
+            rows.append({"model": name, "context_bytes": ctx, "keystrokes": keystrokes,
+                         "round_trip": summary(rtt), "server_model": summary(model), "overhead": o,
+                         "health_round_trip": summary(health),
+                         "overhead_pass": o["p50"] <= OVERHEAD_P50_MS})
+            print(f"  {name:<9} {ctx:>5} B: round trip p50 {pct(rtt, 50):6.2f} ms, model p50 "
+                  f"{pct(model, 50):6.2f} ms", flush=True)
     finally:
+        conn.close()
         proc.terminate()
         try:
             proc.wait(10)
@@ -108,3 +121,56 @@ def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[in
             proc.kill()
             proc.wait()
     return rows
+
+
+def gate_cost(rounds: int = 15, calls: int = 400) -> dict[str, Any]:
+    """Microseconds one keystroke's request spends in the access gate (`seqlab.serving.access`): the same
+    POST /v1/complete, with the headers a browser sends, through `AccessGuard` and straight to the same
+    no-op app, timed alternately in one event loop (median over `rounds` of `calls` each)."""
+    import asyncio
+    import tempfile
+
+    from seqlab.serving.access import AccessGuard, AccessPolicy
+    from seqlab.serving.credentials import PairingStore, new_token
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Any) -> None:
+        return None
+
+    token = new_token()
+    with tempfile.TemporaryDirectory() as folder:
+        guard = AccessGuard(app, AccessPolicy(token, "127.0.0.1", 8000, PairingStore(Path(folder) / "paired.json")))
+        headers = [(b"host", b"127.0.0.1:8000"), (b"connection", b"keep-alive"), (b"content-length", b"120"),
+                   (b"sec-ch-ua-platform", b'"Linux"'), (b"authorization", f"Bearer {token}".encode()),
+                   (b"user-agent", b"Mozilla/5.0 (X11; Linux x86_64) Chrome/156.0.0.0 Safari/537.36"),
+                   (b"content-type", b"application/json"), (b"accept", b"*/*"),
+                   (b"origin", b"http://127.0.0.1:8000"), (b"sec-fetch-site", b"same-origin"),
+                   (b"sec-fetch-mode", b"cors"), (b"referer", b"http://127.0.0.1:8000/"),
+                   (b"accept-encoding", b"gzip, deflate, br, zstd"), (b"accept-language", b"en-US,en;q=0.9")]
+
+        def scope() -> dict[str, Any]:
+            return {"type": "http", "method": "POST", "path": "/v1/complete", "query_string": b"",
+                    "headers": headers}
+
+        async def timed_calls(target: Any) -> float:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                await target(scope(), receive, send)
+            return (time.perf_counter() - t0) / calls * 1e6
+
+        async def measure() -> tuple[list[float], list[float]]:
+            gated, bare = [], []
+            for _ in range(rounds):
+                gated.append(await timed_calls(guard))
+                bare.append(await timed_calls(app))
+            return gated, bare
+
+        gated, bare = asyncio.run(measure())
+    g, b = float(np.median(gated)), float(np.median(bare))
+    return {"gated_us": g, "bare_us": b, "gate_us": g - b, "rounds": rounds, "calls": calls}

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqlab.bench.latency_runs import KEPT_P90_MS, MODELS, OVERHEAD_P50_MS, SPEEDUP_AT, SPEEDUP_GOAL
+from seqlab.bench.latency_runs import GATE_US, KEPT_P90_MS, MODELS, OVERHEAD_P50_MS, SPEEDUP_AT, SPEEDUP_GOAL
 
 
-def goals(model_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def goals(model_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]],
+          gate: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     out = []
+    if gate is not None:
+        out.append({"model": "server", "goal": f"access gate per request <= {GATE_US:g} us", "value": gate["gate_us"],
+                    "unit": "us", "pass": gate["gate_us"] <= GATE_US})
     for name in MODELS:
         mine = [r for r in model_rows if r["model"] == name]
         worst = max(r["kept"]["p90"] for r in mine)

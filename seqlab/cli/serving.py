@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -92,12 +93,22 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
     print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
           f"also in {info} (readable by you only)", flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    # no access log (it would hold the URLs the person opened) and no Server header (nothing to fingerprint)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", access_log=False,
+                                           server_header=False))
+    # uvicorn shuts down gracefully on SIGTERM and then raises it again for the handler it found: make
+    # that handler an exit, so the finally below still runs (the default one would kill the process)
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         server.run(sockets=[sock])
     finally:
         info.unlink(missing_ok=True)  # the token dies with this launch
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _phrase_file(args: argparse.Namespace) -> Path | None:

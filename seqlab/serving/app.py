@@ -101,7 +101,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             app.state.s.events.close()
 
     # no /docs or /redoc: those pages load their scripts from a CDN, and nothing here leaves the machine
-    app = FastAPI(title="seqlab autocomplete", version="1", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # strict_content_type said out loud: a JSON body only with a JSON Content-Type, even if a later FastAPI
+    # changes its default (the gate already refuses other POST bodies with 415)
+    app = FastAPI(title="seqlab autocomplete", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  strict_content_type=True)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # added last, so it runs first: nothing, not even the body limit, sees a request the gate refuses
     app.add_middleware(AccessGuard, policy=AccessPolicy(config.token, config.host, config.port, pairings,

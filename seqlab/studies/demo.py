@@ -169,5 +169,5 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
     best = min(rows, key=lambda r: r["test_bpb"])["model"]
     print(f"\neverything is under {out.resolve()}")
     print(f"write an email with the better model (suggestions as you type, Tab accepts):\n"
-          f"  seqlab serve {out / 'runs' / best}    # then open http://127.0.0.1:8000/")
+          f"  seqlab serve {out / 'runs' / best}    # then open the URL it prints (it carries this launch's token)")
     return result
