@@ -2,7 +2,7 @@
  * Loaded by background.js (importScripts) and options.html (<script>); plain functions, no state. */
 "use strict";
 
-const SEQLAB_LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+const SEQLAB_LOOPBACK = new Set(["127.0.0.1", "localhost"]);  // the host permissions, exactly
 
 /** `http://127.0.0.1:8000/?token=...` (what `seqlab serve` prints) -> {base, token}; throws a sentence. */
 function parsePairingUrl(text) {
