@@ -6,10 +6,14 @@ model reads context); the fixture pages (tests/extension_fixtures/) come from a 
 server, so they are a site of their own. Without chromium the module is skipped, unless
 SEQLAB_REQUIRE_BROWSER=1 (set by CI), when it fails instead, as tests/test_browser.py does.
 
-The tests check what the writer sees and what the keys do on a textarea, a webmail-shaped contenteditable
-editor and a reply; that the page's own text never holds the ghost; that a site not switched on gets
-nothing; and that a hostile page on a switched-on site can neither reach the extension's worker nor get a
-request to the server out of it. The editor test saves out/screenshots/extension.png for the docs.
+The tests pair through the options page with the token (the pairing kept in a temporary paired.json),
+then check what the writer sees and what the keys do on a textarea, a webmail-shaped contenteditable
+editor and a reply; that undo takes a suggestion back; that the page's own text never holds the ghost;
+that a site not switched on and a password field get nothing; that a hostile page on a switched-on site
+can neither reach the extension's worker nor get a request to the server out of it; and that Forget
+unpairs. The editor test saves out/screenshots/extension.png for the docs (docs/extension.png is a copy,
+made with SEQLAB_BROWSER_RUN set to a better-trained run); the others save a screenshot of their page
+for review.
 """
 
 from __future__ import annotations
