@@ -448,18 +448,29 @@ def test_contenteditable_ghost_is_never_the_page_text_and_tab_keeps_undo(driver,
     assert ghost.strip() not in _text(driver)
 
 
-def test_contenteditable_ctrl_right_and_escape(driver, server, site, paired):
+def test_contenteditable_ctrl_right_typing_through_escape_and_tab(driver, server, site, paired):
     _open_editor(driver, site)
     ghost = _wait_for_ghost(driver)
     stripped = ghost.lstrip()
     word = ghost[: len(ghost) - len(stripped)] + stripped.split()[0]
     _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
-    assert _text(driver).startswith(BODY + word)
-    if ghost[len(word):]:
-        assert _ghost(driver) == ghost[len(word):]
+    assert _text(driver).startswith(BODY + word + "\n")
+    rest = ghost[len(word):]
+    typed = ""
+    if len(rest) >= 2:
+        assert _ghost(driver) == rest
+        mark = server.recorder.mark()
+        typed = rest[0]
+        _keys(driver, typed)  # typing through: the ghost shrinks and nothing is asked
+        assert _ghost(driver) == rest[1:]
+        time.sleep(QUIET_S)
+        assert not server.recorder.since(mark, "/v1/complete") and _ghost(driver) == rest[1:]
+    if _ghost(driver):
         _keys(driver, Keys.ESCAPE)
         assert _ghost(driver) == ""
-    assert _text(driver).startswith(BODY + word + "\n")
+    assert _text(driver).startswith(BODY + word + typed + "\n")
+    _keys(driver, Keys.TAB)  # nothing shown: the site's Tab, out of the editor to the Send button
+    assert driver.switch_to.active_element.get_attribute("id") == "send"
 
 
 def test_a_reply_sends_its_subject_and_the_quoted_original(driver, server, site, paired):
