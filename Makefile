@@ -6,7 +6,7 @@ OUT    ?= out/demo
 # pytest workers: CI machines have 2 cores.
 JOBS   ?= 2
 
-.PHONY: demo test venv clean bench fuzz
+.PHONY: demo test venv clean bench fuzz notebooks
 
 venv: $(VENV)/.installed
 
@@ -24,6 +24,12 @@ test: venv
 	$(VENV)/bin/ruff check -q .
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
+
+# The lecture's lessons as notebooks (notebooks/), opened in JupyterLab from the venv; JupyterLab is the optional
+# extra `notebooks`, kept out of dev so that CI installs stay lean (tests run the notebooks through nbclient).
+notebooks: venv
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[notebooks]'
+	$(VENV)/bin/jupyter lab notebooks/
 
 # Every benchmark side by side (seqlab bench): out/bench/bench.json and bench.md. BENCH_ARGS=--quick for a short run.
 bench: venv

@@ -121,6 +121,7 @@ class ModelConfig:
 
     @property
     def head_dim(self) -> int:
+        """Width of one attention head, n_embd // n_head (d_k of the lecture)."""
         return self.n_embd // self.n_head
 
 
@@ -140,6 +141,7 @@ class DataConfig:
         _check(self.min_window_tokens >= 2, f"data.min_window_tokens must be at least 2, not {self.min_window_tokens}")
 
     def resolved_mode(self, mixer: str) -> str:
+        """"windows" or "stream" for `mixer`: `mode`, with "auto" meaning stream for recurrent mixers."""
         if self.mode != "auto":
             return self.mode
         return "stream" if mixer in RECURRENT_MIXERS else "windows"
@@ -215,13 +217,17 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as nested plain dicts, one per section (what config.json holds)."""
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
+        """The config as config.json's text: indented, keys sorted."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        """The config `to_dict` gave (a missing section or field takes its default); ValueError naming an
+        unknown section or field, or a bad value."""
         sections = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(d) - set(sections)
         _check(not unknown, f"unknown config section(s): {', '.join(sorted(unknown))}")

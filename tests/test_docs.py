@@ -60,7 +60,8 @@ def test_architecture_describes_every_room() -> None:
 
 def _readme_commands() -> list[list[str]]:
     """The `seqlab ...` lines of README's code blocks, as argv lists (comments dropped)."""
-    blocks = re.findall(r"```\n(.*?)```", README, flags=re.S)
+    # fences paired with their language tag, so a ```python block's closing fence opens nothing
+    blocks = [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", README, flags=re.S) if not lang]
     commands = []
     for block in blocks:
         for line in block.splitlines():
@@ -79,3 +80,17 @@ def test_readme_commands_parse() -> None:
         args, extra = parser.parse_known_args(argv)
         assert args.command == argv[0]
         assert all("=" in e and not e.startswith("-") for e in extra), f"README command does not parse: {argv}"
+
+
+def test_readme_python_block_runs(tmp_path: Path) -> None:
+    """README's Python lines prepare, train, load and complete for real (in a fresh folder, tiny sizes)."""
+    import subprocess
+    import sys
+
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) == 5
+    done = subprocess.run([sys.executable, "-c", blocks[0]], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "run-py" / "config.json").is_file() and (tmp_path / "out" / "data-py").is_dir()
+    assert done.stdout.endswith("\n") and done.stderr == ""  # nothing printed but the completion

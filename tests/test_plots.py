@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from seqlab.api.runs import load
+from seqlab.cli.main import main
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
@@ -19,7 +21,7 @@ from seqlab.models import build_model
 from seqlab.studies.html import heat_table
 from seqlab.studies.inspection import plots
 from seqlab.studies.inspection import probes as probe
-from seqlab.studies.inspection.commands import attention_command, inspect_command, lookup_path
+from seqlab.studies.inspection.commands import lookup_path
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEXT = "Hi Ann,\nplease send the report."
@@ -112,8 +114,9 @@ def test_heat_table_shading_and_limits() -> None:
 
 
 def test_attention_command_png(tiny_run_dir: Path, tmp_path: Path) -> None:
-    out = attention_command(tiny_run_dir, TEXT, tmp_path / "attn.png", head=1)
-    assert out == tmp_path / "attn.png"
+    written = load(tiny_run_dir, device="cpu").attention(TEXT, head=1).save(tmp_path / "attn.png")
+    out = tmp_path / "attn.png"
+    assert written == [out, lookup_path(out)]
     png_size(out)
     png_size(lookup_path(out))
     assert lookup_path(out).name == "attn-lookup.png"
@@ -122,32 +125,37 @@ def test_attention_command_png(tiny_run_dir: Path, tmp_path: Path) -> None:
 def test_attention_command_html_holds_both_views(tiny_run_dir: Path, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     long = "word " * 20  # longer than block_size 32: cropped, and the user is told
-    out = attention_command(tiny_run_dir, long, tmp_path / "sub" / "attn.html", layer=0, query=3)
+    out = tmp_path / "sub" / "attn.html"
+    assert main(["attention", str(tiny_run_dir), long, "--out", str(out), "--layer", "0", "--query", "3"]) == 0
     page = out.read_text(encoding="utf-8")
     assert len(assert_self_contained(page)) == 2  # heatmaps and soft lookup on one page
     assert "Soft lookup of token 3" in page and "cropped" in page
     assert "cropped" in capsys.readouterr().err
 
 
-def test_attention_command_errors(tiny_run_dir: Path, gru_run_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"\.png or \.html"):
-        attention_command(tmp_path / "no-such-run", TEXT, tmp_path / "a.pdf")  # suffix checked first
-    with pytest.raises(UserError, match="without self-attention"):
-        attention_command(gru_run_dir, TEXT, tmp_path / "a.png")
-    with pytest.raises(UserError, match="does not exist"):
-        attention_command(tiny_run_dir, TEXT, tmp_path / "a.png", head=7)
+def test_attention_command_errors(tiny_run_dir: Path, gru_run_dir: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    def error(*argv: str) -> str:
+        assert main(["attention", *argv]) == 2
+        return capsys.readouterr().err
+
+    assert ".png or .html" in error(str(tmp_path / "no-such-run"), TEXT, "--out", str(tmp_path / "a.pdf"))  # first
+    assert "without self-attention" in error(str(gru_run_dir), TEXT, "--out", str(tmp_path / "a.png"))
+    assert "does not exist" in error(str(tiny_run_dir), TEXT, "--out", str(tmp_path / "a.png"), "--head", "7")
     with pytest.raises(UserError, match="empty"):
-        attention_command(tiny_run_dir, "", tmp_path / "a.png")
+        load(tiny_run_dir, device="cpu").attention("")
     assert not (tmp_path / "a.png").exists()
 
 
 def test_inspect_command(tiny_run_dir: Path, gru_run_dir: Path, tmp_path: Path) -> None:
-    written = inspect_command(gru_run_dir, tmp_path / "gru", TEXT)
-    assert [p.name for p in written] == ["sinusoidal.png", "gates-layer0.png"]
+    assert main(["inspect", str(gru_run_dir), TEXT, "--out", str(tmp_path / "gru")]) == 0
+    written = sorted((tmp_path / "gru").iterdir())
+    assert [p.name for p in written] == ["gates-layer0.png", "sinusoidal.png"]
     for p in written:
         png_size(p)
-    written = inspect_command(tiny_run_dir, tmp_path / "attn", TEXT)  # rope: no learned table, no gates
-    assert [p.name for p in written] == ["sinusoidal.png"]
+    view = load(tiny_run_dir, device="cpu").inspect(TEXT)  # rope: no learned table, no gates
+    assert [p.name for p in view.save(tmp_path / "attn")] == ["sinusoidal.png"]
+    assert view.gates == [] and view.position_similarity is None and view.sinusoidal.shape == (32, 32)
     with pytest.raises(UserError, match="empty"):
-        inspect_command(gru_run_dir, tmp_path / "empty", "")
+        load(gru_run_dir, device="cpu").inspect("")
     assert not (tmp_path / "empty").exists()

@@ -1,4 +1,5 @@
-"""`seqlab prepare`: mail in, DATA_DIR out. A pair `add_prepare(subparsers)` / `run_prepare(args)`."""
+"""`seqlab prepare`: mail in, DATA_DIR out. A pair `add_prepare(subparsers)` / `run_prepare(args)`; the work is
+`seqlab.prepare` (`seqlab/api/data.py`)."""
 
 from __future__ import annotations
 
@@ -42,42 +43,14 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from seqlab.data.prepare import format_report, prepare
+    from seqlab.api.data import prepare
 
-    meta = prepare(
-        args.source,
-        args.out,
-        tokenizer=args.tokenizer or "byte",
-        vocab_size=args.vocab_size or 4096,
-        tokenizer_from=_tokenizer_from(args),
-        split=args.split,
-        seed=args.seed,
-        keep_quotes=args.keep_quotes,
-        keep_signatures=args.keep_signatures,
-        mask_pii=args.mask_pii,
-        limit=args.limit,
-        count=args.count,
-        groups=args.groups.split(",") if args.groups else None,
-        cache_dir=args.cache_dir,
-        workers=args.workers,
-        progress=not args.quiet,
-        senders=args.sender,
-        exclude_senders=args.exclude_sender,
-    )
-    print(format_report(meta))
+    data = prepare(args.source, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+                   tokenizer_from=args.tokenizer_from, split=args.split, seed=args.seed, keep_quotes=args.keep_quotes,
+                   keep_signatures=args.keep_signatures, mask_pii=args.mask_pii, limit=args.limit, count=args.count,
+                   groups=args.groups.split(",") if args.groups else None, cache_dir=args.cache_dir,
+                   workers=args.workers, senders=args.sender, exclude_senders=args.exclude_sender,
+                   progress=not args.quiet)
+    print(data.report())
     print(f"wrote {args.out}")
     return 0
-
-
-def _tokenizer_from(args: argparse.Namespace) -> Path | None:
-    """--tokenizer-from, checked against --tokenizer / --vocab-size when those were also given (UserError)."""
-    if args.tokenizer_from is None:
-        return None
-    from seqlab.data.reuse_tokenizer import reused_tokenizer
-    from seqlab.errors import UserError
-
-    tok = reused_tokenizer(args.tokenizer_from, args.tokenizer)
-    if args.vocab_size is not None and args.vocab_size != tok.vocab_size:
-        raise UserError(f"--vocab-size {args.vocab_size} disagrees with --tokenizer-from {args.tokenizer_from}, "
-                        f"whose vocabulary has {tok.vocab_size} tokens; leave --vocab-size out.")
-    return args.tokenizer_from

@@ -1,6 +1,7 @@
 """Commands that use a trained RUN_DIR: `seqlab eval`, `seqlab calibrate`, `seqlab complete`, `seqlab phrases`.
 
-Each is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`.
+Each is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy imports happen in `run_`. The work is a
+method of `seqlab.Run` (`seqlab/api/runs.py`); these functions parse, call it and print.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import sys
 from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
-from seqlab.errors import UserError
 
 
 def coverages(text: str) -> tuple[float, ...]:
@@ -30,14 +30,6 @@ def _add_phrase_options(p: argparse.ArgumentParser) -> None:
                    "model's predictions")
     p.add_argument("--phrase-weight", type=unit_float, default=0.3,
                    help="largest share of the phrase model in the blend (default 0.3)")
-
-
-def _phrases(args: argparse.Namespace, tok: object) -> object:
-    if not args.phrases:
-        return None
-    from seqlab.generation.phrases import PHRASES, PhraseModel
-
-    return PhraseModel.load(args.run_dir / PHRASES, tok, weight=args.phrase_weight)  # type: ignore[arg-type]
 
 
 def add_eval(sub: argparse._SubParsersAction) -> None:
@@ -71,14 +63,13 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     import json
 
-    from seqlab.data.tokenizer import load_tokenizer
-    from seqlab.evaluation.run import evaluate_run, format_eval
+    from seqlab.api.runs import Run
+    from seqlab.evaluation.run import format_eval
 
-    phrases = _phrases(args, load_tokenizer(args.run_dir / "tokenizer.json")) if args.phrases else None
-    result = evaluate_run(args.run_dir, args.data, args.split, args.device, completion_threshold=args.threshold,
-                          target_coverage=args.coverage or None, completion_emails=args.completion_emails,
-                          positions_per_email=args.positions_per_email, coverages=args.coverages,
-                          phrases=phrases, precision=args.precision)  # type: ignore[arg-type]
+    result = Run(args.run_dir, device=args.device).evaluate(
+        args.split, data=args.data, threshold=args.threshold, coverage=args.coverage,
+        completion_emails=args.completion_emails, positions_per_email=args.positions_per_email,
+        coverages=args.coverages, phrases=args.phrases, phrase_weight=args.phrase_weight, precision=args.precision)
     print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
     if args.plot is not None:
         from seqlab.studies.coverage import save_coverage_plot
@@ -103,10 +94,11 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from seqlab.evaluation.calibration import CALIBRATION, calibrate_run, format_calibration
+    from seqlab.api.runs import Run
+    from seqlab.evaluation.calibration import CALIBRATION, format_calibration
 
-    result = calibrate_run(args.run_dir, args.data, args.split, args.coverage, args.emails,
-                           max_words=args.max_words, device=args.device)
+    result = Run(args.run_dir, device=args.device).calibrate(args.coverage, split=args.split, emails=args.emails,
+                                                             max_words=args.max_words, data=args.data)
     print(format_calibration(result))
     print(f"wrote {args.run_dir / CALIBRATION}")
     return 0
@@ -132,17 +124,12 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
 
 
 def run_complete(args: argparse.Namespace) -> int:
-    from seqlab.generation.complete import complete
-    from seqlab.generation.reply import read_reply_to, reply_context
-    from seqlab.runs.load import load_run
+    from seqlab.api.runs import load
 
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be 0 or more, not {args.temperature}")
-    original = read_reply_to(args.reply_to) if args.reply_to is not None else None
-    model, tok, _ = load_run(args.run_dir, args.device)
-    c = complete(model, tok, args.prompt, max_words=args.max_words, temperature=args.temperature,
-                 top_k=args.top_k, top_p=args.top_p, beam=args.beam, seed=args.seed, threshold=args.threshold,
-                 phrases=_phrases(args, tok), context=reply_context(model, tok, original))  # type: ignore[arg-type]
+    c = load(args.run_dir, device=args.device).complete(
+        args.prompt, max_words=args.max_words, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        beam=args.beam, seed=args.seed, threshold=args.threshold, phrases=args.phrases,
+        phrase_weight=args.phrase_weight, reply_to=args.reply_to)
     print(f"{c.text}\t(confidence {c.confidence:.3f})" if args.show_confidence else c.text)
     return 0
 
@@ -161,17 +148,10 @@ def add_phrases(sub: argparse._SubParsersAction) -> None:
 
 
 def run_phrases(args: argparse.Namespace) -> int:
-    from seqlab.generation.phrases import PHRASES, fit_phrases
-    from seqlab.runs.load import load_run, run_data_dir
+    from seqlab.api.runs import Run
 
-    if args.min_context > args.max_context:
-        raise UserError(f"--min-context {args.min_context} is longer than --max-context {args.max_context}.")
-    _, tok, _ = load_run(args.run_dir, "cpu")
-    data = run_data_dir(args.run_dir, args.data)
-    model = fit_phrases(data, tok, min_context=args.min_context, max_context=args.max_context,
-                        min_count=args.min_count)
-    model.save(args.run_dir / PHRASES)
-    rows = sum(len(t[0]) for t in model.tables.values())
-    print(f"{model.meta['emails']} emails, {model.meta['tokens']:,} tokens of {data}: {rows:,} (context, next "
-          f"token) pairs of {args.min_context}-{args.max_context} tokens; wrote {args.run_dir / PHRASES}")
+    fitted = Run(args.run_dir, device="cpu").fit_phrases(data=args.data, min_context=args.min_context,
+                                                         max_context=args.max_context, min_count=args.min_count)
+    print(f"{fitted['emails']} emails, {fitted['tokens']:,} tokens of {fitted['data']}: {fitted['rows']:,} (context, "
+          f"next token) pairs of {args.min_context}-{args.max_context} tokens; wrote {fitted['path']}")
     return 0

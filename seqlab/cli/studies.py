@@ -7,11 +7,11 @@ Each subcommand is a pair `add_<name>(subparsers)` / `run_<name>(args)`; heavy i
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader, positive_float, positive_int, unit_float
-from seqlab.errors import UserError
 from seqlab.studies import lessons
 
 
@@ -40,16 +40,18 @@ def add_attention(sub: argparse._SubParsersAction) -> None:
 
 
 def run_attention(args: argparse.Namespace) -> int:
-    from seqlab.studies.inspection.commands import attention_command, lookup_path
-    from seqlab.studies.inspection.plots import output_kind
-
     if args.reply_to is not None:
         from seqlab.studies.inspection.cross import cross_command
 
         return _wrote([cross_command(args.run_dir, args.text, args.reply_to, args.out, args.layer, args.head)])
+    from seqlab.api.runs import load
+    from seqlab.studies.inspection.plots import output_kind
 
-    out = attention_command(args.run_dir, args.text, args.out, layer=args.layer, head=args.head, query=args.query)
-    return _wrote([out, lookup_path(out)] if output_kind(out) == "png" else [out])
+    output_kind(args.out)  # a bad suffix fails before the model is loaded
+    view = load(args.run_dir, device="cpu").attention(args.text, layer=args.layer, head=args.head, query=args.query)
+    if view.maps.note:
+        print(f"note: {view.maps.note}", file=sys.stderr)
+    return _wrote(view.save(args.out))
 
 
 def add_inspect(sub: argparse._SubParsersAction) -> None:
@@ -60,9 +62,13 @@ def add_inspect(sub: argparse._SubParsersAction) -> None:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from seqlab.studies.inspection.commands import inspect_command
+    from seqlab.api.runs import load
 
-    return _wrote(inspect_command(args.run_dir, args.out, args.text))
+    run = load(args.run_dir, device="cpu")
+    view = run.inspect(args.text)
+    if view.gates and len(run.tokenizer.encode(args.text)) + 1 > len(view.gates[0][0]):
+        print(f"note: the gate view shows the last {len(view.gates[0][0])} tokens of the text.", file=sys.stderr)
+    return _wrote(view.save(args.out))
 
 
 # ---------------------------------------------------------------- lessons
@@ -93,9 +99,9 @@ def add_lesson(sub: argparse._SubParsersAction) -> None:
 
 
 def run_lesson(args: argparse.Namespace) -> int:
-    if args.name not in lessons.LESSONS:
-        raise UserError(f"unknown lesson {args.name!r}; choose one of {', '.join(lessons.LESSONS)}")
-    result = lessons.run_lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
+    from seqlab.api.lessons import lesson
+
+    result = lesson(args.name, args.out, size=args.size, seed=args.seed, progress=not args.quiet)
     print(result.paragraph)
     return _wrote(result.files)
 

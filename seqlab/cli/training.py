@@ -1,11 +1,10 @@
-"""`seqlab train`: DATA_DIR in, RUN_DIR out. A pair `add_train(subparsers)` / `run_train(args)`."""
+"""`seqlab train`: DATA_DIR in, RUN_DIR out. A pair `add_train(subparsers)` / `run_train(args)`; the work is
+`seqlab.train` (`seqlab/api/training.py`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-from seqlab.errors import UserError
 
 
 def add_train(sub: argparse._SubParsersAction) -> None:
@@ -28,24 +27,16 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from seqlab.config import get_preset
-    from seqlab.runs.init import init_config
+    from seqlab.api.training import train
     from seqlab.training.distributed import launched_rank
-    from seqlab.training.trainer import train
 
-    if args.init is not None and (args.resume or args.preset is not None):
-        raise UserError("--init starts a new run with the init run's settings; it cannot be combined with "
-                        f"--{'resume' if args.resume else 'preset'}.")
-    try:
-        base = None if args.resume else init_config(args.init) if args.init else get_preset(args.preset or "small")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    summary = train(args.data_dir, args.out, base, resume=args.resume, overrides=args.overrides,
-                    progress=not args.quiet, init=args.init)
-    if summary["failed"]:  # halted on non-finite steps or weights: the reason says which checkpoint is good
-        raise UserError(summary["stopped"])
+    run = train(args.data_dir, args.out, args.preset, resume=args.resume, init=args.init, settings=args.overrides,
+                progress=not args.quiet)
     if launched_rank() != 0:  # under torchrun rank 0 alone reports
         return 0
+    summary = run.summary
+    if summary.get("resumed_at") is not None:
+        print(f"resumed {args.out} at step {summary['resumed_at']}")
     print(f"{summary['stopped']}: {summary['steps']} steps, best val loss {summary['best_val_loss']:.4f} "
           f"at step {summary['best_step']}, {summary['tokens_per_s']:.0f} tokens/s; wrote {args.out}")
     return 0

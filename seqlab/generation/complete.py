@@ -68,6 +68,7 @@ class Completion:
 
     @property
     def words(self) -> list[str]:
+        """The suggestion's words (runs of non-whitespace), as ExactMatch counts them."""
         return split_words(self.text)
 
 

@@ -1,5 +1,5 @@
 """Counters, stop signals and the bar of the training loop: `Progress` (saved with every checkpoint),
-`StopFlag` and `ProgressBar`."""
+`StopFlag`, `ProgressBar`, and `StepReport`, what a caller's `on_step` callback is handed after each step."""
 
 from __future__ import annotations
 
@@ -26,6 +26,23 @@ class Progress:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What `train(..., on_step=f)` hands `f` after every optimizer step (`seqlab.train`'s progress callback).
+
+    `loss` is the step's mean training loss in nats per token (NaN for a step that was skipped as
+    non-finite); `val_loss` and `val_bpb` are set on the steps that ran validation, else None.
+    """
+
+    step: int  # steps done so far, resumed ones included
+    max_steps: int
+    loss: float
+    elapsed_s: float  # seconds of training so far, summed over resumes
+    tokens: int  # input tokens (not padding) seen so far
+    val_loss: float | None = None
+    val_bpb: float | None = None
 
 
 class StopFlag:

@@ -41,6 +41,8 @@ class SavesState:
     log: RunLog
     cfg: RunConfig
     tok: Tokenizer
+    announce: bool  # print where a resumed run continues
+    resumed_at: int | None
     mode: str
     run_dir: Path
     device: torch.device
@@ -60,7 +62,9 @@ class SavesState:
         self.guard.saved_step = self.progress.step
         if self.dist.is_main:
             self.log.truncate(self.progress.step)
-            print(f"resumed {self.run_dir} at step {self.progress.step}")
+            self.resumed_at = self.progress.step  # in the summary, for a caller that does not print
+            if self.announce:
+                print(f"resumed {self.run_dir} at step {self.progress.step}")
 
     def _averaged(self) -> contextlib.AbstractContextManager[dict[str, torch.Tensor] | None]:
         """The model holds the weight average inside the block (training/ema.py), when train.ema is on."""

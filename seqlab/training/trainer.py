@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,24 +47,31 @@ from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
-from seqlab.training.progress import Progress, ProgressBar, StopFlag
+from seqlab.training.progress import Progress, ProgressBar, StepReport, StopFlag
 from seqlab.training.run_log import RunLog
 from seqlab.training.saving import SavesState
 from seqlab.training.threads import ThreadChooser
 
-__all__ = ["Trainer", "train"]
+__all__ = ["StepReport", "Trainer", "train"]
+
+OnStep = Callable[[StepReport], None]
 
 
 class Trainer(SavesState):
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
-                 overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None) -> None:
+                 overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
+                 on_step: OnStep | None = None, announce: bool = True) -> None:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
         a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used. A new run with `init` starts
-        from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`)."""
+        from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`). `on_step`, when
+        given, is called on rank 0 after every step with a `StepReport`; `announce` prints where a resumed run
+        continues (the summary's `resumed_at` says it either way)."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
-        self.init = init
+        self.init, self.on_step, self.announce = init, on_step, announce
+        self.resumed_at: int | None = None
+        self.last_eval: dict[str, float] = {}
         self.dist = World.from_env()  # under torchrun: this rank's place; alone: World() and no process group
         if resume and self.dist.is_main and not self.run_dir.is_dir():  # said before the lock would create it
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
@@ -255,7 +262,7 @@ class Trainer(SavesState):
             due = False  # halted: nothing is measured or saved after the last good checkpoint
         if due:
             ev = self.evaluate()
-            self.last_eval_step = s.step
+            self.last_eval_step, self.last_eval = s.step, ev
             record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
             improved = math.isfinite(ev["val_loss"]) and ev["val_loss"] < s.best_val  # a NaN or -inf is no best
             if improved:
@@ -293,6 +300,7 @@ class Trainer(SavesState):
                     loss, s.bad_in_a_row = step_loss, 0
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
                 bar.update(s, s.tokens - tokens_before, dt, loss, self.step_tokens, self.mfu.of)
+                self._report(step_loss)
             bar.close()
             ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
             if ran and self.last_eval_step != s.step:
@@ -303,9 +311,19 @@ class Trainer(SavesState):
         summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
                    "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
                    "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
-                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None}
+                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None,
+                   "resumed_at": self.resumed_at}
         self._write_run_info(summary)
         return summary
+
+    def _report(self, loss: float) -> None:
+        """Hand the caller's `on_step` this step's numbers (rank 0 only, as the bar)."""
+        if self.on_step is None or not self.dist.is_main:
+            return
+        s, evaluated = self.progress, self.last_eval_step == self.progress.step
+        self.on_step(StepReport(step=s.step, max_steps=self.cfg.train.max_steps, loss=loss, elapsed_s=s.elapsed,
+                                tokens=s.tokens, val_loss=self.last_eval["val_loss"] if evaluated else None,
+                                val_bpb=self.last_eval["val_bpb"] if evaluated else None))
 
     def close(self) -> None:
         """Under torchrun, leave the process group; the DDP wrapper, which holds on to it, goes first."""
@@ -322,10 +340,12 @@ class Trainer(SavesState):
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
-          overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None) -> dict:
+          overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
+          on_step: OnStep | None = None, announce: bool = True) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
-    the summary also written to RUN_DIR/run.json."""
-    trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init)
+    the summary also written to RUN_DIR/run.json. `on_step` is called after every step (`StepReport`)."""
+    trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init,
+                      on_step=on_step, announce=announce)
     try:
         return trainer.run()
     finally:

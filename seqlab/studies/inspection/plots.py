@@ -166,7 +166,8 @@ def plot_soft_lookup(lookup: SoftLookup, out_path: Path | str) -> Path:
     return write_output(out_path, "Soft lookup", soft_lookup_figure(lookup), soft_lookup_tables(lookup))
 
 
-def _matrix_figure(m: np.ndarray, title: str, xlabel: str, ylabel: str, cbar: str, diverging: bool) -> Figure:
+def matrix_figure(m: np.ndarray, title: str, xlabel: str, ylabel: str, cbar: str, diverging: bool) -> Figure:
+    """A heatmap of matrix m (rows down, columns across) with a colour bar; `diverging`: centred on 0."""
     h, w = m.shape
     fig, ax = subplots(figsize=(min(12.0, max(5.0, 0.06 * w + 3)), min(10.0, max(4.0, 0.05 * h + 2.5))),
                            layout="constrained")
@@ -182,7 +183,7 @@ def plot_sinusoidal(out_path: Path | str, length: int, n_embd: int) -> Path:
     """Heatmap of the sinusoidal encoding PE[p, i] (Vaswani et al. 2017, section 3.5)."""
     output_kind(out_path)
     pe = sinusoidal_table(length, n_embd)  # (L, C)
-    fig = _matrix_figure(pe, f"Sinusoidal position encoding, {length} positions x {n_embd} dims",
+    fig = matrix_figure(pe, f"Sinusoidal position encoding, {length} positions x {n_embd} dims",
                          "dimension i (pairs sin/cos, slower to the right)", "position p", "PE[p, i]", True)
     labels = [str(i) for i in range(max(length, n_embd))]
     table = heat_table(pe, labels[:length], labels[:n_embd], "PE[p, i]: rows = positions", diverging=True)
@@ -192,7 +193,7 @@ def plot_sinusoidal(out_path: Path | str, length: int, n_embd: int) -> Path:
 def plot_position_similarity(sim: np.ndarray, out_path: Path | str) -> Path:
     """Heatmap of the cosine similarity between learned position embeddings (P, P)."""
     output_kind(out_path)
-    fig = _matrix_figure(sim, "Cosine similarity of learned position embeddings", "position", "position",
+    fig = matrix_figure(sim, "Cosine similarity of learned position embeddings", "position", "position",
                          "cos(P_i, P_j)", True)
     labels = [str(i) for i in range(sim.shape[0])]
     table = heat_table(sim, labels, labels, "cos(P_i, P_j)", diverging=True)

@@ -25,6 +25,7 @@ class LessonResult:
     rows: list[dict[str, Any]]  # the table, one dict per row
     paragraph: str  # what was measured and what it shows, in plain words
     measured: dict[str, Any] = field(default_factory=dict)  # headline quantities (JSON-able)
+    figure: Figure | None = None  # the plot NAME.png was drawn from, to show inline (a notebook)
 
 
 def pick_size(sizes: Mapping[str, Any], size: str) -> Any:
@@ -67,4 +68,4 @@ def write_lesson(out: Path, name: str, title: str, fig: Figure, rows: Sequence[d
     md.write_text(f"# {title}\n\n{paragraph.strip()}\n\n![{name}]({png.name})\n\n{markdown_table(rows)}")
     js.write_text(json.dumps({"name": name, "rows": list(rows), "measured": measured or {},
                               "paragraph": paragraph.strip()}, indent=2, default=float) + "\n")
-    return LessonResult(name, [png, csv_path, md, js], list(rows), paragraph.strip(), measured or {})
+    return LessonResult(name, [png, csv_path, md, js], list(rows), paragraph.strip(), measured or {}, fig)

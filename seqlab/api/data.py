@@ -1,0 +1,159 @@
+"""`seqlab.prepare` and `DataDir`: mail in, a prepared DATA_DIR out, from Python.
+
+This is the one path `seqlab prepare` takes too (`seqlab/cli/data.py` parses arguments, calls `prepare`
+and prints `DataDir.report()`). Like the data side below it, this module never imports torch: preparing
+mail stays light (`tests/test_api.py` checks it); `DataDir.windows` imports it only when called.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqlab.errors import UserError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from seqlab.data.tokenizer import Tokenizer
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class DataDir:
+    """A prepared DATA_DIR (ARCHITECTURE.md, "DATA_DIR"): its path and its `meta.json`.
+
+    `DataDir.open(path)` reads one written earlier; `prepare` returns one. `str(data_dir)` is the path, so a
+    DataDir goes wherever a path does (`seqlab.train(data_dir, ...)`).
+    """
+
+    path: Path
+    meta: dict[str, Any]
+
+    @classmethod
+    def open(cls, path: str | Path) -> DataDir:
+        """The DATA_DIR at `path`; `UserError` when it holds no readable `meta.json`."""
+        from seqlab.data.store import load_meta
+
+        return cls(Path(path), load_meta(Path(path)))
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    @property
+    def splits(self) -> dict[str, dict[str, int]]:
+        """Per split (train, val, test): emails, threads, tokens and bytes."""
+        return dict(self.meta["splits"])
+
+    @property
+    def vocab_size(self) -> int:
+        """How many token ids the tokenizer has (byte: 256 plus the specials)."""
+        return int(self.meta["tokenizer"]["vocab_size"])
+
+    def tokenizer(self) -> Tokenizer:
+        """The folder's tokenizer (byte or BPE), as `prepare` fitted it on the train split."""
+        from seqlab.data.tokenizer import load_tokenizer
+
+        return load_tokenizer(self.path / "tokenizer.json")
+
+    def report(self) -> str:
+        """The corpus report `seqlab prepare` prints: emails per split, skips by reason, duplicates, tokens."""
+        from seqlab.data.prepare import format_report
+
+        return format_report(self.meta)
+
+    def texts(self, split: str = "train", limit: int | None = None) -> list[str]:
+        """The emails of `split` as text (decoded from their tokens), at most `limit` of them."""
+        from seqlab.data.store import TokenStore
+
+        store = TokenStore(self.path, _split(split))
+        tok = self.tokenizer()
+        count = store.num_emails if limit is None else min(limit, store.num_emails)
+        return [tok.decode(store.email(i).tolist()) for i in range(count)]
+
+    def windows(self, split: str = "train", *, block_size: int = 64, batch_size: int = 8,
+                seed: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+        """Endless training batches (x, y), each (batch_size, block_size) token ids, y = x shifted by one, drawn
+        inside emails exactly as the trainer draws them for attention (`seqlab.data.batches.WindowSampler`):
+        batch i is a function of (seed, i) alone. For a training loop of your own."""
+        from seqlab.data.batches import WindowSampler
+        from seqlab.data.store import TokenStore
+
+        if block_size < 1 or batch_size < 1:
+            raise UserError(f"block_size and batch_size must be at least 1, not {block_size} and {batch_size}.")
+        sampler = WindowSampler(TokenStore(self.path, _split(split)), block_size, batch_size, seed,
+                                self.tokenizer().pad_id)
+        step = 0
+        while True:
+            yield sampler.batch(step)
+            step += 1
+
+
+def _split(name: str) -> str:
+    if name not in SPLITS:
+        raise UserError(f"split must be train, val or test, not {name!r}.")
+    return name
+
+
+def check_split_fractions(split: Sequence[float]) -> tuple[float, float, float]:
+    """The train, val and test fractions as a tuple; `UserError` unless they are three non-negative numbers
+    that sum to 1 (the same rule as `seqlab prepare --split`)."""
+    try:
+        parts = tuple(float(p) for p in split)
+    except (TypeError, ValueError):
+        raise UserError(f"split expects three fractions like (0.9, 0.05, 0.05), not {split!r}.") from None
+    if len(parts) != 3 or any(not p >= 0 for p in parts) or not math.isclose(sum(parts), 1.0, abs_tol=1e-6):
+        raise UserError(f"split expects three non-negative fractions that sum to 1, not {split!r}.")
+    return parts  # type: ignore[return-value]
+
+
+def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None, vocab_size: int | None = None,
+            tokenizer_from: str | Path | None = None, split: Sequence[float] = (0.9, 0.05, 0.05), seed: int = 0,
+            keep_quotes: bool = False, keep_signatures: bool = False, mask_pii: bool = False,
+            limit: int | None = None, count: int = 2000, groups: Sequence[str] | None = None,
+            cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
+            exclude_senders: Sequence[str] = (), progress: bool = False) -> DataDir:
+    """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
+
+    `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message) or a named
+    corpus: "synthetic" (generated offline, `count` emails) or "spamassassin" (`groups`, cached in
+    `cache_dir`). The options are those of `seqlab prepare`: `tokenizer` "byte" (default) or "bpe" with
+    `vocab_size` (default 4096), or `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) to reuse one;
+    `split` the train/val/test fractions; `seed` the split's seed; `limit` messages read at most; `workers`
+    parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses. `progress`
+    shows a bar on stderr. Bad options are a `UserError` with the CLI's sentence.
+    """
+    fractions = check_split_fractions(split)
+    if tokenizer not in (None, "byte", "bpe"):
+        raise UserError(f"tokenizer must be byte or bpe, not {tokenizer!r}.")
+    for name, value in (("vocab_size", vocab_size), ("limit", limit), ("count", count)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{name} must be a positive integer, not {value!r}.")
+    if tokenizer_from is not None:
+        _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
+    from seqlab.data.prepare import prepare as build
+
+    meta = build(str(source), Path(out), tokenizer=tokenizer or "byte", vocab_size=vocab_size or 4096,
+                 tokenizer_from=Path(tokenizer_from) if tokenizer_from is not None else None, split=fractions,
+                 seed=seed, keep_quotes=keep_quotes, keep_signatures=keep_signatures, mask_pii=mask_pii,
+                 limit=limit, count=count, groups=list(groups) if groups else None,
+                 cache_dir=Path(cache_dir) if cache_dir is not None else None, workers=workers,
+                 progress=progress, senders=list(senders), exclude_senders=list(exclude_senders))
+    return DataDir(Path(out), meta)
+
+
+def _check_reused(path: Path, tokenizer: str | None, vocab_size: int | None) -> None:
+    """`tokenizer_from` checked against `tokenizer` / `vocab_size` when those were also given (UserError)."""
+    from seqlab.data.reuse_tokenizer import reused_tokenizer
+
+    tok = reused_tokenizer(path, tokenizer)
+    if vocab_size is not None and vocab_size != tok.vocab_size:
+        raise UserError(f"--vocab-size {vocab_size} disagrees with --tokenizer-from {path}, whose vocabulary has "
+                        f"{tok.vocab_size} tokens; leave --vocab-size out.")

@@ -1,0 +1,247 @@
+"""`seqlab.load` and `Run`: a trained RUN_DIR from Python, the one path `seqlab complete`, `eval`, `calibrate`,
+`phrases`, `attention` and `inspect` take too.
+
+A `Run` loads its best checkpoint (`seqlab.runs.load.load_run`) the first time something needs the model,
+and keeps it. Its methods return values, never print: `complete` a `Completion`, `score` a `Score`,
+`next_tokens` a list of `NextToken`, `attention` an `Attention`, `inspect` an `Inspection`, `evaluate` and
+`calibrate` the dicts `seqlab eval --json` and `seqlab calibrate` report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from seqlab.api.views import Attention, Inspection, NextToken, Score
+from seqlab.errors import UserError
+
+if TYPE_CHECKING:
+    from seqlab.config import RunConfig
+    from seqlab.data.tokenizer import Tokenizer
+    from seqlab.generation.complete import Completion
+    from seqlab.generation.phrases import PhraseModel
+    from seqlab.models import LM
+
+COVERAGES = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+class Run:
+    """A trained RUN_DIR: its model, tokenizer and config, and what one can ask of them.
+
+    Made by `seqlab.load(run_dir)` or returned by `seqlab.train`. `model` is the `LM` in eval mode (the model
+    contract: `model(idx (B, T), state=None) -> (logits (B, T, vocab), state)`), `tokenizer` its tokenizer,
+    `config` its `RunConfig`, `summary` what training reported (steps, best validation loss, tokens/s).
+    """
+
+    def __init__(self, path: str | Path, *, device: str = "auto", summary: dict[str, Any] | None = None) -> None:
+        self.path, self.device = Path(path), device
+        self._summary = summary
+        self._loaded: tuple[LM, Tokenizer, RunConfig] | None = None
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def _load(self) -> tuple[LM, Tokenizer, RunConfig]:
+        if self._loaded is None:
+            from seqlab.runs.load import load_run
+
+            self._loaded = load_run(self.path, self.device)  # type: ignore[assignment]
+        assert self._loaded is not None
+        return self._loaded
+
+    @property
+    def model(self) -> LM:
+        """The trained model (best checkpoint by validation loss), in eval mode."""
+        return self._load()[0]
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the model was trained with."""
+        return self._load()[1]
+
+    @property
+    def config(self) -> RunConfig:
+        """The run's whole configuration (model, data, train sections)."""
+        return self._load()[2]
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What training reported at its end (`run.json`'s summary): steps, best_val_loss, tokens_per_s, ..."""
+        if self._summary is None:
+            try:
+                info = json.loads((self.path / "run.json").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                raise UserError(f"{self.path} has no readable run.json; was it written by `seqlab train`?") from None
+            self._summary = dict(info.get("summary") or {}) if isinstance(info, dict) else {}
+        return self._summary
+
+    # ------------------------------------------------------------ writing
+
+    def complete(self, prefix: str, *, max_words: int = 5, temperature: float = 0.0, top_k: int | None = None,
+                 top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
+                 phrases: bool = False, phrase_weight: float = 0.3, reply_to: str | Path | None = None) -> Completion:
+        """Suggest how `prefix` (an email typed so far) goes on: up to `max_words` words, greedy by default.
+
+        A positive `temperature` samples (with `top_k` / `top_p`, reproducible with `seed`); `beam` > 1 runs
+        beam search. With `threshold`, a suggestion whose first word's probability is below it comes back
+        empty. `phrases` blends RUN_DIR/phrases.npz (`Run.fit_phrases`) in at `phrase_weight`. `reply_to` is the
+        message being answered (its text, or a Path to a message file) for a model trained with
+        model.cross_attention=true. The result has `.text`, `.confidence` and `.words`.
+        """
+        from seqlab.generation.complete import complete
+        from seqlab.generation.reply import read_reply_to, reply_context
+
+        if temperature < 0:
+            raise UserError(f"--temperature must be 0 or more, not {temperature}")
+        original = read_reply_to(reply_to) if isinstance(reply_to, Path) else reply_to
+        model, tok, _ = self._load()
+        try:
+            return complete(model, tok, prefix, max_words=max_words, temperature=temperature, top_k=top_k,
+                            top_p=top_p, beam=beam, seed=seed, threshold=threshold,
+                            phrases=self._phrases(phrases, phrase_weight),
+                            context=reply_context(model, tok, original))
+        except ValueError as exc:  # an option out of range (max_words, beam, threshold)
+            raise UserError(str(exc)) from None
+
+    def _phrases(self, use: bool, weight: float) -> PhraseModel | None:
+        if not use:
+            return None
+        from seqlab.generation.phrases import PHRASES, PhraseModel
+
+        if not 0.0 <= weight <= 1.0:
+            raise UserError(f"--phrase-weight must be between 0 and 1, not {weight}")
+        return PhraseModel.load(self.path / PHRASES, self.tokenizer, weight=weight)
+
+    # ------------------------------------------------------------ reading
+
+    @torch.inference_mode()
+    def next_tokens(self, prefix: str, k: int = 5) -> list[NextToken]:
+        """The model's `k` likeliest next tokens after `[bos] + prefix`, most likely first."""
+        from seqlab.generation.decode import context_limit, model_device
+
+        model, tok, _ = self._load()
+        if k < 1:
+            raise UserError(f"k must be at least 1, not {k}.")
+        ids = [tok.bos_id, *tok.encode(prefix)]
+        limit = context_limit(model)
+        ids = ids[-limit:] if limit else ids  # the window the model can see
+        logits, _ = model(torch.tensor([ids], device=model_device(model)))  # (1, T, V)
+        probs = torch.softmax(logits[0, -1].float(), dim=-1)  # (V,)
+        top = torch.topk(probs, min(k, probs.numel()))
+        return [NextToken(int(i), tok.token_bytes(int(i)).decode("utf-8", errors="replace"), float(p))
+                for p, i in zip(top.values, top.indices)]
+
+    @torch.inference_mode()
+    def score(self, text: str) -> Score:
+        """Per-token log-probabilities and bits per byte of `text` read as one whole email.
+
+        A model that sees at most `block_size` tokens (attention, learned positions) reads a longer text in
+        windows that overlap by half, each scoring only the targets the window before did not (as `seqlab
+        eval` does for learned positions).
+        """
+        from seqlab.evaluation.heldout import token_byte_lengths
+        from seqlab.generation.decode import context_limit, model_device
+        from seqlab.studies.inspection.probes import token_labels
+
+        model, tok, _ = self._load()
+        ids = tok.encode_email(text)  # [bos] + tokens + [eos]
+        x = torch.tensor(ids, device=model_device(model))
+        n = len(ids) - 1  # targets
+        limit = context_limit(model) or n
+        logprobs = torch.empty(n, dtype=torch.float64)
+        done = 0
+        for start in range(0, n, max(1, limit // 2)):
+            window = x[start: start + limit]
+            logits, _ = model(window[None, :-1] if start + limit > n else window[None])  # (1, T, V)
+            lp = torch.log_softmax(logits[0].double(), dim=-1)  # (T, V)
+            t = torch.arange(done - start, min(lp.size(0), n - start))  # rows whose targets are new
+            logprobs[start + t] = lp[t, x[start + t + 1]].cpu()
+            done = start + int(t[-1]) + 1 if len(t) else done
+            if done >= n:
+                break
+        nbytes = token_byte_lengths(tok)[torch.tensor(ids[1:])].numpy()
+        return Score(ids, token_labels(tok, ids), logprobs.numpy(), nbytes)
+
+    def attention(self, text: str, *, layer: int | None = None, head: int | None = None,
+                  query: int | None = None) -> Attention:
+        """The attention weights of every layer and head (or the chosen ones) over `[bos] + text`, and the soft
+        lookup of token `query` (default the last; 0 is <bos>) in `layer`/`head` (default 0/0). A model
+        without attention is a `UserError`."""
+        from seqlab.studies.inspection.probes import attention_maps, soft_lookup
+
+        model, tok, _ = self._load()
+        maps = attention_maps(model, tok, text, layer, head)
+        lookup = soft_lookup(model, tok, text, -1 if query is None else query, layer or 0, head or 0)
+        return Attention(maps, lookup, f"Attention in {self.path.name}")
+
+    def inspect(self, text: str) -> Inspection:
+        """The sinusoidal encoding at the model's size, learned positions' similarity (model.pos=learned) and,
+        for a GRU, its reset and update gates over `text`."""
+        from seqlab.studies.inspection.probes import gru_gates, learned_position_similarity, sinusoidal_table
+
+        model, tok, cfg = self._load()
+        gates = ([gru_gates(model, tok, text, layer) for layer in range(cfg.model.n_layer)]
+                 if cfg.model.mixer == "gru" else [])
+        if not gates and not text.strip():
+            raise UserError("the text to inspect is empty; give a few words of an email.")
+        similarity = learned_position_similarity(model) if cfg.model.pos == "learned" else None
+        return Inspection(sinusoidal_table(cfg.model.block_size, cfg.model.n_embd), similarity, gates)
+
+    # ------------------------------------------------------------ measuring
+
+    def evaluate(self, split: str = "val", *, data: str | Path | None = None, threshold: float = 0.0,
+                 coverage: float | None = None, coverages: Sequence[float] = COVERAGES, completion_emails: int = 200,
+                 positions_per_email: int = 5, phrases: bool = False, phrase_weight: float = 0.3,
+                 precision: str = "run", completions: bool = True) -> dict[str, Any]:
+        """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
+        compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
+        `coverages` (`by_coverage`) and at `coverage`. `precision` "run" (as trained), "fp32" or "bf16"."""
+        from seqlab.evaluation.run import evaluate_run
+
+        if precision not in ("run", "fp32", "bf16"):
+            raise UserError(f"precision must be run, fp32 or bf16, not {precision!r}.")
+        return evaluate_run(self.path, data, split, self.device, completion_threshold=threshold,
+                            target_coverage=coverage or None, completion_emails=completion_emails,
+                            positions_per_email=positions_per_email, coverages=coverages, completions=completions,
+                            phrases=self._phrases(phrases, phrase_weight), precision=precision)
+
+    def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int = 3,
+                  data: str | Path | None = None) -> dict[str, Any]:
+        """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries;
+        writes RUN_DIR/calibration.json (which the server reads) and returns it, as `seqlab calibrate` does."""
+        from seqlab.evaluation.calibration import calibrate_run
+
+        return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device)
+
+    def fit_phrases(self, *, data: str | Path | None = None, min_context: int = 4, max_context: int = 8,
+                    min_count: int = 2) -> dict[str, Any]:
+        """Count a person's token n-grams (the train split of `data`, default the run's DATA_DIR) into
+        RUN_DIR/phrases.npz for `complete(..., phrases=True)`, as `seqlab phrases` does; returns its summary
+        (emails, tokens, rows, path)."""
+        from seqlab.generation.phrases import PHRASES, fit_phrases
+        from seqlab.runs.load import run_data_dir
+
+        if min_context > max_context:
+            raise UserError(f"--min-context {min_context} is longer than --max-context {max_context}.")
+        folder = run_data_dir(self.path, data)
+        model = fit_phrases(folder, self.tokenizer, min_context=min_context, max_context=max_context,
+                            min_count=min_count)
+        model.save(self.path / PHRASES)
+        return {"emails": model.meta["emails"], "tokens": model.meta["tokens"], "data": str(folder),
+                "rows": sum(len(t[0]) for t in model.tables.values()), "path": str(self.path / PHRASES)}
+
+
+def load(run_dir: str | Path, *, device: str = "auto", summary: dict[str, Any] | None = None) -> Run:
+    """The trained run in RUN_DIR `run_dir`, its best checkpoint loaded on `device` ("auto", "cpu", "cuda",
+    "mps"); `UserError` when the folder holds no usable checkpoint."""
+    run = Run(run_dir, device=device, summary=summary)
+    run.model  # noqa: B018 - load now, so that a bad folder fails here and not at the first question
+    return run
+
