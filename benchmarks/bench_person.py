@@ -75,8 +75,9 @@ def prepare_all(source: str, out: Path, people: dict[str, tuple[str, ...]], voca
     for name, addrs in people.items():
         d = datas[name] = out / "data" / name
         if not (d / "meta.json").exists():
+            # split by thread as the recorded results were (--sender alone now splits by date)
             seqlab("prepare", source, "--out", str(d), "--tokenizer-from", str(rest), "--split", split,
-                   "--workers", "1", "--quiet", *[x for a in addrs for x in ("--sender", a)])
+                   "--split-by", "thread", "--workers", "1", "--quiet", *[x for a in addrs for x in ("--sender", a)])
     return datas
 
 

@@ -25,7 +25,7 @@ TINY = {"max_steps": 20, "threads": 1}
 # The contract: a change here is a change of the public API (say so in the commit, and update docs/api.md).
 # Generated once from the code, then kept by hand.
 SIGNATURES: dict[str, str] = {
-    'prepare': "(source: 'str | Path', out: 'str | Path', *, tokenizer: 'str | None' = None, vocab_size: 'int | None' = None, tokenizer_from: 'str | Path | None' = None, split: 'Sequence[float]' = (0.9, 0.05, 0.05), seed: 'int' = 0, keep_quotes: 'bool' = False, keep_signatures: 'bool' = False, mask_pii: 'bool' = False, limit: 'int | None' = None, count: 'int' = 2000, groups: 'Sequence[str] | None' = None, cache_dir: 'str | Path | None' = None, workers: 'int | None' = None, senders: 'Sequence[str]' = (), exclude_senders: 'Sequence[str]' = (), progress: 'bool' = False) -> 'DataDir'",  # noqa: E501
+    'prepare': "(source: 'str | Path', out: 'str | Path', *, tokenizer: 'str | None' = None, vocab_size: 'int | None' = None, tokenizer_from: 'str | Path | None' = None, split: 'Sequence[float]' = (0.9, 0.05, 0.05), seed: 'int' = 0, keep_quotes: 'bool' = False, keep_signatures: 'bool' = False, mask_pii: 'bool' = False, limit: 'int | None' = None, count: 'int' = 2000, groups: 'Sequence[str] | None' = None, cache_dir: 'str | Path | None' = None, workers: 'int | None' = None, senders: 'Sequence[str]' = (), exclude_senders: 'Sequence[str]' = (), split_by: 'str | None' = None, progress: 'bool' = False) -> 'DataDir'",  # noqa: E501
     'DataDir': "(path: 'Path', meta: 'dict[str, Any]') -> None",
     'DataDir.open': "(cls, path: 'str | Path') -> 'DataDir'",
     'DataDir.splits': 'property',

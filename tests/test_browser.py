@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -236,6 +238,23 @@ def test_a_hostile_page_reads_nothing(driver, server, tmp_path):
     driver.get(f"http://{REBOUND}:{port}/?token={server.token}")
     assert "answers only to" in driver.find_element(By.TAG_NAME, "body").text
     assert _stats(server)["completions"] == before["completions"]
+
+
+def test_mark_as_sent_keeps_the_email_only_on_a_learning_server(driver, server, browser_run_dir, tmp_path):
+    _open(driver, server)
+    _wait_for_ghost(driver)
+    assert not driver.find_element(By.ID, "sent").is_displayed()  # this server does not learn: no button
+    run = tmp_path / "run"
+    shutil.copytree(browser_run_dir, run, ignore=shutil.ignore_patterns("serve", "personal"))
+    with served(run, tmp_path / "log", "--learn", "--min-confidence", "0", timeout=WAIT_S) as learning:
+        _open(driver, learning)
+        sent = WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "sent").is_displayed()
+                                                   and d.find_element(By.ID, "sent"))
+        sent.click()
+        WebDriverWait(driver, WAIT_S).until(lambda d: "kept for learning" in d.find_element(By.ID, "status").text)
+        assert _value(driver) == ""  # a clean form, as after sending
+        kept = [json.loads(line) for line in (run / "personal" / "sent.jsonl").read_text().splitlines()]
+        assert [(k["subject"], k["body"]) for k in kept] == [(SUBJECT, BODY)]
 
 
 @contextmanager

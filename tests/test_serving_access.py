@@ -7,6 +7,7 @@ would send for that attack; after them, the person's own view (/v1/stats) shows 
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 import subprocess
 import sys
@@ -178,8 +179,10 @@ def test_serve_refuses_a_reachable_address_unless_asked(word_run_dir: Path) -> N
 
 
 def test_the_token_file_is_the_persons_alone_and_goes_with_the_server(word_run_dir: Path, tmp_path: Path) -> None:
-    with served(word_run_dir, tmp_path / "log") as s:
-        info = tmp_path / "log" / "server.json"
+    run = tmp_path / "run"
+    shutil.copytree(word_run_dir, run, ignore=shutil.ignore_patterns("serve"))
+    with served(run, tmp_path / "log") as s:
+        info = run / "serve" / "server.json"  # in the run's serve/ folder, wherever --log puts the event log
         assert stat.S_IMODE(info.stat().st_mode) == 0o600 and stat.S_IMODE(info.parent.stat().st_mode) == 0o700
         saved = json.loads(info.read_text())
         assert saved["token"] == s.token and saved["url"] == s.page and len(s.token) >= 43

@@ -119,7 +119,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             keep_quotes: bool = False, keep_signatures: bool = False, mask_pii: bool = False,
             limit: int | None = None, count: int = 2000, groups: Sequence[str] | None = None,
             cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
-            exclude_senders: Sequence[str] = (), progress: bool = False) -> DataDir:
+            exclude_senders: Sequence[str] = (), split_by: str | None = None, progress: bool = False) -> DataDir:
     """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
 
     `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message) or a named
@@ -127,9 +127,13 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     `cache_dir`). The options are those of `seqlab prepare`: `tokenizer` "byte" (default) or "bpe" with
     `vocab_size` (default 4096), or `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) to reuse one;
     `split` the train/val/test fractions; `seed` the split's seed; `limit` messages read at most; `workers`
-    parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses. `progress`
+    parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses; `split_by`
+    "thread" (a seeded hash of each thread) or "date" (earlier threads train, the latest are held out, at
+    least 10 emails each), by default "date" with `senders` (one person's mail) and "thread" without. `progress`
     shows a bar on stderr. Bad options are a `UserError` with the CLI's sentence.
     """
+    if split_by not in (None, "thread", "date"):
+        raise UserError(f"split_by must be thread or date, not {split_by!r}.")
     fractions = check_split_fractions(split)
     if tokenizer not in (None, "byte", "bpe"):
         raise UserError(f"tokenizer must be byte or bpe, not {tokenizer!r}.")
@@ -145,7 +149,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
                  seed=seed, keep_quotes=keep_quotes, keep_signatures=keep_signatures, mask_pii=mask_pii,
                  limit=limit, count=count, groups=list(groups) if groups else None,
                  cache_dir=Path(cache_dir) if cache_dir is not None else None, workers=workers,
-                 progress=progress, senders=list(senders), exclude_senders=list(exclude_senders))
+                 progress=progress, senders=list(senders), exclude_senders=list(exclude_senders), split_by=split_by)
     return DataDir(Path(out), meta)
 
 

@@ -12,12 +12,17 @@ own cost too). `gate_cost` times the access gate alone, in-process, against the 
 
 from __future__ import annotations
 
+import json
 import queue
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +32,12 @@ from seqlab.bench.latency_model import pct, summary, timed
 from seqlab.bench.latency_runs import MAX_WORDS, OVERHEAD_P50_MS, cut_bytes
 
 
-def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int, str]:
-    """`python -m seqlab serve RUN --port 0` as a child; (process, port, token), once /health answers 200."""
+def start_server(run: Path, log_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], int, str]:
+    """`python -m seqlab serve RUN --port 0 EXTRA` as a child; (process, port, token), once /health answers 200."""
     import httpx
 
     cmd = [sys.executable, "-m", "seqlab", "serve", str(run), "--port", "0", "--threads", "1",
-           "--min-confidence", "0", "--log", str(log_dir)]
+           "--min-confidence", "0", "--log", str(log_dir), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
 
@@ -70,32 +75,53 @@ def start_server(run: Path, log_dir: Path) -> tuple[subprocess.Popen[str], int, 
             time.sleep(0.2)
 
 
+class Client:
+    """One persistent loopback connection to a `seqlab serve` child, speaking with its token."""
+
+    def __init__(self, port: int, token: str) -> None:
+        import http.client
+
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.conn.request(method, path, json.dumps(payload) if payload is not None else None, self.headers)
+        res = self.conn.getresponse()
+        data = json.loads(res.read())
+        if res.status != 200:
+            raise SystemExit(f"{method} {path} answered {res.status}: {data}")
+        return data
+
+
+@contextmanager
+def serving(run: Path, log_dir: Path, *extra: str) -> Iterator[Client]:
+    """A `seqlab serve RUN` child (start_server) and a Client of it; the child is stopped afterwards."""
+    proc, port, token = start_server(run, log_dir, *extra)
+    client = Client(port, token)
+    try:
+        yield client
+    finally:
+        client.conn.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[int, ...], keystrokes: int,
                log_dir: Path) -> list[dict[str, Any]]:
     """Rows of HTTP round trip vs the server's latency_ms per context size for one model."""
-    import http.client
-    import json
-
-    proc, port, token = start_server(run, log_dir)
     rows = []
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        def call(method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-            conn.request(method, path, json.dumps(payload) if payload is not None else None, headers)
-            res = conn.getresponse()
-            data = json.loads(res.read())
-            if res.status != 200:
-                raise SystemExit(f"{method} {path} answered {res.status}: {data}")
-            return data
-
+    with serving(run, log_dir) as client:
         def post(prefix: str, session: str | None) -> tuple[float, dict[str, Any]]:
-            return timed(lambda: call("POST", "/v1/complete", {
+            return timed(lambda: client.call("POST", "/v1/complete", {
                 "prefix": prefix, "subject": subject, "session": session, "max_words": MAX_WORDS}))
 
         for _ in range(3):
             post(body[:200], None)
-        health = [timed(lambda: call("GET", "/health"))[0] for _ in range(keystrokes)]
+        health = [timed(lambda: client.call("GET", "/health"))[0] for _ in range(keystrokes)]
         for ctx in contexts:
             n0 = cut_bytes(body, ctx)
             sid = post(body[:n0], None)[1]["session"]  # the server names the session
@@ -112,15 +138,44 @@ def bench_http(name: str, run: Path, subject: str, body: str, contexts: tuple[in
                          "overhead_pass": o["p50"] <= OVERHEAD_P50_MS})
             print(f"  {name:<9} {ctx:>5} B: round trip p50 {pct(rtt, 50):6.2f} ms, model p50 "
                   f"{pct(model, 50):6.2f} ms", flush=True)
-    finally:
-        conn.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     return rows
+
+
+def bench_learning(name: str, run: Path, subject: str, body: str, sent: list[tuple[str, str]], bursts: int,
+                   log_dir: Path) -> dict[str, Any]:
+    """Keystrokes while the server learns (`serve --learn`) against the same keystrokes without it.
+
+    A person types in bursts: `bursts` times, one word's keystrokes in quick succession, then a pause just
+    longer than the learner's quiet time, in which it starts a step on the `sent` emails it was given; the
+    next burst's keystrokes arrive while that step runs. Both servers serve a scratch copy of `run` (what is
+    learned never reaches the benchmark's cached run), one after the other, with the same keystrokes."""
+    from seqlab.serving.learner import LearnSettings
+
+    pause = LearnSettings().idle_s + 0.3
+    out: dict[str, Any] = {"model": name, "bursts": bursts, "sent": len(sent), "pause_s": pause}
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "run"
+        shutil.copytree(run, copy, ignore=shutil.ignore_patterns("serve", "personal"))
+        for mode, extra in (("plain", ()), ("learning", ("--learn",))):
+            with serving(copy, log_dir, *extra) as client:
+                for subj, text in sent if extra else []:
+                    client.call("POST", "/v1/sent", {"subject": subj, "body": text})
+                sid, rtt, pos = None, [], 200
+                for _ in range(bursts):
+                    time.sleep(pause)
+                    for _ in range(6):  # one word's keystrokes, about 12 a second
+                        pos += 1
+                        ms, answer = timed(lambda p=pos, s=sid: client.call("POST", "/v1/complete", {
+                            "prefix": body[:p], "subject": subject, "session": s, "max_words": MAX_WORDS}))
+                        sid = answer["session"]
+                        rtt.append(ms)
+                        time.sleep(0.08)
+                learned = client.call("GET", "/health").get("learning") or {}
+            out[mode] = {"round_trip": summary(rtt), "learner_steps": learned.get("steps", 0)}
+            print(f"  {name:<9} {mode:<8}: keystroke p90 {pct(rtt, 90):6.2f} ms over {len(rtt)} keystrokes"
+                  + (f", {learned.get('steps', 0)} learning steps meanwhile" if extra else ""), flush=True)
+    out["p90_ratio"] = out["learning"]["round_trip"]["p90"] / max(1e-9, out["plain"]["round_trip"]["p90"])
+    return out
 
 
 def gate_cost(rounds: int = 15, calls: int = 400) -> dict[str, Any]:
@@ -128,7 +183,6 @@ def gate_cost(rounds: int = 15, calls: int = 400) -> dict[str, Any]:
     POST /v1/complete, with the headers a browser sends, through `AccessGuard` and straight to the same
     no-op app, timed alternately in one event loop (median over `rounds` of `calls` each)."""
     import asyncio
-    import tempfile
 
     from seqlab.serving.access import AccessGuard, AccessPolicy
     from seqlab.serving.credentials import PairingStore, new_token

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqlab.bench.latency_runs import GATE_US, KEPT_P90_MS, MODELS, OVERHEAD_P50_MS, SPEEDUP_AT, SPEEDUP_GOAL
+from seqlab.bench.latency_runs import (
+    GATE_US,
+    KEPT_P90_MS,
+    LEARNING_P90_RATIO,
+    MODELS,
+    OVERHEAD_P50_MS,
+    SPEEDUP_AT,
+    SPEEDUP_GOAL,
+)
 
 
 def goals(model_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]],
-          gate: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          gate: dict[str, Any] | None = None, learning: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     out = []
     if gate is not None:
         out.append({"model": "server", "goal": f"access gate per request <= {GATE_US:g} us", "value": gate["gate_us"],
@@ -27,6 +35,10 @@ def goals(model_rows: list[dict[str, Any]], http_rows: list[dict[str, Any]],
         if over:
             out.append({"model": name, "goal": f"server overhead p50 <= {OVERHEAD_P50_MS:g} ms (worst context)",
                         "value": max(over), "unit": "ms", "pass": max(over) <= OVERHEAD_P50_MS})
+        for r in learning or []:
+            if r["model"] == name:
+                out.append({"model": name, "goal": f"learning/plain keystroke p90 <= {LEARNING_P90_RATIO:g}x",
+                            "value": r["p90_ratio"], "unit": "x", "pass": r["p90_ratio"] <= LEARNING_P90_RATIO})
     return out
 
 

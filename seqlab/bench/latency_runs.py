@@ -19,6 +19,7 @@ KEPT_P90_MS = 15.0
 SPEEDUP_AT = 1024
 SPEEDUP_GOAL = 5.0
 OVERHEAD_P50_MS = 2.0
+LEARNING_P90_RATIO = 1.5  # keystroke p90 while the server learns, over the same keystrokes without it
 GATE_US = 100.0  # the access gate's share of that: 5%
 MAX_WORDS = 3
 MODELS = {"gru": ["model.mixer=gru", "model.pos=none"], "attention": []}  # attention: the preset's RoPE
@@ -88,6 +89,22 @@ def test_text(data: Path, min_chars: int) -> tuple[str, str]:
     if len(body) < min_chars:
         raise SystemExit(f"the test split of {data} holds {len(body)} characters of body, fewer than {min_chars}")
     return subject, body
+
+
+def val_emails(data: Path, n: int) -> list[tuple[str, str]]:
+    """(subject, body) of the first n validation emails: the "sent" mail a learning server is given."""
+    from seqlab.data.store import TokenStore
+    from seqlab.data.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(data / "tokenizer.json")
+    store = TokenStore(data, "val")
+    out = []
+    for i in range(min(n, store.num_emails)):
+        text = tok.decode([t for t in store.email(i).tolist() if not tok.is_special(t)])
+        subject, _, body = text.partition("\n\n")
+        if body.strip():
+            out.append((subject, body.strip()))
+    return out
 
 
 def cut_bytes(text: str, n: int) -> int:

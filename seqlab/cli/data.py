@@ -26,6 +26,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
                    "one (so that `train --init` from that run accepts this data)")
     p.add_argument("--split", type=split_fractions, default=(0.9, 0.05, 0.05), help="train,val,test fractions")
     p.add_argument("--seed", type=int, default=0, help="seed of the thread-to-split hash (default 0)")
+    p.add_argument("--split-by", choices=("thread", "date"), default=None,
+                   help="thread: a seeded hash of each thread; date: earlier threads train, the latest are held "
+                   "out (val and test at least 10 emails). Default: date with --sender (one person's mail), "
+                   "else thread")
     p.add_argument("--keep-quotes", action="store_true", help="keep quoted replies and forwarded text")
     p.add_argument("--keep-signatures", action="store_true", help="keep signatures after '-- '")
     p.add_argument("--mask-pii", action="store_true", help="replace email addresses, URLs and phone numbers")
@@ -50,7 +54,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                    keep_signatures=args.keep_signatures, mask_pii=args.mask_pii, limit=args.limit, count=args.count,
                    groups=args.groups.split(",") if args.groups else None, cache_dir=args.cache_dir,
                    workers=args.workers, senders=args.sender, exclude_senders=args.exclude_sender,
-                   progress=not args.quiet)
+                   split_by=args.split_by, progress=not args.quiet)
     print(data.report())
     print(f"wrote {args.out}")
     return 0

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "compare": (studies.add_compare, studies.run_compare),
     "demo": (studies.add_demo, studies.run_demo),
     "serve": (serving.add_serve, serving.run_serve),
+    "forget": (serving.add_forget, serving.run_forget),
     "bench": (bench.add_bench, bench.run_bench),
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -44,6 +45,46 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                    "every suggestion, as `complete --phrases` does")
     p.add_argument("--phrase-weight", type=unit_float, default=0.3,
                    help="largest share of the phrase model in the blend (default 0.3)")
+    p.add_argument("--learn", action="store_true",
+                   help="keep the emails you mark as sent (RUN_DIR/personal, readable by you only) and fine-tune "
+                   "a copy of the model on them while the server is idle; `seqlab forget RUN_DIR` undoes it "
+                   "(default: off, and the server stores no text)")
+
+
+def add_forget(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("forget", help="delete what `serve --learn` kept and learned, back to the trained model",
+                       description="Delete RUN_DIR/personal: the sent emails `seqlab serve --learn` kept and the "
+                       "weights it learned from them. The next `seqlab serve` serves the trained model again.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    from seqlab.serving.credentials import SERVER_FILE
+    from seqlab.serving.personal import forget
+
+    if not (args.run_dir / "config.json").exists():
+        raise UserError(f"{args.run_dir} is not a run folder (no config.json)")
+    running = _running_server(args.run_dir / "serve" / SERVER_FILE)
+    if running is not None:
+        raise UserError(f"a server (pid {running}) is serving {args.run_dir} and would keep learning: stop it, "
+                        "then run `seqlab forget` again")
+    removed = forget(args.run_dir)
+    if removed:
+        print(f"seqlab forget: deleted {args.run_dir / 'personal'} ({', '.join(removed)}); "
+              "the trained model is served again")
+    else:
+        print(f"seqlab forget: {args.run_dir} has nothing learned (no personal/ folder)")
+    return 0
+
+
+def _running_server(info: Path) -> int | None:
+    """The pid in a `server.json` whose process is still alive, else None."""
+    try:
+        pid = int(json.loads(info.read_text(encoding="utf-8"))["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid
 
 
 def _is_loopback(host: str) -> bool:
@@ -76,7 +117,9 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above confidence "
               f"{info['threshold']:.3f} ({info['threshold_source']})"
               + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
-                 if info.get("phrases") else ""), flush=True)
+                 if info.get("phrases") else "")
+              + (f"; learning from the emails you mark as sent (kept in {args.run_dir / 'personal'})"
+                 if args.learn else ""), flush=True)
 
     phrases = _phrase_file(args)
     sock = _bind(args.host, args.port)  # bound here so a taken port is a plain error, and port 0 is known
@@ -84,10 +127,10 @@ def run_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
                           on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight,
-                          host=args.host, port=port, allow_remote=args.allow_remote)
+                          host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{port}/?token={config.token}"
-    info = (config.log_dir or args.run_dir / "serve") / SERVER_FILE
+    info = args.run_dir / "serve" / SERVER_FILE  # where the person's tools look, whatever --log says
     write_private(info, {"url": url, "host": args.host, "port": port, "token": config.token, "pid": os.getpid(),
                          "run_dir": str(args.run_dir.resolve())})
     print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
@@ -102,9 +145,18 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         server.run(sockets=[sock])
     finally:
-        info.unlink(missing_ok=True)  # the token dies with this launch
+        _remove_if_ours(info, config.token)  # the token dies with this launch
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _remove_if_ours(info: Path, token: str) -> None:
+    """Delete server.json unless a later server on the same run has written its own there since."""
+    try:
+        if json.loads(info.read_text(encoding="utf-8")).get("token") == token:
+            info.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -111,8 +111,16 @@ def _train_texts(spool: Path, splits: Sequence[str], seed: int) -> Iterator[str]
             yield rec.text.decode("utf-8")
 
 
-def _split_threads(table: ThreadTable, seed: int, split: tuple[float, float, float]) -> ThreadSplit:
-    """Thread key and split of each kept email, in input order (one hash per thread, not per email)."""
+MIN_HELD_EMAILS = 10  # val and test of a date split: fewer lets --init pick its best step from noise
+MIN_ADAPT_EMAILS = 50  # train emails below which the report says there is too little to adapt on
+
+
+def _split_threads(table: ThreadTable, seed: int, split: tuple[float, float, float],
+                   split_by: str = "thread") -> ThreadSplit:
+    """Thread key and split of each kept email, in input order: one hash per thread, or (`split_by="date"`)
+    the latest threads held out (`threadtable.split_by_date`)."""
+    if split_by == "date":
+        return table.finish(seed, split, by_date=True, min_held=MIN_HELD_EMAILS)
     return table.finish(seed, split)
 
 
@@ -121,7 +129,8 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
             keep_signatures: bool = False, mask_pii: bool = False, limit: int | None = None, count: int = 2000,
             groups: Sequence[str] | None = None, cache_dir: Path | None = None, progress: bool = True,
             workers: int | None = None, stats: dict[str, Any] | None = None, senders: Sequence[str] = (),
-            exclude_senders: Sequence[str] = (), tokenizer_from: Path | None = None) -> dict:
+            exclude_senders: Sequence[str] = (), tokenizer_from: Path | None = None,
+            split_by: str | None = None) -> dict:
     """Build DATA_DIR `out` from `source`; return the metadata also written to `out/meta.json`.
 
     `workers` processes parse mail (default: the CPUs available; 1 parses in-process); the output does
@@ -129,8 +138,14 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
     the workers used; none of that goes into meta.json, which stays a function of the input and seed.
     `senders` keeps only mail From those addresses, `exclude_senders` drops theirs (counted skips).
     `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) encodes with that tokenizer instead of fitting
-    one (`reuse_tokenizer.py`; `tokenizer` and `vocab_size` are then not used).
+    one (`reuse_tokenizer.py`; `tokenizer` and `vocab_size` are then not used). `split_by` is "thread" (a
+    seeded hash of each thread) or "date" (earlier threads train, the latest are held out, val and test at
+    least MIN_HELD_EMAILS each); by default "date" when `senders` picks one person's mail, else "thread".
     """
+    if split_by is None:
+        split_by = "date" if senders else "thread"
+    if split_by not in ("thread", "date"):
+        raise UserError(f"--split-by must be thread or date, not {split_by!r}")
     if workers is None:
         workers = default_workers()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -146,7 +161,7 @@ def prepare(source: str, out: Path, *, tokenizer: str = "byte", vocab_size: int 
                                         mask_pii=mask_pii, senders=_addresses(senders, "--sender"),
                                         exclude_senders=_addresses(exclude_senders, "--exclude-sender")),
                       limit=limit, count=count, groups=groups, cache_dir=cache_dir, progress=progress,
-                      workers=workers, stats=stats, reused=reused)
+                      workers=workers, stats=stats, reused=reused, split_by=split_by)
         _publish(staging, out)
     except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -232,7 +247,7 @@ def _publish(staging: Path, out: Path) -> None:
 def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tuple[float, float, float],
            seed: int, opts: CleanOptions, limit: int | None, count: int, groups: Sequence[str] | None,
            cache_dir: Path | None, progress: bool, workers: int, stats: dict[str, Any],
-           reused: tuple[Tokenizer, Path] | None = None) -> dict[str, Any]:
+           reused: tuple[Tokenizer, Path] | None = None, split_by: str = "thread") -> dict[str, Any]:
     """The one pass of `prepare`, writing into the folder `out` (the staging folder); returns meta."""
     messages = resolve_source(source, cache_dir=cache_dir, groups=groups, count=count, seed=seed)
     report = SkipReport()
@@ -253,7 +268,7 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
             raise UserError(_nothing_kept(source, report, opts))
         parents = thread_parents(*replies)  # for emails that quote nothing: the parent's body as context
         del replies
-        assignment = _split_threads(table, seed, split)
+        assignment = _split_threads(table, seed, split, split_by)
         del table  # its arrays are freed; the assignment keeps 4 bytes an email and 13 a thread
         threads, splits = assignment.threads, assignment.splits
         lap("thread_split_s")
@@ -275,6 +290,8 @@ def _build(out: Path, source: str, *, tokenizer: str, vocab_size: int, split: tu
     stats.update(messages=report.seen, kept=report.kept)
     meta = _meta(source, seed, split, opts, report, duplicates, counts, tok, dtype)
     meta["contexts"] = contexts
+    if split_by == "date":  # a hashed split adds nothing: older folders' meta.json stays the same
+        meta["split_by"] = "date"
     if reused is not None:  # where a reused tokenizer came from; a fitted one adds nothing (same meta as before)
         meta["tokenizer"]["from"] = str(reused[1])
     atomic_write_text(out / "meta.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -319,4 +336,11 @@ def format_report(meta: dict) -> str:
     total = sum(skipped.values())
     reasons = ", ".join(f"{k} {v}" for k, v in skipped.items())
     lines.append(f"skipped: {total}" + (f" ({reasons})" if total else ""))
+    if meta.get("split_by") == "date":
+        lines.append("split by date: the earliest threads train, the latest are held out")
+        train, val = meta["splits"]["train"], meta["splits"]["val"]
+        if train["emails"] < MIN_ADAPT_EMAILS or val["emails"] < MIN_HELD_EMAILS:
+            lines.append(f"note: {train['emails']} train and {val['emails']} validation emails are too few to adapt "
+                         f"a model on (about {MIN_ADAPT_EMAILS} and {MIN_HELD_EMAILS} at least); `train --init` will "
+                         "move little and choose its step from noise, and `serve --learn` may serve you better")
     return "\n".join(lines)

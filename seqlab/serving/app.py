@@ -9,6 +9,7 @@ anywhere: the page, the model and the logs are local.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from torch import nn
 
 from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
@@ -55,11 +57,45 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
     return engine, info
 
 
+def start_learning(state: ServerState, engine: CompletionEngine) -> None:
+    """`--learn`: serve the weights learned before (if they grew from this run's), and start the learner.
+
+    Runs on the model thread once the engine is loaded. A learned copy is swapped in by a job on that same
+    thread, so it replaces the served model between two requests (`CompletionEngine.replace_model`)."""
+    from seqlab.generation.phrases import PhraseBlend, unblended
+    from seqlab.serving.learner import Learner, load_learned, weights_digest
+    from seqlab.serving.personal import PersonalStore
+
+    served = engine.model
+    base_model = unblended(served)
+    base = weights_digest(base_model)
+
+    def wrap(model: nn.Module) -> nn.Module:  # the phrase cache, if any, stays blended into learned weights
+        return PhraseBlend(model, served.phrases) if isinstance(served, PhraseBlend) else model
+
+    state.personal = PersonalStore(state.config.run_dir)
+    learned = copy.deepcopy(base_model)
+    record = load_learned(learned, state.personal.folder, base)
+    if record is not None:
+        engine.replace_model(wrap(learned))
+        base_model = learned
+
+    def swap(model: nn.Module) -> None:
+        state.worker.submit(engine.replace_model, wrap(model))
+
+    state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap,
+                            state.config.learn_settings, base=base, record=record)
+    state.learner.start()
+
+
 def _start_loading(state: ServerState) -> None:
     """Load on the worker thread, so /health answers 503 meanwhile and the model is built where it runs."""
     def load() -> None:
         try:
-            state.engine, state.info = load_engine(state.config)
+            engine, info = load_engine(state.config)
+            if state.config.learn:
+                start_learning(state, engine)
+            state.engine, state.info = engine, info  # ready only now: /health says ok with the learner running
         except Exception as exc:  # noqa: BLE001 (reported by /health; the server stays up to say so)
             state.failed = f"{type(exc).__name__}: {exc}"
             return
@@ -97,6 +133,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.s.learner is not None:
+                app.state.s.learner.stop()  # it checkpoints what it learned since its last swap
             worker.shutdown(wait=False, cancel_futures=True)
             app.state.s.events.close()
 

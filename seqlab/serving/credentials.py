@@ -60,15 +60,21 @@ def config_dir() -> Path:
 
 
 def write_private(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` as JSON to `path`, readable by this user only, replacing any old file atomically.
+    """Write `data` as JSON to `path`, readable by this user only, replacing any old file atomically."""
+    write_private_bytes(path, json.dumps(data, indent=1).encode("utf-8"))
 
-    The folder is created 0700; the file is written to a temporary name created 0600 and renamed over."""
+
+def write_private_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path`, readable by this user only, replacing any old file atomically.
+
+    The folder is created 0700; the file is written to a temporary name created 0600, fsync'd and renamed
+    over, so a kill leaves the old file or the new one, never a mix."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -119,6 +119,15 @@ class CompletionEngine:
             latency_ms=1000 * (time.perf_counter() - start), reused_tokens=reused,
             cut_chars=self._cut_chars(ids, encoded.start), threshold=threshold)
 
+    def replace_model(self, model: nn.Module) -> None:
+        """Serve `model` from now on (the same tokenizer and vocabulary): learned weights swapped in whole.
+
+        Call it where `complete` runs (the server's model thread), so no request is halfway through the old
+        model; the kept sessions hold the old model's states and are dropped."""
+        self.model = model.eval()
+        self.encoder = PromptEncoder(model)
+        self.sessions = SessionStore(self.sessions.max_sessions, self.sessions.max_bytes)
+
     def _cut_chars(self, ids: list[int], start: int) -> int:
         """Characters of the prompt before the window (ids[0] is bos, which stands for no text)."""
         if start <= 1:

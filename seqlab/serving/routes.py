@@ -7,6 +7,8 @@
     POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
     POST   /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
     GET    /v1/stats      acceptance rate and latency percentiles since start
+    POST   /v1/sent       {subject, body, context?}: an email the person finished; kept and learned from
+                          only under --learn (409 otherwise: without it the server stores no text)
     POST   /v1/pair       {name} with the launch token, from a browser extension -> {key, origin}
     DELETE /v1/pair       with a paired extension's key: forget it
 
@@ -18,6 +20,7 @@ Retry-After instead of a growing wait. Errors are JSON `{"error": sentence, "fie
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -87,6 +90,15 @@ class EventRequest(BaseModel):
     accepted_chars: int = Field(0, ge=0, le=MAX_BODY_BYTES)
 
 
+class SentRequest(BaseModel):
+    """An email the person finished writing (and sent): what the server may learn from under --learn."""
+
+    model_config = ConfigDict(extra="forbid")
+    subject: str = Field("", max_length=2000)
+    body: str = Field(min_length=1, max_length=MAX_BODY_BYTES)
+    context: str | None = Field(None, max_length=MAX_BODY_BYTES, description="the message it answered")
+
+
 class PairRequest(BaseModel):
     """An extension asking to be paired, with a label the person will recognise in the list of pairings."""
 
@@ -121,7 +133,12 @@ async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "loading"}, status_code=503, headers={"Retry-After": "1"})
     if caller_of(request) is None:  # anyone on the machine may ask whether it is up, and learn nothing else
         return JSONResponse({"status": "ok"})
-    return JSONResponse({"status": "ok", "model": s.info})
+    return JSONResponse({"status": "ok", "model": s.info, "learning": _learning(s)})
+
+
+def _learning(s: ServerState) -> dict[str, Any] | bool:
+    """False without --learn; else what the learner has done (emails stored, steps, swaps)."""
+    return s.learner.describe() if s.learner is not None else False
 
 
 @router.post("/v1/complete", response_model=CompleteResponse,
@@ -196,7 +213,21 @@ async def stats(request: Request) -> dict[str, Any]:
     return {**s.stats.snapshot(), "waiting": s.waiting, "sessions": len(store) if store is not None else 0,
             "session_bytes": store.bytes if store is not None else 0,
             "log_dropped": s.events.dropped if s.events is not None else 0,
-            "threshold": s.engine.threshold if s.engine is not None else None}
+            "threshold": s.engine.threshold if s.engine is not None else None, "learning": _learning(s)}
+
+
+@router.post("/v1/sent", responses={409: {"description": "the server was started without --learn"}})
+async def sent(req: SentRequest, request: Request) -> Any:
+    """Keep an email the person finished, to learn from while idle (`seqlab serve --learn`)."""
+    s: ServerState = request.app.state.s
+    if s.learner is None or s.personal is None:
+        if s.engine is None:
+            return _not_ready(s)
+        return error(409, "this server does not learn from sent mail (start it with --learn); nothing was stored")
+    personal, learner = s.personal, s.learner
+    count = await asyncio.to_thread(personal.append, req.subject, req.body, req.context)  # fsync: off the loop
+    learner.notify()
+    return {"stored": True, "emails": count}
 
 
 @router.post("/v1/pair", responses={403: {"description": "not the launch token, or not from an extension"}})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from fastapi import Request
 from seqlab.serving.credentials import PAIRED_FILE, PairingStore, config_dir, new_token
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog, RecentIds, ServingStats
+from seqlab.serving.learner import Learner, LearnSettings
+from seqlab.serving.personal import PersonalStore
 from seqlab.serving.sessions import MAX_SESSION_BYTES
 
 
@@ -42,6 +45,8 @@ class ServerConfig:
     token: str = field(default_factory=new_token, repr=False)
     allow_remote: bool = False
     pairing_file: Path | None = None
+    learn: bool = False  # keep the person's sent emails and learn from them while idle (`learner.py`)
+    learn_settings: LearnSettings = field(default_factory=LearnSettings)
     phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
     phrase_weight: float = 0.3
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
@@ -64,6 +69,14 @@ class ServerState:
     events: EventLog | None = None
     pairings: PairingStore | None = None
     issued: RecentIds = field(default_factory=RecentIds)  # completion ids an event may name
+    learner: Learner | None = None
+    personal: PersonalStore | None = None
+    last_request: float = field(default_factory=time.monotonic)  # when a model request last came in
+
+    def idle(self) -> bool:
+        """No request waiting, and none for the learner's quiet time: learning may take a step."""
+        quiet = self.config.learn_settings.idle_s
+        return self.waiting == 0 and time.monotonic() - self.last_request >= quiet
 
 
 async def run_unless_gone(s: ServerState, request: Request, work: Callable[[], Any]) -> Any:
@@ -72,6 +85,7 @@ async def run_unless_gone(s: ServerState, request: Request, work: Callable[[], A
     With nothing else waiting, the idle worker starts the work at once and nobody can leave before their
     turn: the future is awaited alone, without the disconnect watcher (two more tasks and a wait on
     both, paid at every keystroke otherwise)."""
+    s.last_request = time.monotonic()
     if s.waiting == 0:
         s.waiting += 1
         try:

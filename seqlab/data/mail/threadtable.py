@@ -165,8 +165,10 @@ class ThreadTable:
         """Bytes the table holds in memory so far (numpy chunks, and 8 per buffered list entry)."""
         return sum(c.nbytes for c in self._columns)
 
-    def finish(self, seed: int, fractions: Sequence[float]) -> ThreadSplit:
-        """Thread key and split of every email added, as `assign_threads` and `split_for_thread` give them."""
+    def finish(self, seed: int, fractions: Sequence[float], by_date: bool = False,
+               min_held: int = 0) -> ThreadSplit:
+        """Thread key and split of every email added, as `assign_threads` and `split_for_thread` give them;
+        with `by_date`, the split of each thread is by its first email's date instead (`split_by_date`)."""
         self._flush()
         n, at = self._index()
         label = _components(n, np.concatenate((at["parent"], at["subject"])),
@@ -178,6 +180,7 @@ class ThreadTable:
         best_date = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         dated = date != _UNDATED
         np.minimum.at(best_date, at["node"][dated], date[dated])
+        email_date = date if by_date else None  # (emails,) kept for the date split only
         del date, dated
         best_date[best_date == np.iinfo(np.int64).max] = _UNDATED
         name_off = np.zeros(n, dtype=np.int64)
@@ -192,8 +195,14 @@ class ThreadTable:
             del flag, best_date, candidate
             comps, email_comp = np.unique(label[at.pop("node")], return_inverse=True)
             comp_key = key[comps]
-            split = np.array([SPLITS.index(split_for_thread(names.get(name_off[k], name_len[k]), seed, fractions))
-                              for k in comp_key.tolist()], dtype=np.uint8)
+            if email_date is not None:
+                first = np.full(len(comps), np.iinfo(np.int64).max, dtype=np.int64)
+                np.minimum.at(first, email_comp, email_date)  # undated emails (-1) count as the oldest
+                split = split_by_date(first, np.bincount(email_comp, minlength=len(comps)), fractions, min_held)
+            else:
+                split = np.array([SPLITS.index(split_for_thread(names.get(name_off[k], name_len[k]), seed,
+                                                                fractions))
+                                  for k in comp_key.tolist()], dtype=np.uint8)
         except BaseException:
             names.close()
             raise
@@ -288,6 +297,28 @@ class _Names:
 
     def close(self) -> None:
         self._file.close()
+
+
+def split_by_date(first_date: np.ndarray, emails: np.ndarray, fractions: Sequence[float],
+                  min_held: int = 0) -> np.ndarray:
+    """(threads,) uint8 split codes: earlier threads train, later ones are held out.
+
+    A person's mail is small and changes over time, so a hashed split leaves validation a handful of emails
+    from anywhere in their history; here the threads, ordered by their first email's date (ties in input
+    order), go from the latest back: test takes them until it holds its fraction of the emails (and at least
+    `min_held`), then val likewise, and the rest train. Train always keeps the oldest thread."""
+    n, total = len(emails), int(emails.sum())
+    order = np.lexsort((np.arange(n), first_date))  # oldest first
+    split = np.zeros(n, dtype=np.uint8)  # SPLITS[0] is train
+    want = {s: (max(round(f * total), min_held) if f > 0 else 0) for s, f in zip(SPLITS, fractions)}
+    at = n - 1
+    for name in ("test", "val"):
+        held = 0
+        while held < want[name] and at > 0:
+            split[order[at]] = SPLITS.index(name)
+            held += int(emails[order[at]])
+            at -= 1
+    return split
 
 
 class ThreadSplit:

@@ -1,0 +1,215 @@
+"""Learning from the person's own writing while the server is idle (`seqlab serve --learn`).
+
+Gmail's Smart Compose blends a personal model into its suggestions; a local server can do better and learn
+from every email the person finishes, on their own machine. `Learner` keeps a training copy of the served
+model and, on a thread of its own, fine-tunes it on the sent emails of `PersonalStore` in small steps:
+
+- Only when the server is idle (no request for `idle_s` seconds and none waiting), one step at a time, so a
+  keystroke never waits for learning: a step that is running when one arrives finishes on the other core.
+- One step is one email (its tokens as training saw emails: bos, subject, blank line, body, eos), cut into
+  windows the model can read, with AdamW at a small learning rate and the gradient clipped; each email is
+  learned from `passes` times, the least-learned first, the newest among equals.
+- Every `swap_every` steps, and when there is nothing left to learn, a frozen copy of the training model is
+  handed to `on_swap`, which replaces the served model on the model thread between two requests (a request
+  never sees weights that are half updated: the served model is never written to, it is replaced whole).
+- The same weights are checkpointed to RUN_DIR/personal/learned.safetensors (0600, written whole and renamed
+  over, so a kill leaves the last checkpoint) with learned.json naming the base weights they started from;
+  the next `serve --learn` of the same run starts from them. `seqlab forget RUN` deletes both.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from seqlab.data.batches import IGNORE_INDEX
+from seqlab.data.mail.context import original_text
+from seqlab.data.tokenizer import Tokenizer
+from seqlab.evaluation.heldout import lm_loss
+from seqlab.generation.decode import context_limit
+from seqlab.generation.reply import reads_context, reply_context
+from seqlab.runs.files import apply_weights, weights_from_bytes, weights_to_bytes
+from seqlab.serving.credentials import write_private, write_private_bytes
+from seqlab.serving.engine import prompt_text
+from seqlab.serving.personal import LEARNED, LEARNED_META, PersonalStore
+
+
+@dataclass(frozen=True)
+class LearnSettings:
+    """How the server learns: small steps at a small rate, a few passes over each email."""
+
+    lr: float = 3e-4  # a tenth of the recipe's training rate: nudge the general model, do not replace it
+    passes: int = 2  # times each sent email is learned from
+    idle_s: float = 1.0  # quiet time before a step: typing pauses are shorter than this
+    swap_every: int = 8  # steps between two swaps of the served model (and checkpoints)
+    max_tokens: int = 512  # of one email: a recurrent model reads them in one sequence
+    clip: float = 1.0
+
+
+def weights_digest(model: nn.Module) -> str:
+    """SHA-256 of a model's weights (each tensor's name, dtype, shape and values, in name order): which
+    trained model learned weights grew from. Not of the safetensors bytes, whose layout can differ for the
+    same weights (tied tensors are found by storage, which a first forward pass may rearrange)."""
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def load_learned(model: nn.Module, folder: Path, base: str) -> dict[str, Any] | None:
+    """Load folder's learned weights into `model` if they grew from the base weights `base`; their record
+    (steps, emails seen, per-email passes), or None when there are none for this model."""
+    meta_path, weights_path = folder / LEARNED_META, folder / LEARNED
+    if not (meta_path.is_file() and weights_path.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("base") != base:
+        return None  # learned on other weights (the run was trained further): start again from these
+    apply_weights(model, weights_from_bytes(weights_path.read_bytes(), str(weights_path)), str(weights_path))
+    return meta
+
+
+class Learner:
+    """Fine-tunes a copy of `model` on the person's sent emails while the server is idle (module docstring).
+
+    `idle()` says whether the server is idle now; `on_swap(model)` gets each frozen learned copy (eval mode,
+    never written to again). Start with `start()`, wake after a new email with `notify()`, end with `stop()`.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, store: PersonalStore, idle: Callable[[], bool],
+                 on_swap: Callable[[nn.Module], None], settings: LearnSettings | None = None,
+                 base: str | None = None, record: dict[str, Any] | None = None) -> None:
+        self.settings = settings or LearnSettings()
+        self.tokenizer, self.store, self.idle, self.on_swap = tokenizer, store, idle, on_swap
+        self.base = base or weights_digest(model)
+        self.model = copy.deepcopy(model).train()
+        for p in self.model.parameters():
+            p.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.settings.lr, weight_decay=0.0)
+        self.limit = context_limit(model)
+        record = record or {}
+        self.steps = int(record.get("steps", 0))
+        self.passes: list[int] = [int(n) for n in record.get("passes", [])]  # per stored email, in order
+        self.swaps = 0
+        self.last_loss: float | None = None
+        self.failed: str | None = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------------------- the thread
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="seqlab-learner", daemon=True)
+        self._thread.start()
+
+    def notify(self) -> None:
+        """A new email was stored: look for work now rather than at the next poll."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        dirty = 0  # steps since the last swap
+        while not self._stop.is_set():
+            emails = self.store.emails()
+            self.passes += [0] * (len(emails) - len(self.passes))
+            todo = [i for i, n in enumerate(self.passes) if n < self.settings.passes]
+            if not todo:
+                if dirty:
+                    self._publish()
+                    dirty = 0
+                self._wake.wait(5.0)
+                self._wake.clear()
+                continue
+            if not self.idle():
+                self._wake.wait(0.2)  # a person typing: ask again shortly, never in their way
+                self._wake.clear()
+                continue
+            i = min(todo, key=lambda j: (self.passes[j], -j))
+            try:
+                self.last_loss = self.step(emails[i])
+            except Exception as exc:  # noqa: BLE001 (reported by /health; serving goes on with the model it has)
+                self.failed = f"{type(exc).__name__}: {exc}"
+                return
+            self.passes[i] += 1
+            dirty += 1
+            if dirty >= self.settings.swap_every:
+                self._publish()
+                dirty = 0
+        if dirty:
+            self._publish()
+
+    # ----------------------------------------------------------------------------- learning
+
+    def batch(self, text: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """An email's training windows: x, y (B, T) long, y the next tokens (IGNORE_INDEX past the end).
+
+        The ids are the email as training saw it (bos, text, eos), at most `max_tokens`; a model with a
+        context limit reads them in windows of that many tokens, a recurrent one in one sequence."""
+        tok = self.tokenizer
+        ids = [tok.bos_id, *tok.encode(text), tok.eos_id][: self.settings.max_tokens + 1]
+        width = min(self.limit or len(ids) - 1, len(ids) - 1)
+        rows = []
+        for start in range(0, len(ids) - 1, width):
+            chunk = ids[start:start + width + 1]
+            x = chunk[:-1] + [tok.pad_id] * (width - len(chunk) + 1)
+            y = chunk[1:] + [IGNORE_INDEX] * (width - len(chunk) + 1)
+            rows.append((x, y))
+        x = torch.tensor([r[0] for r in rows], dtype=torch.long)  # (B, T)
+        y = torch.tensor([r[1] for r in rows], dtype=torch.long)  # (B, T)
+        return x, y
+
+    def step(self, email: Any) -> float:
+        """One gradient step on one email (with the message it answered, for a model that reads one, as
+        the server reads it: `original_text` of it); its loss in nats per token before the step."""
+        x, y = self.batch(prompt_text(email.subject, email.body))
+        extra = {}
+        if email.context and reads_context(self.model):
+            ctx = reply_context(self.model, self.tokenizer, original_text(email.context.encode("utf-8", "replace")))
+            extra["context"] = ctx.expand(x.size(0))  # one lane per window of the email
+        logits, _ = self.model(x, **extra)  # (B, T, V)
+        loss = lm_loss(logits, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.clip)
+        self.optimizer.step()
+        self.steps += 1
+        return float(loss.detach())
+
+    def _publish(self) -> None:
+        """Checkpoint the learned weights, then hand a frozen copy to be served."""
+        frozen = copy.deepcopy(self.model).eval()
+        for p in frozen.parameters():
+            p.requires_grad_(False)
+        folder = self.store.folder
+        write_private_bytes(folder / LEARNED, weights_to_bytes(frozen))
+        write_private(folder / LEARNED_META, {"base": self.base, "steps": self.steps, "passes": self.passes,
+                                              "emails": len(self.passes), "t": time.time()})
+        self.swaps += 1
+        self.on_swap(frozen)
+
+    def describe(self) -> dict[str, Any]:
+        """What it has learned so far, for /health and /v1/stats."""
+        return {"emails": len(self.store), "steps": self.steps, "swaps": self.swaps,
+                "learned_emails": sum(n >= self.settings.passes for n in self.passes),
+                "last_loss": self.last_loss, "failed": self.failed}
