@@ -69,3 +69,27 @@ def word_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     cfg = apply_overrides(get_preset("tiny"), ["train.max_steps=300", "train.threads=1"])
     train(tiny_data_dir, run, cfg, progress=False)
     return run
+
+
+@pytest.fixture(scope="session")
+def browser_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run the browser tests serve: a tiny GRU trained for 200 steps (about 2 s); fewer steps leave it
+    suggesting nothing at all. Skips (or fails, in CI) without chromium, before training.
+
+    SEQLAB_BROWSER_RUN=RUN_DIR serves that run instead: a real model makes a better screenshot.
+    """
+    from serving_helpers import require_browser
+
+    require_browser()
+    if os.environ.get("SEQLAB_BROWSER_RUN"):
+        return Path(os.environ["SEQLAB_BROWSER_RUN"])
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.training.trainer import train
+
+    run = tmp_path_factory.mktemp("runs") / "browser-gru"
+    cfg = apply_overrides(get_preset("tiny"), [
+        "model.mixer=gru", "model.pos=none", "train.max_steps=200", "train.eval_every=100",
+        "train.ckpt_every=100", "train.threads=1",
+    ])
+    train(tiny_data_dir, run, cfg, progress=False)
+    return run

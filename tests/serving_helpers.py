@@ -1,4 +1,5 @@
-"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread.
+"""A seqlab server for tests: in-process through TestClient, or real on a loopback port in a thread; and the
+headless Chromium that the browser tests (test_browser.py, test_extension.py) drive against it.
 
 Both speak as the person: requests carry the config's token and are addressed to its host and port, as the
 compose page's are (`seqlab.serving.access`). Tests of the gate itself send their own headers.
@@ -13,13 +14,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
@@ -32,16 +34,19 @@ def auth(config: ServerConfig) -> dict[str, str]:
 
 
 @contextmanager
-def running_server(config: ServerConfig, timeout: float = 60.0) -> Iterator[str]:
+def running_server(config: ServerConfig, timeout: float = 60.0,
+                   wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
     """Serve `config` with uvicorn on 127.0.0.1 (a free port, which `config.port` is set to) until the block
-    ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls."""
+    ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls. `wrap` takes
+    the app and returns the ASGI app to serve (a recorder, say)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     config.host, config.port = "127.0.0.1", sock.getsockname()[1]
     url = f"http://127.0.0.1:{config.port}"
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(wrap(app) if wrap else app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -139,3 +144,41 @@ def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# ----------------------------------------------------------------------------- the browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+def require_browser() -> None:
+    """Skip without Debian's chromium and chromedriver, or fail when SEQLAB_REQUIRE_BROWSER=1 (set by CI)."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
+    if missing:
+        reason = f"{' and '.join(missing)} not found (Debian's chromium and chromium-driver; .ci/run installs them)"
+        if os.environ.get("SEQLAB_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"SEQLAB_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+def chromium(user_data_dir: Path, *args: str, capabilities: dict[str, Any] | None = None) -> Any:
+    """Headless Chromium (a selenium driver) with a fresh profile in `user_data_dir`, a 1000x700 window at
+    scale 1, nothing of its own on the network, `args` added (--load-extension=..., say) and `capabilities`
+    set (goog:loggingPrefs, say)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
+    # SE_OFFLINE tells it to stay off the network should anything still call it.
+    os.environ["SE_OFFLINE"] = "true"
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1000,700", "--force-device-scale-factor=1", f"--user-data-dir={user_data_dir}",
+                *args):
+        options.add_argument(arg)
+    for name, value in (capabilities or {}).items():
+        options.set_capability(name, value)
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import shutil
 import threading
 import time
@@ -23,14 +22,11 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
-from serving_helpers import Served, served
+from serving_helpers import Served, chromium, served
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
 WHY_SCREENSHOT = REPO / "out" / "screenshots" / "why.png"
@@ -63,36 +59,6 @@ async function attempt(name, f) { try { out[name] = await f(); } catch (e) { out
 BODY = "Hi Dana,\n\nCould you send me the rep"
 
 
-def _require_browser() -> None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.is_file()]
-    if missing:
-        reason = f"{' and '.join(missing)} not found (Debian's chromium and chromium-driver; .ci/run installs them)"
-        if os.environ.get("SEQLAB_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"SEQLAB_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-        pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny GRU trained for 200 steps (about 2 s): fewer steps leave it suggesting nothing at all.
-
-    SEQLAB_BROWSER_RUN=RUN_DIR serves that run instead: a real model makes a better README screenshot.
-    """
-    _require_browser()
-    if os.environ.get("SEQLAB_BROWSER_RUN"):
-        return Path(os.environ["SEQLAB_BROWSER_RUN"])
-    from seqlab.config import apply_overrides, get_preset
-    from seqlab.training.trainer import train
-
-    run = tmp_path_factory.mktemp("runs") / "browser-gru"
-    cfg = apply_overrides(get_preset("tiny"), [
-        "model.mixer=gru", "model.pos=none", "train.max_steps=200", "train.eval_every=100",
-        "train.ckpt_every=100", "train.threads=1",
-    ])
-    train(tiny_data_dir, run, cfg, progress=False)
-    return run
-
-
 @pytest.fixture(scope="module")
 def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """`seqlab serve` on a free local port as a person starts it; --min-confidence 0 so it always suggests.
@@ -103,20 +69,10 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="module")
 def driver(server: Served, tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    # Selenium Manager would look for (and download) a browser; the explicit driver path skips it, and
-    # SE_OFFLINE tells it to stay off the network should anything still call it.
-    os.environ["SE_OFFLINE"] = "true"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--window-size=1000,700", "--force-device-scale-factor=1",
-                # DNS rebinding without DNS: the attacker's name resolves to this machine
-                f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # what the page's console said
-    browser = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    browser = chromium(tmp_path_factory.mktemp("chromium"),
+                       # DNS rebinding without DNS: the attacker's name resolves to this machine
+                       f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",
+                       capabilities={"goog:loggingPrefs": {"browser": "ALL"}})  # what the page's console said
     try:
         yield browser
     finally:

@@ -1,0 +1,41 @@
+/* What the service worker and the options page share: reading the pairing URL and naming sites.
+ * Loaded by background.js (importScripts) and options.html (<script>); plain functions, no state. */
+"use strict";
+
+const SEQLAB_LOOPBACK = new Set(["127.0.0.1", "localhost"]);  // the host permissions, exactly
+
+/** `http://127.0.0.1:8000/?token=...` (what `seqlab serve` prints) -> {base, token}; throws a sentence. */
+function parsePairingUrl(text) {
+  let url;
+  try {
+    url = new URL(String(text).trim());
+  } catch {
+    throw new Error("that is not a URL: paste the whole URL `seqlab serve` printed");
+  }
+  if (url.protocol !== "http:" || !SEQLAB_LOOPBACK.has(url.hostname)) {
+    throw new Error("the address must be this machine's own server (http://127.0.0.1:PORT/...)");
+  }
+  const token = url.searchParams.get("token");
+  if (!token) throw new Error("the URL has no ?token=...: paste it exactly as `seqlab serve` printed it");
+  return { base: url.origin, token };
+}
+
+/** The origin of a site as the person types it ("mail.example.org" or "https://mail.example.org/x"). */
+function siteOrigin(text) {
+  let s = String(text).trim();
+  if (!/^[a-z]+:\/\//i.test(s)) s = `https://${s}`;
+  let url;
+  try {
+    url = new URL(s);
+  } catch {
+    throw new Error(`not a site: ${text}`);
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error("only http and https sites");
+  return url.origin;
+}
+
+/** The match pattern of an origin. Chromium's patterns match a port; Firefox's take none (docs/extension.md). */
+function originPattern(origin) {
+  const url = new URL(origin);
+  return `${url.protocol}//${url.host}/*`;
+}

@@ -1,0 +1,563 @@
+"""The browser extension (extension/) in a real headless Chromium, against a real server on loopback.
+
+Debian's chromium and chromedriver load the unpacked extension; the server is the app of `seqlab serve`
+on a tiny trained GRU, behind a recorder that notes every request it gets (and, for one test, says the
+model reads context); the fixture pages (tests/extension_fixtures/) come from a second loopback HTTP
+server, so they are a site of their own. Without chromium the module is skipped, unless
+SEQLAB_REQUIRE_BROWSER=1 (set by CI), when it fails instead, as tests/test_browser.py does.
+
+The tests pair through the options page with the token (the pairing kept in a temporary paired.json),
+then check what the writer sees and what the keys do on a textarea, a webmail-shaped contenteditable
+editor and a reply; that undo takes a suggestion back; that the page's own text never holds the ghost;
+that a site not switched on and a password field get nothing; that a hostile page on a switched-on site
+can neither reach the extension's worker nor get a request to the server out of it; and that Forget
+unpairs. The editor test saves out/screenshots/extension.png for the docs (docs/extension.png is a copy,
+made with SEQLAB_BROWSER_RUN set to a better-trained run); the others save a screenshot of their page
+for review.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+from serving_helpers import chromium, require_browser, running_server
+
+REPO = Path(__file__).resolve().parents[1]
+EXTENSION = REPO / "extension"
+FIXTURES = Path(__file__).resolve().parent / "extension_fixtures"
+SCREENSHOT = REPO / "out" / "screenshots" / "extension.png"  # the docs' picture; the others are for review
+WAIT_S = 60  # generous for 2 busy cores; every wait ends as soon as it succeeds
+QUIET_S = 1.0  # longer than the debounce plus a completion: what has not happened by then will not
+SUBJECT = "Quarterly report"
+LINES = ["Hi Dana,", "", "Could you send me the rep"]
+BODY = "\n".join(LINES)
+
+
+def extension_id(path: Path) -> str:
+    """Chromium's id of an unpacked extension: the SHA-256 of its path, 32 hex digits spelt a-p."""
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:32]
+    return "".join(chr(ord("a") + int(c, 16)) for c in digest)
+
+
+# ----------------------------------------------------------------------------- the server, recorded
+
+
+@dataclass
+class Recorder:
+    """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body).
+
+    With `pretend_context` it says on /health that the model reads context and takes `context` out of
+    /v1/complete bodies before the app sees them: the tiny GRU reads none, and the test of the reply page
+    checks what the extension sends to a model that does."""
+
+    app: Any
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    pretend_context: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def since(self, mark: int, path: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            seen = self.requests[mark:]
+        return [r for r in seen if path is None or r["path"] == path]
+
+    def mark(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        chunks: list[bytes] = []
+        more = True
+        while more:  # read the whole body here, then replay it to the app
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw
+        entry = {"method": scope["method"], "path": scope["path"], "origin": headers.get("origin"),
+                 "authorization": headers.get("authorization"), "body": body}
+        with self.lock:
+            self.requests.append(entry)
+        if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
+            entry["context"] = body.pop("context", None)
+            raw = json.dumps(body).encode()
+            scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+                     + [(b"content-length", str(len(raw)).encode())]}
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return await receive()
+
+        if self.pretend_context and scope["path"] == "/health":
+            await self.app(scope, replay, self._reading_context(send))
+        else:
+            await self.app(scope, replay, send)
+
+    @staticmethod
+    def _reading_context(send: Any) -> Any:
+        start: dict = {}
+
+        async def rewrite(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            data = json.loads(message.get("body", b"") or b"{}")
+            if isinstance(data.get("model"), dict):
+                data["model"]["cross_attention"] = True
+            out = json.dumps(data).encode()
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": headers + [(b"content-length", str(len(out)).encode())]})
+            await send({"type": "http.response.body", "body": out, "more_body": False})
+
+        return rewrite
+
+
+@dataclass
+class Recorded:
+    url: str
+    pairing_url: str
+    recorder: Recorder
+    pairing_file: Path
+
+
+@pytest.fixture(scope="module")
+def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    """The server app on a free loopback port, --min-confidence 0 so that it always suggests."""
+    from seqlab.serving.app import ServerConfig
+
+    config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
+                          pairing_file=tmp_path_factory.mktemp("config") / "paired.json")
+    holder: dict[str, Recorder] = {}
+
+    def wrap(app: Any) -> Recorder:
+        holder["recorder"] = Recorder(app)
+        return holder["recorder"]
+
+    with running_server(config, wrap=wrap) as url:
+        # what `seqlab serve` prints: http://127.0.0.1:PORT/?token=TOKEN
+        yield Recorded(url, f"{url}/?token={config.token}", holder["recorder"], config.pairing_file)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    """The fixture pages on a loopback port of their own: http://127.0.0.1:PORT (the site switched on)."""
+    handler = functools.partial(_QuietHandler, directory=str(FIXTURES))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    require_browser()
+    browser = chromium(tmp_path_factory.mktemp("chromium"), f"--load-extension={EXTENSION}",
+                       f"--disable-extensions-except={EXTENSION}")
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+def _options(driver: webdriver.Chrome) -> str:
+    url = f"chrome-extension://{extension_id(EXTENSION)}/options.html"
+    driver.get(url)
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-state").text != "…")
+    return url
+
+
+@pytest.fixture(scope="module")
+def paired(driver: webdriver.Chrome, server: Recorded, site: str) -> str:
+    """Pair through the options page as a person does, and switch the fixture site on; the extension id."""
+    _options(driver)
+    driver.find_element(By.ID, "pair-url").send_keys(server.pairing_url)
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text == "paired")
+    driver.find_element(By.ID, "site-origin").send_keys(site)
+    driver.find_element(By.ID, "site-add").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("on at"))
+    return extension_id(EXTENSION)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _ghost(driver: webdriver.Chrome) -> str:
+    """The ghost text on screen: read through the DevTools protocol, which sees into the closed shadow
+    root that no script of the page can open."""
+    doc = driver.execute_cdp_cmd("DOM.getDocument", {"depth": -1, "pierce": True})
+
+    def find(node: dict, name: str) -> dict | None:
+        if node.get("localName") == name:
+            return node
+        for child in node.get("children", []) + node.get("shadowRoots", []):
+            hit = find(child, name)
+            if hit:
+                return hit
+        return None
+
+    host = find(doc["root"], "seqlab-ghost")
+    if host is None:
+        return ""
+
+    def text_of_class(node: dict, cls: str) -> str | None:
+        attrs = node.get("attributes", [])
+        if "class" in attrs and attrs[attrs.index("class") + 1] == cls:
+            return "".join(c.get("nodeValue", "") for c in node.get("children", []))
+        for child in node.get("children", []) + node.get("shadowRoots", []):
+            hit = text_of_class(child, cls)
+            if hit is not None:
+                return hit
+        return None
+
+    return text_of_class(host, "ghost") or ""
+
+
+def _wait_for_ghost(driver: webdriver.Chrome) -> str:
+    return WebDriverWait(driver, WAIT_S).until(lambda d: _ghost(d))
+
+
+def _keys(driver: webdriver.Chrome, *keys: str) -> None:
+    """Type into whatever has the focus, where its caret is (send_keys on an element moves the caret)."""
+    ActionChains(driver).send_keys(*keys).perform()
+
+
+def _chord(driver: webdriver.Chrome, modifier: str, key: str) -> None:
+    ActionChains(driver).key_down(modifier).send_keys(key).key_up(modifier).perform()
+
+
+def _type_lines(driver: webdriver.Chrome, lines: list[str]) -> None:
+    for i, line in enumerate(lines):
+        if i:
+            _keys(driver, Keys.ENTER)
+        if line:
+            _keys(driver, line)
+
+
+def _text(driver: webdriver.Chrome) -> str:
+    """The compose box's own text, as the site would send it: a textarea's value, an editor's lines (one
+    child element each, as the fixture editors and Chromium's Enter make them)."""
+    return driver.execute_script(
+        "const b = document.getElementById('body');"
+        "if (b.tagName === 'TEXTAREA') return b.value;"
+        "return Array.from(b.children, (c) => c.innerText.replace(/\\n$/, '')).join('\\n')"
+        "  .replace(/\\u00a0/g, ' ');")
+
+
+def _open_textarea(driver: webdriver.Chrome, site: str) -> None:
+    driver.get(f"{site}/textarea.html")
+    driver.find_element(By.ID, "subject").send_keys(SUBJECT)
+    driver.find_element(By.ID, "body").click()
+    _type_lines(driver, LINES)
+
+
+def _caret_to_first_line(driver: webdriver.Chrome) -> None:
+    driver.execute_script(
+        "const b = document.getElementById('body'); b.focus();"
+        "const r = document.createRange(); r.setStart(b.firstElementChild, 0); r.collapse(true);"
+        "const s = getSelection(); s.removeAllRanges(); s.addRange(r);")
+
+
+def _open_editor(driver: webdriver.Chrome, site: str) -> None:
+    driver.get(f"{site}/editor.html")
+    driver.find_element(By.ID, "to").send_keys("Dana Whitfield <dana.whitfield@harbourline.example>")
+    driver.find_element(By.ID, "subject").send_keys(SUBJECT)
+    _caret_to_first_line(driver)
+    _type_lines(driver, LINES)
+
+
+def _screenshot(driver: webdriver.Chrome, name: str) -> None:
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(SCREENSHOT.parent / name))
+
+
+def _settle(driver: webdriver.Chrome) -> None:
+    """Leave the last page and let what it had on its way (a debounced question, an event) arrive, so that a
+    test counting requests counts only its own."""
+    driver.get("about:blank")
+    time.sleep(QUIET_S)
+
+
+def _event_kinds(server: Recorded, mark: int) -> list[str]:
+    return [r["body"]["kind"] for r in server.recorder.since(mark, "/v1/events")]
+
+
+def _wait_for_event(server: Recorded, mark: int, kind: str) -> None:
+    WebDriverWait(None, WAIT_S).until(lambda _: kind in _event_kinds(server, mark))
+
+
+# ----------------------------------------------------------------------------- tests
+
+
+def test_the_options_page_pairs_and_shows_the_model(driver, server, site, paired):
+    pairs = server.recorder.since(0, "/v1/pair")
+    assert [r["method"] for r in pairs] == ["POST"]
+    assert pairs[0]["origin"] == f"chrome-extension://{paired}"
+    assert pairs[0]["authorization"] == "Bearer " + server.pairing_url.split("token=")[1]
+    assert pairs[0]["body"] == {"name": "seqlab extension in Chromium"}
+    kept = json.loads(server.pairing_file.read_text())["paired"]
+    assert [p["origin"] for p in kept] == [f"chrome-extension://{paired}"]
+    # afterwards the extension speaks with its own key, never the launch token
+    later = [r for r in server.recorder.since(0) if r["path"].startswith("/v1/") and r["path"] != "/v1/pair"]
+    assert all(r["authorization"] and server.pairing_url.split("token=")[1] not in r["authorization"]
+               for r in later)
+    _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
+    assert driver.find_element(By.ID, "server-status").text == "ok"
+    assert driver.find_element(By.ID, "server-base").text == server.url
+    _screenshot(driver, "extension-options.png")
+    site_switches = driver.find_elements(By.CSS_SELECTOR, "#sites input[type=checkbox]")
+    on = [s.get_attribute("data-origin") for s in site_switches if s.is_selected()]
+    assert on == [site]  # the fixture site alone; Gmail and the others listed stay off
+    assert len(site_switches) > 1
+
+
+def test_pairing_refuses_other_addresses_and_wrong_tokens(driver, server, paired):
+    """A URL off this machine is refused before anything is sent; a wrong token is the server's 401. Either
+    way the pairing made before stays."""
+    _options(driver)
+    mark = server.recorder.mark()
+    field = driver.find_element(By.ID, "pair-url")
+    field.send_keys("http://mail.example.org/?token=abc")
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "this machine" in d.find_element(By.ID, "message").text)
+    assert not server.recorder.since(mark)
+    field.clear()
+    field.send_keys(f"{server.url}/?token=not-the-token")
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "401" in d.find_element(By.ID, "message").text)
+    assert [r["path"] for r in server.recorder.since(mark)] == ["/v1/pair"]
+    assert len(json.loads(server.pairing_file.read_text())["paired"]) == 1
+    _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-status").text == "ok")
+
+
+def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paired):
+    mark = server.recorder.mark()
+    _open_textarea(driver, site)
+    ghost = _wait_for_ghost(driver)
+    assert _text(driver) == BODY  # shown, not written
+    complete = server.recorder.since(mark, "/v1/complete")[-1]
+    assert complete["body"]["prefix"] == BODY and complete["body"]["subject"] == SUBJECT
+    assert complete["origin"] == f"chrome-extension://{paired}"
+    assert "context" not in complete["body"]  # the tiny GRU reads no context
+    _screenshot(driver, "extension-textarea.png")
+    _keys(driver, Keys.TAB)
+    assert _text(driver) == BODY + ghost
+    assert driver.switch_to.active_element.get_attribute("id") == "body"  # Tab took the ghost, not the focus
+    assert _ghost(driver) == "" or not (BODY + ghost).endswith(_ghost(driver))
+    _wait_for_event(server, mark, "shown")
+    _wait_for_event(server, mark, "accepted")
+    # the next question names the session the server issued with the last answer
+    asked = WebDriverWait(driver, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/complete")[1:])
+    assert asked[0]["body"]["session"] and asked[0]["body"]["prefix"] == BODY + ghost
+    _chord(driver, Keys.CONTROL, "z")
+    assert _text(driver) == BODY
+
+
+def test_textarea_ctrl_right_takes_one_word_and_typing_through_shrinks(driver, server, site, paired):
+    _open_textarea(driver, site)
+    ghost = _wait_for_ghost(driver)
+    stripped = ghost.lstrip()
+    word = ghost[: len(ghost) - len(stripped)] + stripped.split()[0]
+    _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
+    assert _text(driver) == BODY + word
+    rest = ghost[len(word):]
+    if len(rest) >= 1:
+        assert _ghost(driver) == rest
+        mark = server.recorder.mark()
+        _keys(driver, rest[0])
+        assert _ghost(driver) == rest[1:]
+        time.sleep(QUIET_S)
+        assert not server.recorder.since(mark, "/v1/complete")  # typing through asks nothing new
+        assert _ghost(driver) == rest[1:]
+
+
+def test_textarea_escape_dismisses_and_tab_then_moves_on(driver, server, site, paired):
+    _open_textarea(driver, site)
+    _wait_for_ghost(driver)
+    mark = server.recorder.mark()
+    _keys(driver, Keys.ESCAPE)
+    assert _ghost(driver) == ""
+    assert _text(driver) == BODY
+    _wait_for_event(server, mark, "dismissed")
+    _keys(driver, Keys.TAB)  # nothing shown: the site's Tab, to the next field
+    assert driver.switch_to.active_element.get_attribute("id") == "password"
+    assert _text(driver) == BODY
+
+
+def test_password_fields_get_nothing(driver, server, site, paired):
+    _settle(driver)
+    driver.get(f"{site}/textarea.html")
+    mark = server.recorder.mark()
+    driver.find_element(By.ID, "password").click()
+    _keys(driver, "Could you send me the rep")
+    time.sleep(QUIET_S)
+    assert not server.recorder.since(mark, "/v1/complete")
+    assert _ghost(driver) == ""
+
+
+def test_contenteditable_ghost_is_never_the_page_text_and_tab_keeps_undo(driver, server, site, paired):
+    _open_editor(driver, site)
+    ghost = _wait_for_ghost(driver)
+    page = driver.execute_script("return document.getElementById('body').outerHTML")
+    assert ghost.strip() not in driver.execute_script("return document.body.innerText")
+    assert "seqlab" not in page  # nothing of the extension inside the editor
+    assert _text(driver).startswith(BODY + "\n")
+    assert "Sam Okafor" in _text(driver)  # the signature below the caret, untouched
+    _screenshot(driver, SCREENSHOT.name)
+    _keys(driver, Keys.TAB)
+    assert _text(driver).startswith(BODY + ghost.rstrip())
+    assert _text(driver).endswith("\nSam Okafor\nHarbourline Logistics")
+    _chord(driver, Keys.CONTROL, "z")
+    assert _text(driver).startswith(BODY + "\n")
+    assert ghost.strip() not in _text(driver)
+
+
+def test_contenteditable_ctrl_right_typing_through_escape_and_tab(driver, server, site, paired):
+    _open_editor(driver, site)
+    ghost = _wait_for_ghost(driver)
+    stripped = ghost.lstrip()
+    word = ghost[: len(ghost) - len(stripped)] + stripped.split()[0]
+    _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
+    assert _text(driver).startswith(BODY + word + "\n")
+    rest = ghost[len(word):]
+    typed = ""
+    if len(rest) >= 2:
+        assert _ghost(driver) == rest
+        mark = server.recorder.mark()
+        typed = rest[0]
+        _keys(driver, typed)  # typing through: the ghost shrinks and nothing is asked
+        assert _ghost(driver) == rest[1:]
+        time.sleep(QUIET_S)
+        assert not server.recorder.since(mark, "/v1/complete") and _ghost(driver) == rest[1:]
+    if _ghost(driver):
+        _keys(driver, Keys.ESCAPE)
+        assert _ghost(driver) == ""
+    assert _text(driver).startswith(BODY + word + typed + "\n")
+    _keys(driver, Keys.TAB)  # nothing shown: the site's Tab, out of the editor to the Send button
+    assert driver.switch_to.active_element.get_attribute("id") == "send"
+
+
+def test_a_reply_sends_its_subject_and_the_quoted_original(driver, server, site, paired):
+    server.recorder.pretend_context = True
+    try:
+        _options(driver)  # the options page reads /health afresh: the worker learns the model reads context
+        driver.get(f"{site}/reply.html")
+        _caret_to_first_line(driver)
+        mark = server.recorder.mark()
+        _keys(driver, "Thanks Dana, I will send the rep")
+        ghost = _wait_for_ghost(driver)
+        asked = server.recorder.since(mark, "/v1/complete")[-1]
+        _screenshot(driver, "extension-reply.png")
+    finally:
+        server.recorder.pretend_context = False
+    assert asked["body"]["subject"] == "Re: Quarterly report"
+    assert asked["body"]["prefix"] == "Thanks Dana, I will send the rep"
+    assert "Could you send me the quarterly report by Friday?" in asked["context"]
+    assert "Thanks Dana, I will send" not in asked["context"]
+    _keys(driver, Keys.TAB)
+    assert _text(driver).startswith("Thanks Dana, I will send the rep" + ghost.rstrip())
+    assert "On Tue, Dana Whitfield wrote:" in _text(driver)
+
+
+def test_a_site_not_switched_on_gets_nothing(driver, server, site, paired):
+    other = site.replace("127.0.0.1", "localhost")  # the same pages, another origin
+    _settle(driver)
+    mark = server.recorder.mark()
+    driver.get(f"{other}/textarea.html")
+    driver.find_element(By.ID, "body").click()
+    _type_lines(driver, LINES)
+    time.sleep(QUIET_S)
+    assert not server.recorder.since(mark)
+    assert driver.execute_script("return document.querySelector('seqlab-ghost')") is None
+    _keys(driver, Keys.TAB)
+    assert driver.switch_to.active_element.get_attribute("id") == "password"
+
+
+def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server, site, paired):
+    _settle(driver)
+    driver.get(f"{site}/hostile.html")
+    mark = server.recorder.mark()
+    driver.set_script_timeout(WAIT_S)
+    report = driver.execute_async_script("attack(arguments[0]).then(arguments[1])", paired)
+    time.sleep(QUIET_S)
+    assert report["runtime"] == "none"  # no chrome.runtime for pages: nothing externally connectable
+    assert report["sendMessage"] == []
+    assert not server.recorder.since(mark)  # synthetic events and messages asked the server nothing
+    assert report["shadowRoot"] in ("null", "no host")
+    assert report["tabChanged"] == [False, False]
+    pairs = server.recorder.since(0, "/v1/pair")
+    secrets = [server.pairing_url.split("token=")[1]] + [r["authorization"] for r in server.recorder.since(0)
+                                                          if r["authorization"]]
+    assert pairs and all(s.removeprefix("Bearer ") not in report["html"] + report["storage"] for s in secrets)
+    # with a ghost shown for the person's own typing, the page's synthetic keys still accept nothing
+    driver.get(f"{site}/hostile.html")
+    driver.find_element(By.ID, "body").click()
+    _type_lines(driver, LINES)
+    ghost = _wait_for_ghost(driver)
+    for key in ("Tab", "ArrowRight"):
+        driver.execute_script(
+            "document.getElementById('body').dispatchEvent(new KeyboardEvent('keydown',"
+            " {key: arguments[0], ctrlKey: arguments[0] === 'ArrowRight', bubbles: true, cancelable: true}))", key)
+    assert _text(driver) == BODY and _ghost(driver) == ghost
+
+
+def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
+    """Last: the options page's Forget deletes the pairing on the server; the compose box then goes quiet.
+    First, a pairing dropped on the server's side is noticed by the options page, and pairing again mends it."""
+    key = [r["authorization"] for r in server.recorder.since(0, "/v1/complete")][-1]
+    assert httpx.delete(f"{server.url}/v1/pair", headers={"Authorization": key}).json() == {"ok": True}
+    _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "no longer knows" in d.find_element(By.ID, "server-state").text)
+    driver.find_element(By.ID, "pair-url").send_keys(server.pairing_url)
+    driver.find_element(By.ID, "pair").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
+    mark = server.recorder.mark()
+    driver.find_element(By.ID, "forget").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("forgotten"))
+    deletes = [r for r in server.recorder.since(mark, "/v1/pair") if r["method"] == "DELETE"]
+    assert len(deletes) == 1 and deletes[0]["origin"] == f"chrome-extension://{paired}"
+    assert json.loads(server.pairing_file.read_text())["paired"] == []
+    assert "Not paired" in driver.find_element(By.ID, "server-state").text
+    _settle(driver)
+    mark = server.recorder.mark()
+    _open_textarea(driver, site)
+    time.sleep(QUIET_S)
+    assert not server.recorder.since(mark, "/v1/complete")  # no key, no call
+    assert _ghost(driver) == ""
