@@ -58,8 +58,10 @@ async function serverHealth(server, fresh = false) {
   let value;
   try {
     const res = await call(server.base, "/health", { credential: server.key });
-    value = { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
-      error: res.data.error || null };
+    // 401: the server does not know this key (it was unpaired there, or its paired.json was reset)
+    value = res.status === 401 ? { status: "unpaired", model: null, error: null }
+      : { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
+        error: res.data.error || null };
   } catch {
     value = { status: "unreachable", model: null, error: "no answer from the server" };
   }

@@ -53,8 +53,8 @@
       return;
     }
     const h = st.health || {};
-    // /health describes the model only to a caller it knows: without it, the key is no longer paired there
-    const known = h.status !== "ok" || Boolean(h.model);
+    // the server answers 401 to a key it does not know; an older one described the model only to a caller it knew
+    const known = h.status !== "unpaired" && (h.status !== "ok" || Boolean(h.model));
     state.textContent = !known
       ? "The server no longer knows this extension (it was unpaired there): paste its URL again to pair anew."
       : h.status === "ok" ? "Paired: suggestions are on where you switch them on."

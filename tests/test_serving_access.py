@@ -111,6 +111,8 @@ def test_health_tells_a_stranger_only_whether_it_is_ready(server: tuple[str, Ser
     url, config = server
     stranger = httpx.get(f"{url}/health")
     assert stranger.status_code == 200 and stranger.json() == {"status": "ok"}
+    wrong = httpx.get(f"{url}/health", headers={"Authorization": "Bearer not-the-token"})
+    assert wrong.status_code == 401  # a credential that proves nothing is refused, not answered as a stranger
     person = httpx.get(f"{url}/health", headers=auth(config)).json()
     assert person["model"]["params"] > 0 and str(config.run_dir) in json.dumps(person)
     assert str(config.run_dir) not in stranger.text
@@ -150,6 +152,13 @@ def test_a_paired_extension_and_nobody_else(server: tuple[str, ServerConfig]) ->
         assert again["session"] != sid
         # an extension cannot pair others, and unpairing ends its key at once
         assert client.post("/v1/pair", json={"name": "y"}, headers=as_ext).status_code == 403
+        # a pairing removed behind the server's back (another server, an edited file) ends at once
+        saved = file.read_text()
+        file.write_text('{"paired": []}')
+        assert client.get("/health", headers=as_ext).status_code == 403  # its origin is no longer paired
+        assert client.get("/health", headers={"authorization": f"Bearer {key}"}).status_code == 401
+        file.write_text(saved)
+        assert client.get("/health", headers=as_ext).json()["model"]["params"] > 0
         assert client.delete("/v1/pair", headers=as_ext).json() == {"ok": True}
         assert client.post("/v1/complete", json=BODY, headers=as_ext).status_code == 403  # origin no longer paired
         assert client.post("/v1/complete", json=BODY,

@@ -14,9 +14,10 @@ look-ups per request, so typing does not get slower):
    alone, never `*`.
 4. Credential: `/v1/*` needs `Authorization: Bearer` with the launch token, or a paired extension's key
    sent from its own origin (401 otherwise, before the body is read). `/health` without one says only
-   whether the model is ready. With --allow-remote every route needs it; the page and its files can
-   carry it as `?token=` (the page's own links do, `routes.page`), since a `<script src>` cannot send a
-   header and a cookie would also be sent to every other server on that host, whatever its port.
+   whether the model is ready; a wrong one is refused there too. With --allow-remote every route needs
+   it; the page and its files can carry it as `?token=` (the page's own links do, `routes.page`), since a
+   `<script src>` cannot send a header and a cookie would also be sent to every other server on that
+   host, whatever its port.
 5. Body: a POST must be `application/json` (415 otherwise): a cross-site form or a `text/plain` fetch,
    which a browser sends without a preflight, never becomes a call.
 
@@ -151,7 +152,9 @@ class AccessGuard:
             given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
             caller = p.identify_secret(given, origin)
         scope[CALLER] = caller
-        if caller is None and (path.startswith("/v1/") or p.allow_remote):
+        # a credential that proves nothing is refused everywhere, /health included: a paired extension whose
+        # pairing was removed learns so at once, instead of being answered as a stranger
+        if caller is None and (path.startswith("/v1/") or p.allow_remote or auth is not None):
             await _refuse(send, 401, "this server needs its token: open the URL `seqlab serve` printed, or send "
                           "`Authorization: Bearer TOKEN` (the token is in the run's serve/server.json)", extra + cors)
             return

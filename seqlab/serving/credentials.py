@@ -100,14 +100,15 @@ class Pairing:
 class PairingStore:
     """The paired extensions in `path` (paired.json); safe to share between threads.
 
-    Lookups read an in-memory table; a key not found there rereads the file once if it changed on disk,
-    so a pairing made by another running server is seen without a restart."""
+    Every lookup first checks the file's modification time (one stat, a few microseconds) and rereads it
+    when it changed, so a pairing made or removed by another running server, or by editing the file,
+    counts at once."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._by_digest: dict[str, Pairing] = {}
-        self._mtime: float | None = None
+        self._mtime: tuple[int, int, int] | None = None  # what the table was read from: (mtime, size, inode)
         self._load()
 
     def _load(self) -> None:
@@ -116,7 +117,7 @@ class PairingStore:
         except FileNotFoundError:
             self._by_digest, self._mtime = {}, None
             return
-        if stat.st_mtime == self._mtime:
+        if (stat.st_mtime_ns, stat.st_size, stat.st_ino) == self._mtime:
             return
         try:
             rows = json.loads(self.path.read_text(encoding="utf-8")).get("paired", [])
@@ -124,27 +125,26 @@ class PairingStore:
                                               str(r["key_sha256"])) for r in rows}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             table = {}  # an unreadable file pairs nothing: refusing is the safe way to fail
-        self._by_digest, self._mtime = table, stat.st_mtime
+        self._by_digest, self._mtime = table, (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
     def _save(self) -> None:
         rows = [vars(p) for p in sorted(self._by_digest.values(), key=lambda p: p.created)]
         write_private(self.path, {"paired": rows})
-        self._mtime = self.path.stat().st_mtime
+        stat = self.path.stat()
+        self._mtime = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
     @property
     def origins(self) -> frozenset[str]:
         with self._lock:
+            self._load()
             return frozenset(p.origin for p in self._by_digest.values())
 
     def lookup(self, key: str) -> Pairing | None:
         """The pairing whose key is `key`, or None."""
         digest = _digest(key)
         with self._lock:
-            found = self._by_digest.get(digest)
-            if found is None:
-                self._load()
-                found = self._by_digest.get(digest)
-            return found
+            self._load()
+            return self._by_digest.get(digest)
 
     def pair(self, origin: str, name: str) -> str:
         """A new key for `origin` (kept as its digest; the key itself is returned once, here)."""

@@ -51,7 +51,7 @@
 
   // fetch with the token, and JSON's content type when there is a body (the server takes nothing else)
   function api(path, options = {}) {
-    const headers = { Authorization: `Bearer ${TOKEN}` };
+    const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
     if (options.body !== undefined) headers["Content-Type"] = "application/json";
     return fetch(path, { ...options, headers });
   }
@@ -290,7 +290,7 @@
     try {
       const res = await api("/health", { cache: "no-store" });
       const data = await res.json().catch(() => ({}));
-      if (res.ok && !data.model) {  // up, but it did not take the token: it tells the model only to the person
+      if (res.status === 401 || (res.ok && !data.model)) {  // a wrong token, or none: the model is the person's
         setModel("down", TOKEN ? "the token is not this server's" : "no token");
         showError(NEEDS_TOKEN);
         return;
