@@ -3,7 +3,8 @@
  * Who may ask it what (every message is checked against its `sender`):
  *   - the options page (an extension page): pair, status, forget, sites;
  *   - the content script, in the top frame of a tab whose origin the person switched on: hello, complete,
- *     event. Anything else is refused before the server is called.
+ *     event, sent (passed on only to a server that learns). Anything else is refused before the server is
+ *     called.
  * Web pages cannot reach it at all: the manifest has no `externally_connectable`, and no
  * runtime.onMessageExternal listener exists. The key lives in storage.local and never leaves this worker
  * and the options page; a content script receives only {id, text} of a suggestion.
@@ -59,9 +60,9 @@ async function serverHealth(server, fresh = false) {
   try {
     const res = await call(server.base, "/health", { credential: server.key });
     // 401: the server does not know this key (it was unpaired there, or its paired.json was reset)
-    value = res.status === 401 ? { status: "unpaired", model: null, error: null }
+    value = res.status === 401 ? { status: "unpaired", model: null, error: null, learning: false }
       : { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
-        error: res.data.error || null };
+        error: res.data.error || null, learning: Boolean(res.data.learning) };
   } catch {
     value = { status: "unreachable", model: null, error: "no answer from the server" };
   }
@@ -180,6 +181,17 @@ async function complete(tabId, msg) {
   return { id: String(res.data.id || ""), text: String(res.data.text || "") };
 }
 
+/** An email the person sent: to a server that learns (serve --learn) only; any other keeps no text. */
+async function sent(msg) {
+  const { server } = await stored();
+  if (!server || typeof msg.body !== "string" || !msg.body.trim()) return;
+  const h = await serverHealth(server, true);
+  if (!h.learning) return;
+  const body = { subject: String(msg.subject || "").slice(0, 2000), body: msg.body.slice(-PREFIX_MAX) };
+  if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
+  await call(server.base, "/v1/sent", { method: "POST", credential: server.key, body }).catch(() => {});
+}
+
 function sendEvent(msg) {
   const kinds = new Set(["shown", "accepted", "dismissed"]);
   if (!kinds.has(msg.kind) || typeof msg.id !== "string" || !msg.id) return;
@@ -242,6 +254,9 @@ async function handle(msg, sender) {
       return { enabled: true, ...(await complete(sender.tab.id, msg)) };
     case "event":
       sendEvent(msg);
+      return { enabled: true };
+    case "sent":
+      await sent(msg);
       return { enabled: true };
     default:
       return { error: "unknown request" };

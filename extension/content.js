@@ -36,6 +36,7 @@
   const QUOTE = ['blockquote', '.gmail_quote', '[type="cite"]', '#divRplyFwdMsg', '.quoted-original'].join(",");
 
   let box = null;        // the compose box being watched: a textarea or a contenteditable editing host
+  let lastBox = null;    // the compose box last written in, for "sent" (focus has left it by the Send click)
   let current = null;    // the suggestion shown: {id, base, text, taken}
   let timer = 0;
   let asked = 0;         // increments per request; an answer to an older one is dropped
@@ -445,6 +446,46 @@
     if (found === box) return;
     if (current) dismiss();
     box = found;
+    if (found) lastBox = found;
+  }
+
+  // --------------------------------------------------------------------------- "sent"
+
+  // A server started with --learn learns the person's writing from the mail they send. The page shows when
+  // that happens only through its own Send control: a trusted click on a button named Send, or Ctrl/Cmd+Enter
+  // in the box (Gmail's, Outlook's and Roundcube's shortcut), with the box's text, subject and quoted original.
+  const SEND_NAME = /^\s*send\b/i;
+
+  function isSendControl(el) {
+    const control = el instanceof Element
+      ? el.closest('button, [role="button"], input[type="submit"], input[type="button"]') : null;
+    if (!control) return false;
+    const name = control.getAttribute("aria-label") || control.getAttribute("data-tooltip") ||
+      control.getAttribute("title") || control.value || control.textContent || "";
+    return SEND_NAME.test(name);
+  }
+
+  function sameMessage(control, el) {
+    // the Send control belongs to the compose box when they share the nearest form, dialog or main region
+    const scope = (node) => node.closest('form, [role="dialog"], main') || node.ownerDocument.body;
+    return scope(control) === scope(el);
+  }
+
+  function reportSent(el) {
+    if (!el || !el.isConnected) return;
+    const body = el instanceof HTMLTextAreaElement ? el.value : editableText(el, null, 0).text;
+    if (!body.trim()) return;
+    ask({ type: "sent", subject: subjectFor(el), body, context: contextFor(el) });
+  }
+
+  function onClick(e) {
+    if (!e.isTrusted || !lastBox || !isSendControl(e.target)) return;
+    if (sameMessage(e.target, lastBox)) reportSent(lastBox);
+  }
+
+  function onSendKey(e) {
+    if (!e.isTrusted || !box || e.key !== "Enter" || !(e.ctrlKey || e.metaKey)) return;
+    if (e.target === box || box.contains(e.target)) reportSent(box);
   }
 
   function onFocusOut(e) {
@@ -468,6 +509,7 @@
 
   const listeners = [
     [window, "focusin", onFocusIn], [window, "focusout", onFocusOut], [window, "keydown", onKeyDown],
+    [window, "click", onClick], [window, "keydown", onSendKey],
     [window, "beforeinput", onBeforeInput], [window, "input", onInput],
     [document, "selectionchange", onSelectionChange],
     [window, "scroll", reposition], [window, "resize", reposition],
@@ -485,6 +527,7 @@
     cancelPending();
     current = null;
     box = null;
+    lastBox = null;
     if (overlay) overlay.host.remove();
     overlay = null;
   }

@@ -22,6 +22,7 @@ import functools
 import hashlib
 import http.server
 import json
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -148,11 +149,16 @@ class Recorded:
 
 @pytest.fixture(scope="module")
 def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
-    """The server app on a free loopback port, --min-confidence 0 so that it always suggests."""
+    """The server app on a free loopback port, --min-confidence 0 so that it always suggests, learning from
+    sent mail (`serve --learn`) in a copy of the run, so what it learns stays in this module."""
     from seqlab.serving.app import ServerConfig
+    from seqlab.serving.learner import LearnSettings
 
-    config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
-                          pairing_file=tmp_path_factory.mktemp("config") / "paired.json")
+    run = tmp_path_factory.mktemp("learning") / "run"
+    shutil.copytree(browser_run_dir, run, ignore=shutil.ignore_patterns("serve", "personal"))
+    config = ServerConfig(run_dir=run, min_confidence=0.0, log_dir=tmp_path_factory.mktemp("serve"),
+                          pairing_file=tmp_path_factory.mktemp("config") / "paired.json", learn=True,
+                          learn_settings=LearnSettings(idle_s=30.0))  # kept, not learned, during the tests
     holder: dict[str, Recorder] = {}
 
     def wrap(app: Any) -> Recorder:
@@ -536,6 +542,28 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
             "document.getElementById('body').dispatchEvent(new KeyboardEvent('keydown',"
             " {key: arguments[0], ctrlKey: arguments[0] === 'ArrowRight', bubbles: true, cancelable: true}))", key)
     assert _text(driver) == BODY and _ghost(driver) == ghost
+
+
+def test_sending_the_email_hands_it_to_a_learning_server(driver, server, site, paired):
+    """A trusted click on the page's Send button (and Ctrl+Enter) passes the box's text, subject and quoted
+    original to `serve --learn`; the page's own scripted click on Send passes nothing."""
+    _settle(driver)
+    mark = server.recorder.mark()
+    _open_editor(driver, site)
+    _wait_for_ghost(driver)
+    driver.execute_script("document.getElementById('send').click()")  # the page's script, not the person
+    time.sleep(QUIET_S)
+    assert server.recorder.since(mark, "/v1/sent") == []
+    driver.find_element(By.ID, "send").click()
+    WebDriverWait(None, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/sent"))
+    sent = server.recorder.since(mark, "/v1/sent")
+    assert len(sent) == 1 and sent[0]["origin"] == f"chrome-extension://{paired}"
+    assert sent[0]["body"]["subject"] == SUBJECT and sent[0]["body"]["body"].startswith(BODY)
+    mark = server.recorder.mark()
+    _open_textarea(driver, site)
+    _chord(driver, Keys.CONTROL, Keys.ENTER)
+    WebDriverWait(None, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/sent"))
+    assert server.recorder.since(mark, "/v1/sent")[0]["body"]["body"].startswith(BODY)
 
 
 def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from seqlab.data.batches import IGNORE_INDEX
+from seqlab.data.mail.clean import CleanOptions, clean_body
 from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.heldout import lm_loss
@@ -182,7 +183,10 @@ class Learner:
     def step(self, email: Any) -> float:
         """One gradient step on one email (with the message it answered, for a model that reads one, as
         the server reads it: `original_text` of it); its loss in nats per token before the step."""
-        x, y = self.batch(prompt_text(email.subject, email.body))
+        # cleaned as prepare cleans training mail: the quoted original and the signature are not the person's
+        # writing of this email (a reply's original reaches a context-reading model as its context instead)
+        body = clean_body(email.body, CleanOptions()) or email.body
+        x, y = self.batch(prompt_text(email.subject, body))
         extra = {}
         if email.context and reads_context(self.model):
             ctx = reply_context(self.model, self.tokenizer, original_text(email.context.encode("utf-8", "replace")))
