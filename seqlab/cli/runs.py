@@ -103,7 +103,14 @@ def run_eval(args: argparse.Namespace) -> int:
         saved=not args.no_saved, saved_emails=args.saved_emails, saved_words=args.saved_words, rule=args.rule,
         saved_threshold=args.saved_threshold, max_wrong_per_100=args.max_wrong, dynamic=args.dynamic,
         dynamic_lr=args.dynamic_lr)
-    print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(format_eval(result))
+        if "dynamic" in result:
+            from seqlab.evaluation.dynamic import format_dynamic
+
+            print("\n".join(format_dynamic(result["dynamic"])))
     if args.plot is not None:
         from seqlab.studies.coverage import save_coverage_plot
 

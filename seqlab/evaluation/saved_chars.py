@@ -35,6 +35,7 @@ word starts alone would save.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,7 +215,8 @@ def tradeoff_curve(typed: Sequence[TypedEmail], rules: Sequence[str] = RULES,
 
 def candidate_thresholds(typed: Sequence[TypedEmail], rule: str, count: int = 200) -> list[float]:
     """Up to `count` thresholds spread over the quantiles of what the rule compares at each boundary (the
-    first word's probability, or the best prefix's expected saved characters), and 0."""
+    first word's probability, or the best prefix's expected saved characters), 0, and one just above the
+    largest (nothing shown)."""
     values = []
     for e in typed:
         for b in e.boundaries:
@@ -225,6 +227,9 @@ def candidate_thresholds(typed: Sequence[TypedEmail], rule: str, count: int = 20
     if not values:
         return [0.0]
     picks = {values[int(q * (len(values) - 1) / max(1, count - 1))] for q in range(count)}
+    above = math.nextafter(values[-1], math.inf)  # shows nothing: within any cap
+    if rule != FIRST_WORD or above <= 1.0:
+        picks.add(above)
     return sorted(picks | {0.0})
 
 
