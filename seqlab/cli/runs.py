@@ -81,7 +81,9 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    help="also evaluate with dynamic evaluation (a gradient step on each test email after "
                    "scoring it, in date order per sender); the run on disk is not changed")
     p.add_argument("--dynamic-lr", type=non_negative_float, default=None,
-                   help="learning rate of --dynamic's steps (default 1e-3; 0 equals the frozen model)")
+                   help="learning rate of --dynamic's steps (default: the method's; 0 equals the frozen model)")
+    p.add_argument("--dynamic-method", choices=("rms", "sgd"), default="rms",
+                   help="rms: Krause et al.'s RMS-normalised step (default); sgd: plain SGD")
     _add_phrase_options(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=("run", "fp32", "bf16"), default="run",
@@ -102,7 +104,7 @@ def run_eval(args: argparse.Namespace) -> int:
         coverages=args.coverages, phrases=args.phrases, phrase_weight=args.phrase_weight, precision=args.precision,
         saved=not args.no_saved, saved_emails=args.saved_emails, saved_words=args.saved_words, rule=args.rule,
         saved_threshold=args.saved_threshold, max_wrong_per_100=args.max_wrong, dynamic=args.dynamic,
-        dynamic_lr=args.dynamic_lr)
+        dynamic_lr=args.dynamic_lr, dynamic_method=args.dynamic_method)
     if args.json:
         print(json.dumps(result, sort_keys=True))
     else:

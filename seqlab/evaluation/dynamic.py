@@ -36,7 +36,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,10 @@ from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 METHODS = ("sgd", "rms")
-DEFAULT_METHOD, DEFAULT_LR, DEFAULT_DECAY = "rms", 1e-4, 0.0
+# each method's learning rate, chosen on the val split (docs/suggestions.md, "Dynamic evaluation")
+DEFAULT_LRS = {"sgd": 0.03, "rms": 1e-4}
+DEFAULT_METHOD, DEFAULT_DECAY = "rms", 0.0
+DEFAULT_LR = DEFAULT_LRS[DEFAULT_METHOD]
 
 
 @dataclass
@@ -78,7 +81,7 @@ def _timestamp(iso: str | None) -> float | None:
         moment = datetime.fromisoformat(iso)
     except ValueError:
         return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def split_metadata(data_dir: Path, split: str, num_emails: int) -> list[EmailMeta]:
@@ -296,8 +299,8 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
     positions: dict[int, list[int]] = {}
     for k, i in sample_positions([exact_texts[e] for e in exact_picks], positions_per_email, seed):
         positions.setdefault(exact_picks[k], []).append(i)
-    typed_texts = ({int(e): tok.decode(store.email(int(e)).tolist()) for e in completion_picks(store, saved_emails, seed)}
-                   if saved_emails > 0 else {})
+    typed_picks = completion_picks(store, saved_emails, seed) if saved_emails > 0 else []
+    typed_texts = {int(e): tok.decode(store.email(int(e)).tolist()) for e in typed_picks}
     reads = bool(getattr(cfg.model, "cross_attention", False))
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     step = (RMSStep(model, TokenStore(data, "train"), ms_emails, decay, seed=seed, contexts=reads)
@@ -310,7 +313,8 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
                                   contexts=reads, step=step)
     model.load_state_dict(initial)
     diff = paired_bootstrap(passes["frozen"].scores, passes["dynamic"].scores, seed=seed)
-    return {"split": split, "lr": lr, "method": method, "decay": decay, "rule": gate[0], "threshold": gate[1], "coverage": coverage,
+    return {"split": split, "lr": lr, "method": method, "decay": decay, "rule": gate[0], "threshold": gate[1],
+            "coverage": coverage,
             "emails": store.num_emails, "order": {"senders": len({m.sender for m in meta if m.sender}),
                                                    "with_sender": sum(bool(m.sender) for m in meta),
                                                    "dated": sum(m.date is not None for m in meta)},
@@ -339,7 +343,8 @@ def format_dynamic(result: dict[str, Any]) -> list[str]:
         return pct(s["saved"]) + (f" [{100 * ci[0]:.1f}-{100 * ci[1]:.1f}]" if ci else "")
 
     d, o = result["bpb_diff"], result["order"]
-    lines = [f"  dynamic evaluation (SGD lr {result['lr']:g} after each email; {o['with_sender']} of "
+    lines = [f"  dynamic evaluation ({result['method']} step, lr {result['lr']:g}, after each email; "
+             f"{o['with_sender']} of "
              f"{result['emails']} emails with a sender, {o['senders']} senders, {o['dated']} dated):",
              f"    {'':8} {'bits/byte':>9} {'EM@1 at ' + format(100 * result['coverage'], 'g') + '%':>18} "
              f"{'EM@3':>18} {'saved chars':>20}"]
