@@ -38,7 +38,11 @@ def tradeoff_figure(rows: list[dict[str, Any]], title: str = "", cap: float | No
         ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=rule)
     if cap is not None:
         ax.axvline(cap, linestyle="--", color="grey", label=f"{cap:g} wrong per 100 words")
-    ax.set_xlabel("wrong suggestions shown per 100 words typed")
+    # linear below 1 wrong per 100 words, logarithmic above: the useful defaults sit at a few per 100
+    # words, and showing everything reaches 80 or more
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlim(left=0.0)
+    ax.set_xlabel("wrong suggestions shown per 100 words typed (symlog)")
     ax.set_ylabel("characters saved (% of typed)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
