@@ -203,15 +203,16 @@ class Run:
     def evaluate(self, split: str = "val", *, data: str | Path | None = None, threshold: float = 0.0,
                  coverage: float | None = None, coverages: Sequence[float] = COVERAGES, completion_emails: int = 200,
                  positions_per_email: int = 5, phrases: bool = False, phrase_weight: float = 0.3,
-                 precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int = 100,
+                 precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int | None = None,
                  saved_words: int = 50, rule: str | None = None, saved_threshold: float | None = None,
                  max_wrong_per_100: float = 5.0, dynamic: bool = False, dynamic_lr: float | None = None,
                  dynamic_method: str = "rms") -> dict[str, Any]:
         """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
         compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
         `coverages` (`by_coverage`) and at `coverage`, and (with `saved`) saved characters (`saved_chars`:
-        `saved_emails` emails typed for `saved_words` words, at `rule`/`saved_threshold`, default the run's
-        calibration, and each rule's best threshold within `max_wrong_per_100`). `precision` "run" (as
+        `saved_emails` emails, default the smaller of 100 and `completion_emails`, typed for `saved_words`
+        words, at `rule`/`saved_threshold`, default the run's calibration, and each rule's best threshold
+        within `max_wrong_per_100`). `precision` "run" (as
         trained), "fp32" or "bf16". With `dynamic`, the same measures again under dynamic evaluation
         (`seqlab.evaluation.dynamic`: `dynamic_method` "rms" or "sgd", at `dynamic_lr`, default the
         method's) under "dynamic", beside the frozen model's; the weights on disk are never changed."""
@@ -232,7 +233,8 @@ class Run:
                 self.path, data, split, self.device, method=dynamic_method,
                 lr=DEFAULT_LRS.get(dynamic_method, 0.0) if dynamic_lr is None else dynamic_lr,
                 coverage=coverage or 0.2, completion_emails=completion_emails,
-                positions_per_email=positions_per_email, saved_emails=saved_emails if saved else 0,
+                positions_per_email=positions_per_email,
+                saved_emails=(min(100, completion_emails) if saved_emails is None else saved_emails) if saved else 0,
                 saved_words=saved_words, rule=rule, threshold=saved_threshold)
         return result
 

@@ -65,8 +65,9 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    help="coverages of the ExactMatch table (default 0.05,0.1,0.2,0.5,1)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="also draw ExactMatch against coverage to this PNG")
-    p.add_argument("--saved-emails", type=positive_int, default=100,
-                   help="held-out emails typed word by word for saved characters (default 100)")
+    p.add_argument("--saved-emails", type=positive_int, default=None,
+                   help="held-out emails typed word by word for saved characters (default 100, at most "
+                   "--completion-emails)")
     p.add_argument("--saved-words", type=positive_int, default=50,
                    help="words typed of each of them (default 50)")
     p.add_argument("--no-saved", action="store_true", help="skip saved characters")

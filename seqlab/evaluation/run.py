@@ -64,7 +64,7 @@ def evaluate_run(
     completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 200,
     positions_per_email: int = 5, max_words: int = 5, batch_size: int = EVAL_BATCH, seed: int = 0,
     completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
-    precision: str = "run", saved: bool = True, saved_emails: int = 100, saved_words: int = 50,
+    precision: str = "run", saved: bool = True, saved_emails: int | None = None, saved_words: int = 50,
     rule: str | None = None, threshold: float | None = None, max_wrong_per_100: float = MAX_WRONG_PER_100,
 ) -> dict[str, Any]:
     """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
@@ -78,7 +78,8 @@ def evaluate_run(
     model (`seqlab.generation.phrases`), and the loss and bits per byte stay the model's own.
 
     With `completions` and `saved`, also `saved_chars` (`seqlab.evaluation.saved_chars`): up to
-    `saved_emails` emails (drawn as above) typed for their first `saved_words` words, the share of
+    `saved_emails` emails (default the smaller of 100 and `completion_emails`; drawn as above) typed for
+    their first `saved_words` words, the share of
     characters accepted suggestions save and the wrong suggestions shown per 100 words, at `rule` and
     `threshold` (default: the run's calibration.json, else the default rule with no threshold) under "at",
     and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`.
@@ -90,6 +91,8 @@ def evaluate_run(
     for c in [*coverages, *([target_coverage] if target_coverage is not None else [])]:
         if not 0.0 < c <= 1.0:
             raise UserError(f"a target coverage must be in (0, 1], not {c}.")
+    if saved_emails is None:
+        saved_emails = min(100, completion_emails)  # typing costs a proposal per word: fewer emails suffice
     if completion_emails < 1 or positions_per_email < 1 or saved_emails < 1 or saved_words < 1:
         raise UserError("the completion emails, positions per email, emails and words typed must be at least 1.")
     gate = served_gate(run_dir, rule, threshold)
