@@ -22,6 +22,7 @@ from seqlab.evaluation.dynamic import (
     format_dynamic,
     split_metadata,
 )
+from seqlab.evaluation.run import evaluate_run
 from seqlab.runs.load import load_run
 
 
@@ -37,6 +38,12 @@ def test_lr_zero_is_the_frozen_model_exactly(gru_run_dir: Path, method: str) -> 
     assert r["frozen"] == r["dynamic"] and r["bpb_diff"]["diff"] == 0.0
     assert r["frozen"]["saved_chars"]["emails"] == 2 and r["frozen"]["at_coverage"]["positions"] > 0
     assert "frozen" in "\n".join(format_dynamic(r))
+    # and the frozen pass is `seqlab eval`'s: the same ExactMatch positions and proposals, the same typing
+    static = evaluate_run(gru_run_dir, split="val", device="cpu", completion_emails=4, positions_per_email=2,
+                          coverages=(0.2,), saved_emails=2, saved_words=10, precision="fp32")
+    assert r["frozen"]["at_coverage"] == static["by_coverage"][0]
+    assert r["frozen"]["saved_chars"] == static["saved_chars"]["at"]
+    assert r["frozen"]["bpb"] == pytest.approx(static["bpb"], rel=1e-5)
     moved = dynamic_eval(gru_run_dir, split="val", lr=0.05, completion_emails=4, positions_per_email=2,
                          saved_emails=2, saved_words=10, method=method)
     assert moved["frozen"] == r["frozen"] and moved["dynamic"]["bpb"] != r["frozen"]["bpb"]

@@ -18,8 +18,8 @@
  * server would refuse a context it cannot read, and the writer should not think it helps.
  *
  * API: POST /v1/complete {prefix, subject, session, max_words, context?} -> {id, text, confidence,
- * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health. Every call
- * carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
+ * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars};
+ * GET /health. Every call carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
  * document for the "why?" panel (why.js).
  */
 (() => {
@@ -188,7 +188,8 @@
       if (inflight === ctrl) inflight = null;
     }
     // The writer kept going while the model thought: this answer is for a text that no longer exists.
-    if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body || replyContext() !== context) return;
+    if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body) return;
+    if (replyContext() !== context) return;  // and so is one for another original
     showMetrics(data);
     if (current) finish("dismissed");
     if (!data.text) return;  // the model was unsure, and said so with an empty text
@@ -300,7 +301,8 @@
   }
   // a closed box for a model that cannot read it: opening it would only offer a disabled field
   replyBox.addEventListener("toggle", () => { if (!readsContext && replyBox.open) replyBox.open = false; });
-  // a changed original makes the suggestion on screen stale: ask again for the body as it is
+  // a changed original makes the suggestion on screen stale: it goes, and the body's next keystroke asks
+  // again with the new original
   replyText.addEventListener("input", () => { if (current) finish("dismissed"); });
 
   function setModel(state, text) {
