@@ -42,13 +42,14 @@ SIGNATURES: dict[str, str] = {
     'Run.tokenizer': 'property',
     'Run.config': 'property',
     'Run.summary': 'property',
-    'Run.complete': "(self, prefix: 'str', *, max_words: 'int' = 5, temperature: 'float' = 0.0, top_k: 'int | None' = None, top_p: 'float | None' = None, beam: 'int' = 1, seed: 'int | None' = None, threshold: 'float | None' = None, phrases: 'bool' = False, phrase_weight: 'float' = 0.3, reply_to: 'str | Path | None' = None) -> 'Completion'",  # noqa: E501
+    'Run.complete': "(self, prefix: 'str', *, max_words: 'int' = 5, temperature: 'float' = 0.0, top_k: 'int | None' = None, top_p: 'float | None' = None, beam: 'int' = 1, seed: 'int | None' = None, threshold: 'float | None' = None, phrases: 'bool' = False, phrase_weight: 'float' = 0.3, reply_to: 'str | Path | None' = None, rule: 'str' = 'expected-chars') -> 'Completion'",  # noqa: E501
     'Run.next_tokens': "(self, prefix: 'str', k: 'int' = 5) -> 'list[NextToken]'",
     'Run.score': "(self, text: 'str') -> 'Score'",
     'Run.attention': "(self, text: 'str', *, layer: 'int | None' = None, head: 'int | None' = None, query: 'int | None' = None) -> 'Attention'",  # noqa: E501
     'Run.inspect': "(self, text: 'str') -> 'Inspection'",
-    'Run.evaluate': "(self, split: 'str' = 'val', *, data: 'str | Path | None' = None, threshold: 'float' = 0.0, coverage: 'float | None' = None, coverages: 'Sequence[float]' = (0.05, 0.1, 0.2, 0.5, 1.0), completion_emails: 'int' = 200, positions_per_email: 'int' = 5, phrases: 'bool' = False, phrase_weight: 'float' = 0.3, precision: 'str' = 'run', completions: 'bool' = True) -> 'dict[str, Any]'",  # noqa: E501
-    'Run.calibrate': "(self, coverage: 'float' = 0.5, *, split: 'str' = 'val', emails: 'int' = 200, max_words: 'int' = 3, data: 'str | Path | None' = None) -> 'dict[str, Any]'",  # noqa: E501
+    'Run.evaluate': "(self, split: 'str' = 'val', *, data: 'str | Path | None' = None, threshold: 'float' = 0.0, coverage: 'float | None' = None, coverages: 'Sequence[float]' = (0.05, 0.1, 0.2, 0.5, 1.0), completion_emails: 'int' = 200, positions_per_email: 'int' = 5, phrases: 'bool' = False, phrase_weight: 'float' = 0.3, precision: 'str' = 'run', completions: 'bool' = True, saved: 'bool' = True, saved_emails: 'int | None' = None, saved_words: 'int' = 50, rule: 'str | None' = None, saved_threshold: 'float | None' = None, max_wrong_per_100: 'float' = 5.0, dynamic: 'bool' = False, dynamic_lr: 'float | None' = None, dynamic_method: 'str' = 'rms') -> 'dict[str, Any]'",  # noqa: E501
+    'Run.calibrate': "(self, coverage: 'float' = 0.5, *, split: 'str' = 'val', emails: 'int' = 200, max_words: 'int' = 3, data: 'str | Path | None' = None, target: 'str' = 'coverage', rule: 'str' = 'expected-chars', max_wrong_per_100: 'float' = 5.0, words: 'int' = 50) -> 'dict[str, Any]'",  # noqa: E501
+    'Run.tradeoff': "(self, split: 'str' = 'val', *, data: 'str | Path | None' = None, emails: 'int' = 100, words: 'int' = 50, max_words: 'int' = 3, max_wrong_per_100: 'float' = 5.0) -> 'dict[str, Any]'",  # noqa: E501
     'Run.fit_phrases': "(self, *, data: 'str | Path | None' = None, min_context: 'int' = 4, max_context: 'int' = 8, min_count: 'int' = 2) -> 'dict[str, Any]'",  # noqa: E501
     'Completion': "(text: 'str', ids: 'list[int]' = <factory>, confidence: 'float' = 0.0, word_confidences: 'list[float]' = <factory>) -> None",  # noqa: E501
     'Score': "(ids: 'list[int]', labels: 'list[str]', logprobs: 'np.ndarray', target_bytes: 'np.ndarray') -> None",

@@ -5,6 +5,9 @@ browser or a driver. Without them the module is skipped, unless SEQLAB_REQUIRE_B
 when it fails instead. The tests check what the writer sees and what the keys do: the ghost text, Tab,
 Ctrl+Right, Esc, typing through a suggestion, Tab moving the focus on when nothing is suggested, and the
 "why?" panel.
+The "replying to" box is checked against a second server whose tiny GRU reads a context
+(model.cross_attention=true): its text goes with the request, and the page shows what a direct call with
+that context answers; for the first model the box stays closed and says the model does not read it.
 The last test saves out/screenshots/compose.png for the README.
 """
 
@@ -20,12 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
-from serving_helpers import Served, chromium, served
+from serving_helpers import Served, chromium, require_browser, served
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
@@ -64,6 +68,23 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     """`seqlab serve` on a free local port as a person starts it; --min-confidence 0 so it always suggests.
     The page is opened from the URL it printed (with the token)."""
     with served(browser_run_dir, tmp_path_factory.mktemp("serve"), "--min-confidence", "0", timeout=WAIT_S) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def reply_server(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """`seqlab serve` on a tiny GRU that reads the message being answered (model.cross_attention=true)."""
+    require_browser()
+    from seqlab.config import apply_overrides, get_preset
+    from seqlab.training.trainer import train
+
+    run = tmp_path_factory.mktemp("runs") / "browser-reply"
+    cfg = apply_overrides(get_preset("tiny"), [
+        "model.mixer=gru", "model.pos=none", "model.cross_attention=true", "model.ctx_layers=1",
+        "train.max_steps=120", "train.eval_every=60", "train.ckpt_every=60", "train.threads=1",
+    ])
+    train(tiny_data_dir, run, cfg, progress=False)
+    with served(run, tmp_path_factory.mktemp("serve-reply"), "--min-confidence", "0", timeout=WAIT_S) as s:
         yield s
 
 
@@ -119,7 +140,61 @@ def _requests(driver: webdriver.Chrome) -> str:
     return driver.find_element(By.ID, "body").get_attribute("data-requests")
 
 
+# What the page sends: every request body the compose page passes to fetch, kept in window.sent.
+RECORD_FETCH = """const real = window.fetch; window.sent = [];
+window.fetch = (url, options = {}) => { window.sent.push([String(url), options.body || null]);
+  return real(url, options); };"""
+ORIGINAL = "Subject: Thursday\n\nHi Sam, can we meet in room 5 on Thursday at 10?"
+
+
+def _sent_completions(driver: webdriver.Chrome) -> list[dict]:
+    return [json.loads(body) for url, body in driver.execute_script("return window.sent")
+            if url.endswith("/v1/complete")]
+
+
+def _ready(driver: webdriver.Chrome) -> None:
+    WebDriverWait(driver, WAIT_S).until(lambda d: "ready" in d.find_element(By.ID, "model").get_attribute("class"))
+
+
 # ----------------------------------------------------------------------------- tests
+
+
+def test_the_replying_to_box_sends_the_original_to_a_model_that_reads_it(driver, reply_server):
+    driver.get(reply_server.page)
+    _ready(driver)
+    box, text = driver.find_element(By.ID, "reply"), driver.find_element(By.ID, "reply-to")
+    assert not box.get_attribute("open") and text.is_enabled()
+    driver.find_element(By.ID, "reply-summary").click()  # the box opens onto its textarea
+    assert box.get_attribute("open") and text.is_displayed()
+    text.send_keys(ORIGINAL)
+    driver.execute_script(RECORD_FETCH)
+    driver.find_element(By.ID, "subject").send_keys(SUBJECT)
+    area = driver.find_element(By.ID, "body")
+    area.click()
+    area.send_keys(BODY)
+    ghost = _wait_for_ghost(driver)
+    asked = _sent_completions(driver)[-1]
+    assert asked["context"] == ORIGINAL and asked["prefix"] == BODY
+    # the page shows what the server answers for that body with that original
+    direct = httpx.post(f"{reply_server.url}/v1/complete", headers=reply_server.headers(), timeout=30,
+                        json={"prefix": BODY, "subject": SUBJECT, "max_words": 3, "context": ORIGINAL}).json()
+    assert direct["text"] == ghost
+
+
+def test_the_replying_to_box_says_when_the_model_does_not_read_it(driver, server):
+    driver.get(server.page)
+    _ready(driver)
+    box, text = driver.find_element(By.ID, "reply"), driver.find_element(By.ID, "reply-to")
+    summary = driver.find_element(By.ID, "reply-summary")
+    assert "does not read" in summary.text and not text.is_enabled()
+    summary.click()  # it does not open onto a field that would do nothing
+    WebDriverWait(driver, WAIT_S).until(lambda d: not box.get_attribute("open"))
+    driver.execute_script(RECORD_FETCH)
+    area = driver.find_element(By.ID, "body")
+    area.click()
+    area.send_keys(BODY)
+    _wait_for_ghost(driver)  # a suggestion still comes, asked for without a context
+    assert all("context" not in body for body in _sent_completions(driver))
 
 
 def test_tab_accepts_the_whole_suggestion(driver, server):

@@ -47,7 +47,7 @@ def test_config_round_trips_through_json() -> None:
 
 # The subcommands of the command line contract (ARCHITECTURE.md, "Command line").
 SUBCOMMANDS = {"prepare", "train", "eval", "calibrate", "complete", "phrases", "attention", "inspect", "lesson",
-               "compare", "demo", "serve", "forget", "bench"}
+               "compare", "demo", "serve", "forget", "bench", "tradeoff"}
 
 
 def test_main_without_command_prints_help(capsys: pytest.CaptureFixture) -> None:

@@ -21,6 +21,7 @@ from seqlab.generation.decode import (
     generate_with_logprobs,
     select_state,
 )
+from seqlab.generation.gate import kept_words, prefix_values
 from seqlab.models import build_model
 
 V = 259  # byte tokenizer vocabulary
@@ -227,12 +228,45 @@ def test_complete_heals_a_trailing_space_and_stops_at_eos() -> None:
 def test_complete_threshold_withholds_unsure_suggestions() -> None:
     model, tok = scripted("Hi ", " see you ")
     conf, both = p_of() ** 3, p_of() ** 7  # "see", then "see you" as one phrase
-    assert complete(model, tok, "Hi ", threshold=both * 0.9).text == "see you"
+    assert complete(model, tok, "Hi ", threshold=both * 0.9, rule="first-word").text == "see you"
     # sure of "see" but not of "see you" together: the unsure tail is cut, ids and confidences with it
-    cut = complete(model, tok, "Hi ", threshold=conf * 0.9)
+    cut = complete(model, tok, "Hi ", threshold=conf * 0.9, rule="first-word")
     assert cut.text == "see" and cut.ids == list(b" see") and cut.word_confidences == pytest.approx([conf])
-    withheld = complete(model, tok, "Hi ", threshold=conf * 1.1)
+    withheld = complete(model, tok, "Hi ", threshold=conf * 1.1, rule="first-word")
     assert withheld == Completion("", [], withheld.confidence) and withheld.confidence == pytest.approx(conf)
+
+
+def test_expected_chars_rule_keeps_the_prefix_worth_most_characters() -> None:
+    model, tok = scripted("Hi ", " see you ")
+    conf, both = p_of() ** 3, p_of() ** 7
+    see, see_you = conf * (3 - 1), both * (7 - 1)  # P(prefix) * (its characters - the accepting keystroke)
+    best, other = (("see you", see_you), ("see", see)) if see_you >= see else (("see", see), ("see you", see_you))
+    assert complete(model, tok, "Hi ", threshold=best[1] * 0.99).text == best[0]  # the default rule
+    assert complete(model, tok, "Hi ", threshold=best[1] * 1.01).text == ""
+    assert complete(model, tok, "Hi ", threshold=0.0).word_confidences == pytest.approx(
+        [conf, both][: len(best[0].split())])
+    # the same numbers from the gate alone
+    assert kept_words("see you", [conf, both], "expected-chars", best[1] * 0.99) == len(best[0].split())
+    assert prefix_values("see you", [conf, both]) == pytest.approx([see, see_you])
+    assert other[1] != best[1]
+
+
+def test_lone_punctuation_is_never_shown_by_the_default_rule() -> None:
+    model, tok = scripted("Hi there", ". ")
+    assert complete(model, tok, "Hi there", rule="first-word").text == "."
+    assert complete(model, tok, "Hi there").text == ""
+    assert complete(model, tok, "Hi there", threshold=0.0).text == ""
+    assert kept_words(", -", [0.9, 0.8], "expected-chars", None) == 0
+    assert kept_words(", and", [0.9, 0.8], "expected-chars", None) == 2
+
+
+def test_a_threshold_out_of_its_rules_range_is_refused() -> None:
+    model, tok = scripted("Hi ", " see you ")
+    with pytest.raises(ValueError, match="threshold"):
+        complete(model, tok, "Hi ", threshold=1.5, rule="first-word")
+    assert complete(model, tok, "Hi ", threshold=1e-9).text  # characters: any number of 0 or more
+    with pytest.raises(ValueError, match="rule"):
+        complete(model, tok, "Hi ", rule="loudest")
 
 
 def test_complete_drops_a_word_cut_by_the_token_budget() -> None:

@@ -18,6 +18,7 @@ import torch
 
 from seqlab.api.views import Attention, Inspection, NextToken, Score
 from seqlab.errors import UserError
+from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS
 
 if TYPE_CHECKING:
     from seqlab.config import RunConfig
@@ -86,14 +87,17 @@ class Run:
 
     def complete(self, prefix: str, *, max_words: int = 5, temperature: float = 0.0, top_k: int | None = None,
                  top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
-                 phrases: bool = False, phrase_weight: float = 0.3, reply_to: str | Path | None = None) -> Completion:
+                 phrases: bool = False, phrase_weight: float = 0.3, reply_to: str | Path | None = None,
+                 rule: str = DEFAULT_RULE) -> Completion:
         """Suggest how `prefix` (an email typed so far) goes on: up to `max_words` words, greedy by default.
 
         A positive `temperature` samples (with `top_k` / `top_p`, reproducible with `seed`); `beam` > 1 runs
-        beam search. With `threshold`, a suggestion whose first word's probability is below it comes back
-        empty. `phrases` blends RUN_DIR/phrases.npz (`Run.fit_phrases`) in at `phrase_weight`. `reply_to` is the
-        message being answered (its text, or a Path to a message file) for a model trained with
-        model.cross_attention=true. The result has `.text`, `.confidence` and `.words`.
+        beam search. `rule` says what `threshold` gates (`seqlab.generation.gate`): under "expected-chars"
+        (the default; lone punctuation is never shown) a suggestion is shown when its best prefix's
+        P(words) * (characters - 1) reaches it, under "first-word" when its first word's probability does;
+        below it the suggestion comes back empty. `phrases` blends RUN_DIR/phrases.npz (`Run.fit_phrases`)
+        in at `phrase_weight`. `reply_to` is the message being answered (its text, or a Path to a message
+        file) for a model trained with model.cross_attention=true. The result has `.text`, `.confidence` and `.words`.
         """
         from seqlab.generation.complete import complete
         from seqlab.generation.reply import read_reply_to, reply_context
@@ -106,8 +110,8 @@ class Run:
             return complete(model, tok, prefix, max_words=max_words, temperature=temperature, top_k=top_k,
                             top_p=top_p, beam=beam, seed=seed, threshold=threshold,
                             phrases=self._phrases(phrases, phrase_weight),
-                            context=reply_context(model, tok, original))
-        except ValueError as exc:  # an option out of range (max_words, beam, threshold)
+                            context=reply_context(model, tok, original), rule=rule)
+        except ValueError as exc:  # an option out of range (max_words, beam, threshold, rule)
             raise UserError(str(exc)) from None
 
     def _phrases(self, use: bool, weight: float) -> PhraseModel | None:
@@ -199,26 +203,78 @@ class Run:
     def evaluate(self, split: str = "val", *, data: str | Path | None = None, threshold: float = 0.0,
                  coverage: float | None = None, coverages: Sequence[float] = COVERAGES, completion_emails: int = 200,
                  positions_per_email: int = 5, phrases: bool = False, phrase_weight: float = 0.3,
-                 precision: str = "run", completions: bool = True) -> dict[str, Any]:
+                 precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int | None = None,
+                 saved_words: int = 50, rule: str | None = None, saved_threshold: float | None = None,
+                 max_wrong_per_100: float = 5.0, dynamic: bool = False, dynamic_lr: float | None = None,
+                 dynamic_method: str = "rms") -> dict[str, Any]:
         """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
         compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
-        `coverages` (`by_coverage`) and at `coverage`. `precision` "run" (as trained), "fp32" or "bf16"."""
+        `coverages` (`by_coverage`) and at `coverage`, and (with `saved`) saved characters (`saved_chars`:
+        `saved_emails` emails, default the smaller of 100 and `completion_emails`, typed for `saved_words`
+        words, at `rule`/`saved_threshold`, default the run's calibration, and each rule's best threshold
+        within `max_wrong_per_100`). `precision` "run" (as
+        trained), "fp32" or "bf16". With `dynamic`, the same measures again under dynamic evaluation
+        (`seqlab.evaluation.dynamic`: `dynamic_method` "rms" or "sgd", at `dynamic_lr`, default the
+        method's) under "dynamic", beside the frozen model's; the weights on disk are never changed."""
         from seqlab.evaluation.run import evaluate_run
 
         if precision not in ("run", "fp32", "bf16"):
             raise UserError(f"precision must be run, fp32 or bf16, not {precision!r}.")
-        return evaluate_run(self.path, data, split, self.device, completion_threshold=threshold,
-                            target_coverage=coverage or None, completion_emails=completion_emails,
-                            positions_per_email=positions_per_email, coverages=coverages, completions=completions,
-                            phrases=self._phrases(phrases, phrase_weight), precision=precision)
+        result = evaluate_run(self.path, data, split, self.device, completion_threshold=threshold,
+                              target_coverage=coverage or None, completion_emails=completion_emails,
+                              positions_per_email=positions_per_email, coverages=coverages,
+                              completions=completions, phrases=self._phrases(phrases, phrase_weight),
+                              precision=precision, saved=saved, saved_emails=saved_emails, saved_words=saved_words,
+                              rule=rule, threshold=saved_threshold, max_wrong_per_100=max_wrong_per_100)
+        if dynamic:
+            from seqlab.evaluation.dynamic import DEFAULT_LRS, dynamic_eval
+
+            result["dynamic"] = dynamic_eval(
+                self.path, data, split, self.device, method=dynamic_method,
+                lr=DEFAULT_LRS.get(dynamic_method, 0.0) if dynamic_lr is None else dynamic_lr,
+                coverage=coverage or 0.2, completion_emails=completion_emails,
+                positions_per_email=positions_per_email,
+                saved_emails=(min(100, completion_emails) if saved_emails is None else saved_emails) if saved else 0,
+                saved_words=saved_words, rule=rule, threshold=saved_threshold)
+        return result
+
+    def tradeoff(self, split: str = "val", *, data: str | Path | None = None, emails: int = 100, words: int = 50,
+                 max_words: int = 3, max_wrong_per_100: float = 5.0) -> dict[str, Any]:
+        """The trade-off curve of the suggestion rules (`seqlab tradeoff`): `emails` held-out emails typed for
+        `words` words; for each rule and threshold of `seqlab.evaluation.saved_chars.CURVE_THRESHOLDS` the
+        saved share and wrong suggestions per 100 words ("curve"), and each rule's best threshold within
+        `max_wrong_per_100` with 95% bootstrap intervals ("best")."""
+        from seqlab.data.store import TokenStore
+        from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
+        from seqlab.evaluation.saved_chars import RULES, best_threshold, tradeoff_curve, type_emails
+        from seqlab.runs.load import run_data_dir
+
+        if split not in ("val", "test"):
+            raise UserError(f"split must be val or test, not {split!r}.")
+        if emails < 1 or words < 1 or max_words < 1 or not max_wrong_per_100 >= 0:
+            raise UserError("emails, words and max words must be at least 1, and the cap on wrong suggestions "
+                            "0 or more.")
+        model, tok, _ = self._load()
+        folder = run_data_dir(self.path, data)
+        check_same_tokenizer(tok, folder, self.path)
+        store = TokenStore(folder, split)
+        typed = type_emails(model, tok, completion_texts(store, tok, emails, 0), words=words, max_words=max_words,
+                            contexts=completion_contexts(model, store, emails, 0))
+        return {"split": split, "emails": len(typed), "words_per_email": words, "max_words": max_words,
+                "max_wrong_per_100": max_wrong_per_100, "curve": tradeoff_curve(typed),
+                "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
 
     def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int = 3,
-                  data: str | Path | None = None) -> dict[str, Any]:
-        """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries;
-        writes RUN_DIR/calibration.json (which the server reads) and returns it, as `seqlab calibrate` does."""
+                  data: str | Path | None = None, target: str = "coverage", rule: str = EXPECTED_CHARS,
+                  max_wrong_per_100: float = 5.0, words: int = 50) -> dict[str, Any]:
+        """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries
+        (or, with `target="saved"`, the `rule`'s threshold that saves the most characters with at most
+        `max_wrong_per_100` wrong suggestions per 100 words, emails typed for `words` words); writes
+        RUN_DIR/calibration.json (which the server reads) and returns it, as `seqlab calibrate` does."""
         from seqlab.evaluation.calibration import calibrate_run
 
-        return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device)
+        return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device,
+                             target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words)
 
     def fit_phrases(self, *, data: str | Path | None = None, min_context: int = 4, max_context: int = 8,
                     min_count: int = 2) -> dict[str, Any]:

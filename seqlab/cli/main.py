@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable
     "eval": (runs.add_eval, runs.run_eval),
     "calibrate": (runs.add_calibrate, runs.run_calibrate),
     "complete": (runs.add_complete, runs.run_complete),
+    "tradeoff": (runs.add_tradeoff, runs.run_tradeoff),
     "phrases": (runs.add_phrases, runs.run_phrases),
     "attention": (studies.add_attention, studies.run_attention),
     "inspect": (studies.add_inspect, studies.run_inspect),

@@ -12,6 +12,19 @@ from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 
+RULES = ("first-word", "expected-chars")  # seqlab.generation.gate.RULES, named here so --help imports nothing
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number of 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, not {text!r}")
+    return value
+
 
 def coverages(text: str) -> tuple[float, ...]:
     """--coverages: comma-separated fractions in (0, 1], e.g. 0.05,0.1,0.2,0.5,1."""
@@ -52,6 +65,26 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    help="coverages of the ExactMatch table (default 0.05,0.1,0.2,0.5,1)")
     p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
                    help="also draw ExactMatch against coverage to this PNG")
+    p.add_argument("--saved-emails", type=positive_int, default=None,
+                   help="held-out emails typed word by word for saved characters (default 100, at most "
+                   "--completion-emails)")
+    p.add_argument("--saved-words", type=positive_int, default=50,
+                   help="words typed of each of them (default 50)")
+    p.add_argument("--no-saved", action="store_true", help="skip saved characters")
+    p.add_argument("--rule", choices=RULES, default=None,
+                   help="suggestion rule saved characters are reported at (default: the run's calibration.json, "
+                   "else expected-chars)")
+    p.add_argument("--saved-threshold", type=non_negative_float, default=None,
+                   help="threshold of --rule: a probability for first-word, characters for expected-chars")
+    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
+                   help="wrong suggestions per 100 words the best threshold of each rule may show (default 5)")
+    p.add_argument("--dynamic", action="store_true",
+                   help="also evaluate with dynamic evaluation (a gradient step on each test email after "
+                   "scoring it, in date order per sender); the run on disk is not changed")
+    p.add_argument("--dynamic-lr", type=non_negative_float, default=None,
+                   help="learning rate of --dynamic's steps (default: the method's; 0 equals the frozen model)")
+    p.add_argument("--dynamic-method", choices=("rms", "sgd"), default="rms",
+                   help="rms: Krause et al.'s RMS-normalised step (default); sgd: plain SGD")
     _add_phrase_options(p)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", choices=("run", "fp32", "bf16"), default="run",
@@ -69,8 +102,18 @@ def run_eval(args: argparse.Namespace) -> int:
     result = Run(args.run_dir, device=args.device).evaluate(
         args.split, data=args.data, threshold=args.threshold, coverage=args.coverage,
         completion_emails=args.completion_emails, positions_per_email=args.positions_per_email,
-        coverages=args.coverages, phrases=args.phrases, phrase_weight=args.phrase_weight, precision=args.precision)
-    print(json.dumps(result, sort_keys=True) if args.json else format_eval(result))
+        coverages=args.coverages, phrases=args.phrases, phrase_weight=args.phrase_weight, precision=args.precision,
+        saved=not args.no_saved, saved_emails=args.saved_emails, saved_words=args.saved_words, rule=args.rule,
+        saved_threshold=args.saved_threshold, max_wrong_per_100=args.max_wrong, dynamic=args.dynamic,
+        dynamic_lr=args.dynamic_lr, dynamic_method=args.dynamic_method)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(format_eval(result))
+        if "dynamic" in result:
+            from seqlab.evaluation.dynamic import format_dynamic
+
+            print("\n".join(format_dynamic(result["dynamic"])))
     if args.plot is not None:
         from seqlab.studies.coverage import save_coverage_plot
 
@@ -86,6 +129,14 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
                        "there, and write it to RUN_DIR/calibration.json for the autocomplete server.")
     p.add_argument("--coverage", type=float, default=0.5,
                    help="target fraction of word boundaries that get a suggestion, in (0, 1] (default 0.5)")
+    p.add_argument("--target", choices=("coverage", "saved"), default="coverage",
+                   help="coverage: the first word's probability that reaches --coverage; saved: the --rule "
+                   "threshold that saves the most characters within --max-wrong (default coverage)")
+    p.add_argument("--rule", choices=RULES, default="expected-chars", help="the rule --target saved tunes")
+    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
+                   help="with --target saved: wrong suggestions allowed per 100 words typed (default 5)")
+    p.add_argument("--words", type=positive_int, default=50,
+                   help="with --target saved: words typed of each email (default 50)")
     p.add_argument("--split", choices=("val", "test"), default="val")
     p.add_argument("--emails", type=positive_int, default=200, help="held-out emails to calibrate on")
     p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3)")
@@ -97,8 +148,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from seqlab.api.runs import Run
     from seqlab.evaluation.calibration import CALIBRATION, format_calibration
 
-    result = Run(args.run_dir, device=args.device).calibrate(args.coverage, split=args.split, emails=args.emails,
-                                                             max_words=args.max_words, data=args.data)
+    result = Run(args.run_dir, device=args.device).calibrate(
+        args.coverage, split=args.split, emails=args.emails, max_words=args.max_words, data=args.data,
+        target=args.target, rule=args.rule, max_wrong_per_100=args.max_wrong, words=args.words)
     print(format_calibration(result))
     print(f"wrote {args.run_dir / CALIBRATION}")
     return 0
@@ -114,7 +166,11 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=unit_float, default=None)
     p.add_argument("--beam", type=positive_int, default=1)
     p.add_argument("--seed", type=int, default=None, help="seed for sampling (reproducible)")
-    p.add_argument("--threshold", type=unit_float, default=None, help="minimum confidence to suggest anything")
+    p.add_argument("--threshold", type=non_negative_float, default=None,
+                   help="show a suggestion only when worth it: expected saved characters (--rule expected-chars) "
+                   "or the first word's probability (--rule first-word)")
+    p.add_argument("--rule", choices=RULES, default="expected-chars",
+                   help="what --threshold gates (default expected-chars; lone punctuation is never shown)")
     p.add_argument("--show-confidence", action="store_true")
     _add_phrase_options(p)
     p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",
@@ -129,7 +185,7 @@ def run_complete(args: argparse.Namespace) -> int:
     c = load(args.run_dir, device=args.device).complete(
         args.prompt, max_words=args.max_words, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
         beam=args.beam, seed=args.seed, threshold=args.threshold, phrases=args.phrases,
-        phrase_weight=args.phrase_weight, reply_to=args.reply_to)
+        phrase_weight=args.phrase_weight, reply_to=args.reply_to, rule=args.rule)
     print(f"{c.text}\t(confidence {c.confidence:.3f})" if args.show_confidence else c.text)
     return 0
 
@@ -154,4 +210,36 @@ def run_phrases(args: argparse.Namespace) -> int:
                                                          max_context=args.max_context, min_count=args.min_count)
     print(f"{fitted['emails']} emails, {fitted['tokens']:,} tokens of {fitted['data']}: {fitted['rows']:,} (context, "
           f"next token) pairs of {args.min_context}-{args.max_context} tokens; wrote {fitted['path']}")
+    return 0
+
+
+def add_tradeoff(sub: argparse._SubParsersAction) -> None:
+    p = add_run_reader(sub, "tradeoff", help="saved characters against wrong suggestions, for each suggestion rule",
+                       description="Type held-out emails word by word with RUN_DIR's suggestions and measure, for "
+                       "each suggestion rule (first-word, expected-chars) at a grid of thresholds, the share of "
+                       "characters accepted suggestions save against the wrong suggestions shown per 100 words; "
+                       "write tradeoff.json, tradeoff.md (the table) and tradeoff.png (the curve) to --out.")
+    p.add_argument("--out", type=Path, required=True, help="folder for tradeoff.json, .md and .png")
+    p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
+    p.add_argument("--split", choices=("val", "test"), default="test")
+    p.add_argument("--emails", type=positive_int, default=100, help="held-out emails typed (default 100)")
+    p.add_argument("--words", type=positive_int, default=50, help="words typed of each (default 50)")
+    p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3, as the page)")
+    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
+                   help="the cap on wrong suggestions per 100 words the best thresholds keep to (default 5)")
+    p.add_argument("--device", default="auto")
+
+
+def run_tradeoff(args: argparse.Namespace) -> int:
+    from seqlab.api.runs import Run
+    from seqlab.evaluation.run import format_best
+    from seqlab.studies.tradeoff import format_tradeoff, save_tradeoff
+
+    result = Run(args.run_dir, device=args.device).tradeoff(
+        args.split, data=args.data, emails=args.emails, words=args.words, max_words=args.max_words,
+        max_wrong_per_100=args.max_wrong)
+    print(format_tradeoff(result["curve"]))
+    print("\n".join(format_best(result["best"])))
+    for path in save_tradeoff(result, args.out, args.run_dir.name):
+        print(f"wrote {path}")
     return 0

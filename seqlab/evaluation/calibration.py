@@ -13,6 +13,13 @@ The result is `RUN_DIR/calibration.json`, written atomically:
      "split": "val", "emails": 40,
      "positions_per_email": 2, "max_words": 3, "seed": 0, "data_dir": "..."}
 
+With `target="saved"` (`seqlab calibrate --target saved`) the threshold is instead the one whose saved
+characters are largest while wrong suggestions stay at most `max_wrong_per_100` per 100 words typed
+(`seqlab.evaluation.saved_chars.best_threshold`), for a `rule` (default expected-chars: the threshold is
+then in characters); the file then holds "rule", "target": "saved", the saved share and wrong suggestions
+per 100 words there with their bootstrap intervals, and how the emails were typed. A file without "rule"
+gates the first word's probability, as every file did before rules existed.
+
 `coverage` is what the threshold reaches, which can exceed the target (ties at the threshold) or fall
 short of it (when fewer positions get any proposal at all). ExactMatch values are None where no shown
 position has that many true words. `load_run` does not say which checkpoint step it loaded, so the file
@@ -30,6 +37,8 @@ from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
+from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, type_emails
+from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, RULES
 from seqlab.runs.files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
@@ -50,16 +59,36 @@ def _check_options(split: str, coverage: float, emails: int, positions_per_email
 
 def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val",
                   coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int = 3,
-                  seed: int = 0, *, device: str = "auto") -> dict[str, Any]:
+                  seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = EXPECTED_CHARS,
+                  max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50) -> dict[str, Any]:
     """The threshold that shows `coverage` of the word boundaries of `split`, with ExactMatch@1..max_words
-    there; written to RUN_DIR/calibration.json (see module doc) and returned."""
+    there (or, with `target="saved"`, the `rule`'s threshold that saves the most characters within the cap
+    on wrong suggestions, emails typed for `words` words); written to RUN_DIR/calibration.json (see module
+    doc) and returned."""
     _check_options(split, coverage, emails, positions_per_email, max_words)
+    if target not in ("coverage", "saved"):
+        raise UserError(f"the calibration target must be coverage or saved, not {target!r}.")
+    if rule not in RULES:
+        raise UserError(f"the suggestion rule must be one of {', '.join(RULES)}, not {rule!r}.")
+    if not max_wrong_per_100 >= 0 or words < 1:
+        raise UserError("the cap on wrong suggestions per 100 words must be 0 or more, and words at least 1.")
     run_dir = Path(run_dir)
     model, tok, _ = load_run(run_dir, resolve_device(device))
     data = run_data_dir(run_dir, data_dir)
     check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
     texts = completion_texts(store, tok, emails, seed)
+    if target == "saved":
+        typed = type_emails(model, tok, texts, words=words, max_words=max_words,
+                            contexts=completion_contexts(model, store, emails, seed))
+        if not any(e.boundaries for e in typed):
+            raise UserError(f"the {split} split of {data} has no word boundaries to calibrate on; "
+                            f"use a larger split or a larger data folder.")
+        best = best_threshold(typed, rule, max_wrong_per_100)
+        result = {**best, "target": "saved", "split": split, "words_per_email": words, "max_words": max_words,
+                  "seed": seed, "data_dir": str(data)}
+        atomic_write_text(run_dir / CALIBRATION, json.dumps(result, indent=2, sort_keys=True) + "\n")
+        return result
     quality = completion_quality(model, tok, texts, max_words=max_words, positions_per_email=positions_per_email,
                                  seed=seed, target_coverage=coverage,
                                  contexts=completion_contexts(model, store, emails, seed))  # read as served
@@ -93,9 +122,14 @@ def load_calibration(run_dir: Path | str) -> dict[str, Any] | None:
         raise UserError(f"{path} is not a readable calibration file ({exc}); "
                         f"run `seqlab calibrate {run_dir}` again.") from None
     threshold = data.get("threshold") if isinstance(data, dict) else None
+    rule = data.get("rule", FIRST_WORD) if isinstance(data, dict) else FIRST_WORD
+    if rule not in RULES:
+        raise UserError(f"{path} names no known suggestion rule; run `seqlab calibrate {run_dir}` again.")
+    top = 1.0 if rule == FIRST_WORD else math.inf  # a probability, or expected saved characters
     if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
-            or not math.isfinite(threshold) or not 0.0 <= threshold <= 1.0):
-        raise UserError(f"{path} has no threshold between 0 and 1; run `seqlab calibrate {run_dir}` again.")
+            or not math.isfinite(threshold) or not 0.0 <= threshold <= top):
+        raise UserError(f"{path} has no threshold " + ("between 0 and 1" if rule == FIRST_WORD else "of 0 or more")
+                        + f"; run `seqlab calibrate {run_dir}` again.")
     return data
 
 
@@ -104,7 +138,23 @@ def _pct(x: float | None) -> str:
 
 
 def format_calibration(result: dict[str, Any]) -> str:
-    """A few lines for the terminal: the threshold, the coverage it reaches, ExactMatch there."""
+    """A few lines for the terminal: the threshold, the coverage it reaches, ExactMatch there (or, for the
+    saved target, the characters saved and wrong suggestions shown there)."""
+    if result.get("target") == "saved":
+        s_ci, w_ci = result["saved_ci95"] or [0, 0], result["wrong_per_100_words_ci95"] or [0, 0]
+        lines = [
+            f"{result['split']} split: {result['emails']} emails typed for up to {result['words_per_email']} words "
+            f"({result['chars']:,} characters), up to {result['max_words']} words per suggestion",
+            f"  {result['rule']} threshold {result['threshold']:.4g}"
+            + (" characters" if result["rule"] == EXPECTED_CHARS else "")
+            + f": saved {_pct(result['saved']).strip()} of the characters [{100 * s_ci[0]:.1f}-{100 * s_ci[1]:.1f}], "
+            f"{result['wrong_per_100_words'] or 0:.2f} wrong suggestions per 100 words [{w_ci[0]:.2f}-{w_ci[1]:.2f}] "
+            f"(cap {result['max_wrong_per_100']:g})",
+            f"  {result['shown']} suggestions shown, {result['accepted']} accepted, {result['wrong']} wrong",
+        ]
+        if not result["within_cap"]:
+            lines.append("  no threshold keeps to the cap: this is the highest one tried")
+        return "\n".join(lines)
     em = "  ".join(f"EM@{n} {_pct(v)}" for n, v in result["exact_match"].items())
     lines = [
         f"{result['split']} split: {result['emails']} emails, {result['positions']} word boundaries, "

@@ -46,6 +46,7 @@ from torch import nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import Completion, complete, split_words
+from seqlab.generation.gate import FIRST_WORD
 
 _SPACE = " \t\n\r\f\v"
 
@@ -213,8 +214,9 @@ def completion_quality(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[
     The model stays on its own device.
     """
     def propose(prefix: str, context: Any = None) -> Completion:
+        # ungated: every threshold is applied afterwards, on the first word's probability
         return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0, phrases=phrases,
-                        context=context)
+                        context=context, rule=FIRST_WORD)
 
     proposals = collect_proposals(emails, propose, max_words=max_words,
                                   positions_per_email=positions_per_email, seed=seed, contexts=contexts)

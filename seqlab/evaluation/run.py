@@ -20,6 +20,8 @@ from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes, spl
 from seqlab.evaluation.context_scores import by_context, email_scores, totals
 from seqlab.evaluation.exact_match import COVERAGES, completion_quality
 from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
+from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, saved_report, type_emails
+from seqlab.generation.gate import DEFAULT_RULE, FIRST_WORD, check_rule
 from seqlab.generation.phrases import PhraseModel
 from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
@@ -62,7 +64,8 @@ def evaluate_run(
     completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 200,
     positions_per_email: int = 5, max_words: int = 5, batch_size: int = EVAL_BATCH, seed: int = 0,
     completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
-    precision: str = "run",
+    precision: str = "run", saved: bool = True, saved_emails: int | None = None, saved_words: int = 50,
+    rule: str | None = None, threshold: float | None = None, max_wrong_per_100: float = MAX_WRONG_PER_100,
 ) -> dict[str, Any]:
     """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
 
@@ -73,6 +76,13 @@ def evaluate_run(
     at_coverage {the same keys}. Completions are scored at up to `positions_per_email` word boundaries of
     each of up to `completion_emails` emails drawn with `seed`; with `phrases`, blended with that phrase
     model (`seqlab.generation.phrases`), and the loss and bits per byte stay the model's own.
+
+    With `completions` and `saved`, also `saved_chars` (`seqlab.evaluation.saved_chars`): up to
+    `saved_emails` emails (default the smaller of 100 and `completion_emails`; drawn as above) typed for
+    their first `saved_words` words, the share of
+    characters accepted suggestions save and the wrong suggestions shown per 100 words, at `rule` and
+    `threshold` (default: the run's calibration.json, else the default rule with no threshold) under "at",
+    and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`.
     """
     if split not in ("train", "val", "test"):
         raise UserError(f"split must be train, val or test, not {split!r}.")
@@ -81,8 +91,13 @@ def evaluate_run(
     for c in [*coverages, *([target_coverage] if target_coverage is not None else [])]:
         if not 0.0 < c <= 1.0:
             raise UserError(f"a target coverage must be in (0, 1], not {c}.")
-    if completion_emails < 1 or positions_per_email < 1:
-        raise UserError("the completion emails and positions per email must be at least 1.")
+    if saved_emails is None:
+        saved_emails = min(100, completion_emails)  # typing costs a proposal per word: fewer emails suffice
+    if completion_emails < 1 or positions_per_email < 1 or saved_emails < 1 or saved_words < 1:
+        raise UserError("the completion emails, positions per email, emails and words typed must be at least 1.")
+    gate = served_gate(run_dir, rule, threshold)
+    if not max_wrong_per_100 >= 0:
+        raise UserError(f"the cap on wrong suggestions per 100 words must be 0 or more, not {max_wrong_per_100}.")
     run_dir = Path(run_dir)
     dev = resolve_device(device)
     model, tok, cfg = load_run(run_dir, dev)
@@ -121,7 +136,28 @@ def evaluate_run(
         for key in ("at_coverage", "by_coverage", "by_coverage_phrase"):
             if key in quality:
                 result[key] = quality[key]
+    if completions and saved:
+        typed = type_emails(model, tok, completion_texts(store, tok, saved_emails, seed), words=saved_words,
+                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed))
+        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words}
     return result
+
+
+def served_gate(run_dir: Path | str, rule: str | None, threshold: float | None) -> tuple[str, float | None]:
+    """The rule and threshold suggestions are shown at: the given ones, else the run's calibration.json,
+    else the default rule with no threshold. A bad pair is a `UserError`."""
+    from seqlab.evaluation.calibration import load_calibration  # it imports this module
+
+    if rule is None and threshold is None:
+        calibration = load_calibration(run_dir)
+        if calibration is not None:
+            return calibration.get("rule", FIRST_WORD), float(calibration["threshold"])
+    rule = rule or DEFAULT_RULE
+    try:
+        check_rule(rule, threshold)
+    except ValueError as exc:
+        raise UserError(f"{exc}.") from None
+    return rule, threshold
 
 
 def _pct(x: float | None) -> str:
@@ -162,7 +198,38 @@ def format_eval(result: dict[str, Any]) -> str:
         lines += format_coverage_table(result["by_coverage"])
     if result.get("by_coverage_phrase"):
         lines += format_phrase_table(result["by_coverage_phrase"])
+    if result.get("saved_chars"):
+        lines += format_saved(result["saved_chars"])
     return "\n".join(lines)
+
+
+def _gate(row: dict[str, Any]) -> str:
+    t = row["threshold"]
+    return f"{row['rule']} " + ("(no threshold)" if t is None else f">= {t:.3g}"
+                                + (" chars" if row["rule"] == "expected-chars" else ""))
+
+
+def saved_line(label: str, r: dict[str, Any]) -> str:
+    """One `score_typing` row: saved share and wrong suggestions per 100 words with their intervals."""
+    s_ci, w_ci = r.get("saved_ci95"), r.get("wrong_per_100_words_ci95")
+    return (f"    {label:<44} saved {_pct(r['saved'])}"
+            + (f" [{100 * s_ci[0]:.1f}-{100 * s_ci[1]:.1f}]" if s_ci else "")
+            + f"  wrong/100 words {r['wrong_per_100_words'] or 0:5.2f}"
+            + (f" [{w_ci[0]:.2f}-{w_ci[1]:.2f}]" if w_ci else "")
+            + f"  shown {r['shown']}, accepted {r['accepted']}")
+
+
+def format_best(rows: list[dict[str, Any]]) -> list[str]:
+    """Each rule's best threshold within the cap (`best_threshold` rows)."""
+    return [saved_line(f"best on this split, <= {r['max_wrong_per_100']:g} wrong/100: {_gate(r)}", r) for r in rows]
+
+
+def format_saved(saved: dict[str, Any]) -> list[str]:
+    """Saved characters at the served rule and at each rule's best threshold, with 95% bootstrap intervals."""
+    at = saved["at"]
+    return [f"  saved characters, {at['emails']} emails typed for up to {saved['words_per_email']} words "
+            f"({at['chars']:,} characters, {at['words']:,} words; 95% bootstrap intervals over emails):",
+            saved_line(f"served: {_gate(at)}", at), *format_best(saved["best"])]
 
 
 def _ci(row: dict[str, Any], n: str) -> str:

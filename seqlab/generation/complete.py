@@ -26,7 +26,9 @@ completion is most uncertain; later words are conditioned on it, and ExactMatch@
 `threshold`, a suggestion whose confidence is below it is withheld (empty text): it must earn its place.
 `word_confidences` gives the same product for each prefix of the suggestion (its first k words as one
 phrase); a shown suggestion keeps only the words whose prefix reaches the threshold too, and
-`seqlab.evaluation.exact_match.phrase_coverage_table` gates N-word suggestions the same way.
+`seqlab.evaluation.exact_match.phrase_coverage_table` gates N-word suggestions the same way. That is the
+`first-word` rule; the default rule, `expected-chars`, gates on expected saved characters instead and
+never shows lone punctuation (`seqlab.generation.gate`, measured in docs/suggestions.md).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
+from seqlab.generation.gate import DEFAULT_RULE, check_rule, kept_words
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
@@ -130,12 +133,14 @@ def _prefix_probability(starts: list[int], logps: list[float], end: int) -> floa
 
 
 def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: int, max_words: int,
-           stop_at_newline: bool, threshold: float | None = None) -> Completion:
+           stop_at_newline: bool, threshold: float | None = None, rule: str = DEFAULT_RULE) -> Completion:
     """Turn generated ids into a suggestion of at most `max_words` whole words.
 
-    With `threshold`, the suggestion keeps only its words that are sure enough TOGETHER: the longest prefix
-    whose probability as a phrase reaches it (withheld, empty, when even the first word does not), so an
-    unsure tail ("the problem the problem") is never shown behind a sure first word."""
+    `rule` and `threshold` decide how many of its words are shown (`seqlab.generation.gate.kept_words`;
+    withheld, empty, at 0). Under `first-word` the suggestion keeps only its words that are sure enough
+    TOGETHER: the longest prefix whose probability as a phrase reaches the threshold, so an unsure tail
+    ("the problem the problem") is never shown behind a sure first word; under `expected-chars` the prefix
+    worth the most expected saved characters, when that reaches the threshold, and never lone punctuation."""
     ended = bool(ids) and ids[-1] == tokenizer.eos_id
     if ended:
         ids, logps = ids[:-1], logps[:-1]
@@ -152,11 +157,10 @@ def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: in
     if not words:
         return Completion("", [], 0.0)
     by_word = [_prefix_probability(starts, logps, skip + w.end()) for w in words]
-    if threshold is not None:
-        sure = sum(q >= threshold for q in by_word)  # by_word does not increase: the sure words lead
-        if sure == 0:
-            return Completion("", [], by_word[0])
-        words, by_word = words[:sure], by_word[:sure]
+    shown = kept_words(body[: words[-1].end()].decode("utf-8", errors="replace"), by_word, rule, threshold)
+    if shown == 0:
+        return Completion("", [], by_word[0])
+    words, by_word = words[:shown], by_word[:shown]
     end = skip + words[-1].end()
     kept = [i for i, s in zip(ids, starts) if s < end]
     return Completion(body[: words[-1].end()].decode("utf-8", errors="replace"), kept, by_word[0], by_word)
@@ -167,7 +171,7 @@ def complete(
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
     seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
     phrases: PhraseModel | None = None,
-    context: Any = None,
+    context: Any = None, rule: str = DEFAULT_RULE,
 ) -> Completion:
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
@@ -176,9 +180,11 @@ def complete(
     best mean log-probability per token (length_penalty=1, so a beam cut short by a newline is not
     preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
-    `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. With `threshold`, a
-    suggestion whose confidence (the first word's probability) is below it comes back empty, and a shown
-    one is cut after its last word whose prefix (as a phrase) still reaches the threshold. With
+    `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. `rule` says what
+    `threshold` gates (`seqlab.generation.gate`): under `expected-chars` (the default) a suggestion is shown
+    when its best prefix's P(words) * (characters - 1) reaches it, lone punctuation never; under
+    `first-word` a suggestion whose confidence (the first word's probability) is below it comes back empty,
+    and a shown one is cut after its last word whose prefix (as a phrase) still reaches it. With
     `phrases`, the person's phrase model is blended into every next-token distribution
     (`seqlab.generation.phrases`), confidence included. `context` (a ContextBatch,
     `seqlab.generation.reply.reply_context`) is the message being answered, read through cross-attention.
@@ -189,7 +195,7 @@ def complete(
     return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
                             stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,
                             beam=beam, seed=seed, threshold=threshold, max_new_tokens=max_new_tokens,
-                            context=context)
+                            context=context, rule=rule)
 
 
 def complete_encoded(
@@ -197,6 +203,7 @@ def complete_encoded(
     max_words: int = 5, stop_at_newline: bool = True, temperature: float = 0.0, top_k: int | None = None,
     top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
     max_new_tokens: int | None = None, decoder: IncrementalDecoder | None = None, context: Any = None,
+    rule: str = DEFAULT_RULE,
 ) -> Completion:
     """`complete` from a prompt already turned into (ids, allowed, skip) by `encode_prompt`.
 
@@ -206,8 +213,7 @@ def complete_encoded(
         raise ValueError(f"max_words must be at least 1, not {max_words}")
     if beam < 1:
         raise ValueError(f"beam must be at least 1, not {beam}")
-    if threshold is not None and not 0.0 <= threshold <= 1.0:
-        raise ValueError(f"threshold must be in [0, 1], not {threshold}")
+    check_rule(rule, threshold)
     budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1)
     if beam > 1:
@@ -221,4 +227,4 @@ def complete_encoded(
             top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
             eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder, context=context)
     return finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline,
-                  threshold=threshold)
+                  threshold=threshold, rule=rule)

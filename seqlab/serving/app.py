@@ -36,6 +36,7 @@ __all__ = ["ServerConfig", "create_app", "load_engine"]
 def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]:
     """Load the run and choose the threshold: --min-confidence, else calibration.json, else 0."""
     from seqlab.evaluation.calibration import load_calibration
+    from seqlab.generation.gate import DEFAULT_RULE, FIRST_WORD
     from seqlab.generation.phrases import blend_from_file
     from seqlab.runs.load import load_run
 
@@ -44,15 +45,17 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
     if config.phrases is not None:  # the person's phrase cache, blended as `complete --phrases` blends it
         model, phrases = blend_from_file(model, tok, config.phrases, config.phrase_weight)
     source = "--min-confidence"
-    threshold = config.min_confidence
+    threshold, rule = config.min_confidence, FIRST_WORD  # --min-confidence is a first word's probability
     if threshold is None:
         calibration = load_calibration(config.run_dir)
-        if calibration is not None:
+        if calibration is not None:  # its rule (a file written before rules existed gated the first word)
             threshold, source = float(calibration["threshold"]), "calibration.json"
-        else:
-            threshold, source = 0.0, "none (run `seqlab calibrate` to choose one for a target coverage)"
+            rule = calibration.get("rule", FIRST_WORD)
+        else:  # no threshold, but never lone punctuation (seqlab.generation.gate)
+            threshold, rule = 0.0, DEFAULT_RULE
+            source = "none (run `seqlab calibrate` to choose one for a target coverage)"
     engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions,
-                              max_session_bytes=config.max_session_bytes)
+                              max_session_bytes=config.max_session_bytes, rule=rule)
     info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir), "phrases": phrases}
     return engine, info
 

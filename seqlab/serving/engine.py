@@ -4,7 +4,9 @@
 emails in training (`subject`, a blank line, the body so far; `seqlab.data.mail.records.Email.text`),
 encodes it through the session's `PromptEncoder` (only the new tokens run through the model), then
 decodes from a copy of that state (`IncrementalDecoder.resume`) with `complete_encoded`, the same code
-`seqlab complete` runs. Below the confidence threshold the suggestion is withheld (empty text).
+`seqlab complete` runs. The engine's rule and threshold (`seqlab.generation.gate`: from calibration.json,
+else `--min-confidence` as a first-word probability) decide whether it is shown; a withheld suggestion is
+an empty text. A request's own `min_confidence` is a first-word probability.
 
 A session is a name under which one writer's encoded prompt is kept (`SessionStore`); the HTTP routes
 issue the names (`new_session_id`) and keep each caller's apart, so here any string will do.
@@ -28,6 +30,7 @@ from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import complete_encoded, encode_prompt
 from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device
+from seqlab.generation.gate import FIRST_WORD, check_rule
 from seqlab.generation.reply import reads_context, reply_context
 from seqlab.models.context import ContextBatch
 from seqlab.serving.sessions import MAX_SESSION_BYTES, PromptEncoder, SessionStore
@@ -44,7 +47,7 @@ class Suggestion:
     latency_ms: float  # model time for this call: encoding the new tokens and decoding the suggestion
     reused_tokens: int  # prompt tokens whose state came from the session instead of the model
     cut_chars: int  # characters of the prompt cut from the left: the model's window cannot hold them
-    threshold: float  # the confidence a suggestion needed to be shown
+    threshold: float  # what a suggestion needed to be shown: a probability, or characters under expected-chars
 
     # what a caller is told: not reused_tokens, which would let a prober who knew a session's name read
     # its text token by token (the server counts it in its own stats instead)
@@ -78,12 +81,11 @@ class CompletionEngine:
     """Suggestions from one model for many writers, each with a kept state (at most `max_sessions`)."""
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, *, threshold: float = 0.0,
-                 max_sessions: int = 256, max_session_bytes: int = MAX_SESSION_BYTES) -> None:
-        if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], not {threshold}")
+                 max_sessions: int = 256, max_session_bytes: int = MAX_SESSION_BYTES, rule: str = FIRST_WORD) -> None:
+        check_rule(rule, threshold)
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.threshold = threshold
+        self.threshold, self.rule = threshold, rule
         self.encoder = PromptEncoder(model)
         self.sessions = SessionStore(max_sessions, max_session_bytes)
         self.device = model_device(model)
@@ -96,6 +98,7 @@ class CompletionEngine:
         message being answered (a model trained with cross-attention reads it; `reads_context`)."""
         start = time.perf_counter()
         threshold = self.threshold if min_confidence is None else min_confidence
+        rule = self.rule if min_confidence is None else FIRST_WORD
         ids, allowed, skip = encode_prompt(self.tokenizer, prompt_text(subject, prefix))
         ctx = reply_context(self.model, self.tokenizer, original_text(context.encode("utf-8", "replace"))
                             if context else None)
@@ -113,7 +116,7 @@ class CompletionEngine:
         decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits,
                                             context_limit(self.model), context=ctx, fast=self.encoder.fast)
         c = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
-                             threshold=threshold, decoder=decoder)
+                             threshold=threshold, decoder=decoder, rule=rule)
         return Suggestion(
             id=uuid.uuid4().hex, text=c.text, confidence=c.confidence, words=len(c.words),
             latency_ms=1000 * (time.perf_counter() - start), reused_tokens=reused,
@@ -145,7 +148,8 @@ class CompletionEngine:
         cfg = getattr(self.model, "cfg", None)
         info: dict[str, Any] = {"params": sum(p.numel() for p in self.model.parameters()),
                                 "tokenizer": self.tokenizer.kind, "vocab_size": self.tokenizer.vocab_size,
-                                "context_limit": self.encoder.limit, "threshold": self.threshold}
+                                "context_limit": self.encoder.limit, "threshold": self.threshold,
+                                "rule": self.rule}
         if cfg is not None:
             info.update(mixer=cfg.mixer, pos=cfg.pos, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
                         block_size=cfg.block_size, cross_attention=cfg.cross_attention)

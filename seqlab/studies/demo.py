@@ -28,6 +28,7 @@ from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run import evaluate_run
 from seqlab.generation.complete import complete
+from seqlab.generation.gate import FIRST_WORD
 from seqlab.runs.load import load_run
 from seqlab.studies.recipes import apply_recipe
 from seqlab.training.trainer import train
@@ -116,11 +117,13 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     model, tok, _ = load_run(run)
     calibration = load_calibration(run)
     threshold = calibration["threshold"] if calibration else 0.0
+    # the rule the threshold was chosen for: a coverage calibration gates the first word's probability
+    rule = calibration.get("rule", FIRST_WORD) if calibration else FIRST_WORD
     out = []
     for prompt in OPENINGS:
         for how, kwargs in (("greedy", {}), ("beam 3", {"beam": 3}),
                             ("sample", {"temperature": 0.8, "top_p": 0.9, "seed": 0})):
-            c = complete(model, tok, prompt, max_words=6, threshold=threshold, **kwargs)
+            c = complete(model, tok, prompt, max_words=6, threshold=threshold, rule=rule, **kwargs)
             out.append({"prompt": prompt, "how": how, "completion": c.text, "confidence": round(c.confidence, 3),
                         "shown": bool(c.text), "threshold": round(threshold, 4),
                         # withheld because unsure, or because no whole word came (from the unrounded value)
@@ -149,7 +152,7 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
         summary = _train(name, data, run, minutes, progress)
         val = evaluate_run(run, data, "val", completions=False)
         test = evaluate_run(run, data, "test", coverages=(LOW_COVERAGE, COVERAGE), completion_emails=COMPLETION_EMAILS,
-                            positions_per_email=POSITIONS_PER_EMAIL)
+                            positions_per_email=POSITIONS_PER_EMAIL, saved=False)  # its table: ExactMatch
         rows.append(_row(name, summary, val, test))
         calibrate_run(run, data, "val", coverage=COVERAGE, emails=100)
         completions[name] = _completions(run)

@@ -12,9 +12,14 @@
  * middle of a text would need the text after the caret as well, which the model does not read; rather than
  * pretend, the page stays quiet there.
  *
- * API: POST /v1/complete {prefix, subject, session, max_words} -> {id, text, confidence, latency_ms, session,
- * ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars}; GET /health. Every call
- * carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
+ * The "replying to" box. A model trained with cross-attention (`/health`: model.cross_attention) reads the
+ * message being answered; the box's text then goes with every request as `context`. For any other model
+ * the box stays closed, its textarea disabled, and its summary says the model does not read it: the
+ * server would refuse a context it cannot read, and the writer should not think it helps.
+ *
+ * API: POST /v1/complete {prefix, subject, session, max_words, context?} -> {id, text, confidence,
+ * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars};
+ * GET /health. Every call carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
  * document for the "why?" panel (why.js).
  */
 (() => {
@@ -32,6 +37,13 @@
   const ghostEl = $("ghost");
   const statusEl = $("status");
   const modelEl = $("model");
+  const replyBox = $("reply");
+  const replySummary = $("reply-summary");
+  const replyText = $("reply-to");
+
+  // Whether the model reads the message being answered: known once /health has described it.
+  let readsContext = false;
+  const replyContext = () => (readsContext && replyText.value.trim() ? replyText.value : "");
 
   // The server admits only the person: every call shows this launch's token, which `seqlab serve` printed
   // in the URL of this page (?token=...). It is kept for this tab in sessionStorage, so a reload still
@@ -149,6 +161,7 @@
     if (document.activeElement !== body || !caretAtEnd() || !body.value.trim()) return;
     const prefix = body.value;
     const asked = subject.value;
+    const context = replyContext();
     if (inflight) inflight.abort();
     const ctrl = new AbortController();
     inflight = ctrl;
@@ -157,7 +170,8 @@
     try {
       const res = await api("/v1/complete", {
         method: "POST",
-        body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS }),
+        body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS,
+                               ...(context ? { context } : {}) }),
         signal: ctrl.signal,
       });
       data = await res.json().catch(() => ({}));
@@ -175,6 +189,7 @@
     }
     // The writer kept going while the model thought: this answer is for a text that no longer exists.
     if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body) return;
+    if (replyContext() !== context) return;  // and so is one for another original
     showMetrics(data);
     if (current) finish("dismissed");
     if (!data.text) return;  // the model was unsure, and said so with an empty text
@@ -264,11 +279,31 @@
 
   $("discard").addEventListener("click", () => {
     dismiss();
-    for (const field of [$("to"), subject, body]) field.value = "";
+    for (const field of [$("to"), subject, replyText, body]) field.value = "";
     render();
     setStatus("");
     $("to").focus();
   });
+
+  // The box follows what the model reads (see the top of this file).
+  function setupReply(model) {
+    readsContext = Boolean(model.cross_attention);
+    replyText.disabled = !readsContext;
+    replyBox.classList.toggle("unread", !readsContext);
+    if (readsContext) {
+      replySummary.textContent = "Replying to";
+      replySummary.title = "the model reads this message while it suggests";
+    } else {
+      replyBox.open = false;
+      replySummary.textContent = "Replying to (this model does not read the message being answered)";
+      replySummary.title = "trained without model.cross_attention=true";
+    }
+  }
+  // a closed box for a model that cannot read it: opening it would only offer a disabled field
+  replyBox.addEventListener("toggle", () => { if (!readsContext && replyBox.open) replyBox.open = false; });
+  // a changed original makes the suggestion on screen stale: it goes, and the body's next keystroke asks
+  // again with the new original
+  replyText.addEventListener("input", () => { if (current) finish("dismissed"); });
 
   function setModel(state, text) {
     modelEl.className = `model ${state}`;
@@ -297,6 +332,7 @@
       }
       if (res.ok) {
         setModel("ready", describeModel(data.model || {}));
+        setupReply(data.model || {});
         return;
       }
       setModel("waiting", "loading the model…");

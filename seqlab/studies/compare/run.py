@@ -135,7 +135,8 @@ def _measure(plan: PlannedRun, run_dir: Path, data_dir: Path, coverage: float, s
     device = plan.cfg.train.device
     val = evaluate_run(run_dir, data_dir, "val", device, completions=False, seed=seed)
     test = evaluate_run(run_dir, data_dir, "test", device, target_coverage=coverage, max_words=EM_WORDS,
-                        seed=seed, completion_emails=completion_emails, coverages=(LOW_COVERAGE,))
+                        seed=seed, completion_emails=completion_emails, coverages=(LOW_COVERAGE,),
+                        saved=False)  # its report reads ExactMatch; `seqlab tradeoff` measures saved characters
     at, low = test["at_coverage"], test["by_coverage"][0]
     m = plan.cfg.model
     row: dict[str, Any] = {
