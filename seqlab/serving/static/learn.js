@@ -41,7 +41,9 @@
     try {
       const res = await window.seqlabApi("/v1/sent", {
         method: "POST",
-        body: JSON.stringify({ subject: $("subject").value, body }),
+        // the message it answered, when the writer pasted one into "Replying to"
+        body: JSON.stringify({ subject: $("subject").value, body,
+          ...(($("reply-to") && $("reply-to").value.trim()) ? { context: $("reply-to").value } : {}) }),
       });
       const data = await res.json().catch(() => ({}));
       if (!res.ok) {
