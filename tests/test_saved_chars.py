@@ -43,6 +43,11 @@ def test_typed_span_and_boundaries() -> None:
     assert [TEXT[i:].split(" ")[0] for i in boundaries(TEXT, start, end)] == ["you", "at"]
     start, end = typed_span(TEXT, 100)
     assert end == len(TEXT)
+    # one letter into each word that goes on: "s|ee", "y|ou", "a|t", "t|he", "g|ame,", "b|ye", "n|ow"
+    mid = boundaries(TEXT, start, end, mid_word=1)
+    assert [TEXT[i - 1:i + 1] for i in mid if i not in boundaries(TEXT, start, end)] == [
+        "se", "yo", "at", "th", "ga", "by", "no"]
+    assert mid == sorted(mid)
 
 
 def _email() -> TypedEmail:
@@ -91,11 +96,12 @@ def test_best_threshold_keeps_to_the_cap() -> None:
     assert free["wrong_per_100_words"] <= 100.0
 
 
-def _live(model, tok, text: str, words: int, rule: str, threshold: float) -> tuple[int, int, int]:
+def _live(model, tok, text: str, words: int, rule: str, threshold: float, mid_word: int = 0
+          ) -> tuple[int, int, int]:
     """Type `text` calling `complete` with the rule at every boundary reached: (saved, shown, wrong)."""
     start, end = typed_span(text, words)
     at, saved, shown, wrong = start, 0, 0, 0
-    for i in boundaries(text, start, end):
+    for i in boundaries(text, start, end, mid_word):
         if i < at:
             continue
         c = complete(model, tok, text[:i], max_words=3, rule=rule, threshold=threshold)
@@ -114,16 +120,17 @@ def _live(model, tok, text: str, words: int, rule: str, threshold: float) -> tup
     return saved, shown, wrong
 
 
-@pytest.mark.parametrize(("rule", "threshold"), [("first-word", 0.0), ("first-word", 0.2),
-                                                  ("expected-chars", 0.0), ("expected-chars", 0.3)])
+@pytest.mark.parametrize(("rule", "threshold", "mid_word"), [
+    ("first-word", 0.0, 0), ("first-word", 0.2, 0), ("expected-chars", 0.0, 0), ("expected-chars", 0.3, 0),
+    ("expected-chars", 0.3, 1)])
 def test_the_replay_equals_typing_live_through_complete(gru_run_dir: Path, tiny_data_dir: Path, rule: str,
-                                                        threshold: float) -> None:
+                                                        threshold: float, mid_word: int) -> None:
     model, tok, _ = load_run(gru_run_dir, "cpu")
     texts = completion_texts(TokenStore(tiny_data_dir, "val"), tok, 3, 0)
-    typed = type_emails(model, tok, texts, words=12)
+    typed = type_emails(model, tok, texts, words=12, mid_word=mid_word)
     for text, e in zip(texts, typed):
         t = simulate(e, rule, threshold)
-        assert (t.saved, t.shown, t.wrong) == _live(model, tok, text, 12, rule, threshold)
+        assert (t.saved, t.shown, t.wrong) == _live(model, tok, text, 12, rule, threshold, mid_word)
 
 
 def test_calibrate_for_saved_characters_is_what_the_server_reads(gru_run_dir: Path, tmp_path: Path) -> None:

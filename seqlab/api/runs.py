@@ -239,11 +239,12 @@ class Run:
         return result
 
     def tradeoff(self, split: str = "val", *, data: str | Path | None = None, emails: int = 100, words: int = 50,
-                 max_words: int = 3, max_wrong_per_100: float = 5.0) -> dict[str, Any]:
+                 max_words: int = 3, max_wrong_per_100: float = 5.0, mid_word: int = 0) -> dict[str, Any]:
         """The trade-off curve of the suggestion rules (`seqlab tradeoff`): `emails` held-out emails typed for
         `words` words; for each rule and threshold of `seqlab.evaluation.saved_chars.CURVE_THRESHOLDS` the
         saved share and wrong suggestions per 100 words ("curve"), and each rule's best threshold within
-        `max_wrong_per_100` with 95% bootstrap intervals ("best")."""
+        `max_wrong_per_100` with 95% bootstrap intervals ("best"). With `mid_word` k > 0, suggestions are also
+        asked for k letters into each word (the compose page asks mid-word too)."""
         from seqlab.data.store import TokenStore
         from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
         from seqlab.evaluation.saved_chars import RULES, best_threshold, tradeoff_curve, type_emails
@@ -251,16 +252,17 @@ class Run:
 
         if split not in ("val", "test"):
             raise UserError(f"split must be val or test, not {split!r}.")
-        if emails < 1 or words < 1 or max_words < 1 or not max_wrong_per_100 >= 0:
+        if emails < 1 or words < 1 or max_words < 1 or not max_wrong_per_100 >= 0 or mid_word < 0:
             raise UserError("emails, words and max words must be at least 1, and the cap on wrong suggestions "
-                            "0 or more.")
+                            "and the letters typed into a word 0 or more.")
         model, tok, _ = self._load()
         folder = run_data_dir(self.path, data)
         check_same_tokenizer(tok, folder, self.path)
         store = TokenStore(folder, split)
         typed = type_emails(model, tok, completion_texts(store, tok, emails, 0), words=words, max_words=max_words,
-                            contexts=completion_contexts(model, store, emails, 0))
+                            contexts=completion_contexts(model, store, emails, 0), mid_word=mid_word)
         return {"split": split, "emails": len(typed), "words_per_email": words, "max_words": max_words,
+                "mid_word": mid_word,
                 "max_wrong_per_100": max_wrong_per_100, "curve": tradeoff_curve(typed),
                 "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
 

@@ -227,6 +227,8 @@ def add_tradeoff(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3, as the page)")
     p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
                    help="the cap on wrong suggestions per 100 words the best thresholds keep to (default 5)")
+    p.add_argument("--mid-word", type=int, default=0, metavar="K",
+                   help="also ask for a suggestion K letters into each word (default 0: at word starts only)")
     p.add_argument("--device", default="auto")
 
 
@@ -237,7 +239,7 @@ def run_tradeoff(args: argparse.Namespace) -> int:
 
     result = Run(args.run_dir, device=args.device).tradeoff(
         args.split, data=args.data, emails=args.emails, words=args.words, max_words=args.max_words,
-        max_wrong_per_100=args.max_wrong)
+        max_wrong_per_100=args.max_wrong, mid_word=args.mid_word)
     print(format_tradeoff(result["curve"]))
     print("\n".join(format_best(result["best"])))
     for path in save_tradeoff(result, args.out, args.run_dir.name):

@@ -114,7 +114,8 @@ def run_serve(args: argparse.Namespace) -> int:
               "request needs the token, but it and what is typed cross the network unencrypted", file=sys.stderr)
 
     def ready(info: dict[str, Any]) -> None:
-        print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above confidence "
+        gate = ("expected saved characters" if info.get("rule") == "expected-chars" else "confidence")
+        print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above {gate} "
               f"{info['threshold']:.3f} ({info['threshold_source']})"
               + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
                  if info.get("phrases") else "")

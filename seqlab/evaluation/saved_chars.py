@@ -29,8 +29,9 @@ A greedy proposal depends only on the text before it, so proposals are computed 
 the typed part (`collect_typing`), unthresholded, and any rule and threshold is then a replay over them
 (`simulate`): the trade-off curve (`tradeoff_curve`) and the best threshold under a cap on wrong suggestions
 (`best_threshold`, `seqlab calibrate --target saved`) cost no more model calls. Only boundaries, not every
-keystroke inside a word, are asked at; the compose page also asks mid-word, so this is what suggestions at
-word starts alone would save.
+keystroke inside a word, are asked at by default; the compose page also asks mid-word, so this is what
+suggestions at word starts alone would save. `mid_word=k` (`seqlab tradeoff --mid-word K`) also asks once
+k letters into each word, where token healing completes the word being typed (`seqlab.generation.complete`).
 """
 
 from __future__ import annotations
@@ -95,29 +96,37 @@ def typed_span(text: str, words: int) -> tuple[int, int]:
     return start, end
 
 
-def boundaries(text: str, start: int, end: int) -> list[int]:
-    """Offsets i in (start, end) where text[i-1] is whitespace, text[i] is not, and a word was typed before."""
+def boundaries(text: str, start: int, end: int, mid_word: int = 0) -> list[int]:
+    """Offsets i in (start, end) where text[i-1] is whitespace, text[i] is not, and a word was typed before;
+    with `mid_word` k > 0 also k characters into each word that goes on after them (the writer typed its
+    first k letters), the body's first word included."""
     out, seen_word = [], False
     for i in range(start, end):
         if text[i] in _SPACE:
             continue
-        if i > start and text[i - 1] in _SPACE and seen_word:
+        word_start = i == start or text[i - 1] in _SPACE
+        if word_start and i > start and seen_word:
             out.append(i)
+        if word_start and mid_word > 0:
+            inside = i + mid_word
+            if inside < end and not any(ch in _SPACE for ch in text[i:inside + 1]):
+                out.append(inside)
         seen_word = True
-    return out
+    return sorted(out)
 
 
 def collect_typing(emails: Sequence[str], propose: Callable[..., Completion], *, words: int = 50,
-                   contexts: Sequence[Any] | None = None) -> list[TypedEmail]:
-    """Ask `propose(prefix)` (or `propose(prefix, context)`) at every boundary of each email's typed part;
-    `propose` must apply no threshold (the rules are replayed by `simulate`)."""
+                   contexts: Sequence[Any] | None = None, mid_word: int = 0) -> list[TypedEmail]:
+    """Ask `propose(prefix)` (or `propose(prefix, context)`) at every boundary of each email's typed part
+    (and `mid_word` characters into each word, `boundaries`); `propose` must apply no threshold (the rules
+    are replayed by `simulate`)."""
     if words < 1:
         raise ValueError(f"words per email must be at least 1, not {words}")
     out = []
     for e, text in enumerate(emails):
         start, end = typed_span(text, words)
         found = []
-        for i in boundaries(text, start, end):
+        for i in boundaries(text, start, end, mid_word):
             c = propose(text[:i]) if contexts is None else propose(text[:i], contexts[e])
             found.append(Boundary(i, c.text, list(c.word_confidences)))
         out.append(TypedEmail(text, start, end, found))
@@ -252,14 +261,15 @@ def best_threshold(typed: Sequence[TypedEmail], rule: str = EXPECTED_CHARS,
 
 
 def type_emails(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, words: int = 50,
-                max_words: int = 3, phrases: Any = None, contexts: Sequence[Any] | None = None) -> list[TypedEmail]:
+                max_words: int = 3, phrases: Any = None, contexts: Sequence[Any] | None = None,
+                mid_word: int = 0) -> list[TypedEmail]:
     """`collect_typing` with `model`'s greedy, unthresholded proposals of up to `max_words` words (the
     compose page asks for 3), blended with `phrases` when given, reading each email's context when given."""
     def propose(prefix: str, context: Any = None) -> Completion:
         return complete(model, tokenizer, prefix, max_words=max_words, temperature=0.0, phrases=phrases,
                         context=context, rule=FIRST_WORD)
 
-    return collect_typing(emails, propose, words=words, contexts=contexts)
+    return collect_typing(emails, propose, words=words, contexts=contexts, mid_word=mid_word)
 
 
 def saved_report(typed: Sequence[TypedEmail], rule: str, threshold: float | None,
