@@ -60,3 +60,13 @@ def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path
     result = json.loads(out.read_text())
     assert result["pooled"]["emails"] == 3 and set(result["pooled"]["off"]) == set(replay.FIGURES)
     assert "| david |" in out.with_suffix(".md").read_text()
+
+
+def test_suggestions_learning_made_right_are_right_only_with_learning(person: Path, word_run_dir: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    emails = replay.person_emails(person, tok, limit=6)
+    off, on = replay.replay(model, tok, emails, words=12)
+    for e in replay.learned_right(off, on, "first-word", 0.0, count=50):
+        assert len(e["on"].split()) >= 2 and e["on"] != e["off"]
+    # nothing was learned when learning is off on both sides
+    assert replay.learned_right(off, off, "first-word", 0.0) == []

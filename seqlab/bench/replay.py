@@ -140,6 +140,31 @@ def paired_intervals(off: Sequence[dict[str, int]], on: Sequence[dict[str, int]]
     return out
 
 
+def learned_right(off: Sequence[TypedEmail], on: Sequence[TypedEmail], rule: str, threshold: float | None,
+                  count: int = 5) -> list[dict[str, str]]:
+    """Up to `count` boundaries where learning made the suggestion right: with learning on, a suggestion of
+    two or more words was shown and is exactly the email's next words; with it off, the one shown (if any)
+    was wrong or shorter. The longest first, with the text just before them."""
+    found = []
+    for a, b in zip(off, on):
+        for x, y in zip(a.boundaries, b.boundaries):
+            k_on = kept_words(y.text, y.word_confidences, rule, threshold)
+            if k_on < 2:
+                continue
+            shown_on = " ".join(split_words(y.text)[:k_on])
+            truth = split_words(b.text[y.offset:b.end])
+            if split_words(y.text)[:k_on] != truth[:k_on]:
+                continue
+            k_off = kept_words(x.text, x.word_confidences, rule, threshold)
+            got_off = split_words(x.text)[:k_off]
+            if k_off and got_off == truth[:k_off] and k_off >= k_on:
+                continue  # it was right without learning too
+            found.append({"before": b.text[max(b.start, y.offset - 60):y.offset], "on": shown_on,
+                          "off": " ".join(got_off) if k_off else "(nothing shown)"})
+    found.sort(key=lambda e: -len(e["on"]))
+    return found[:count]
+
+
 def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: int | None = None,
             splits: Sequence[str] = SPLITS, settings: LearnSettings | None = None) -> dict[str, Any]:
     """The replay of every person in `people`, one row each, and all of them pooled."""
@@ -155,6 +180,7 @@ def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: in
         pooled_off += off
         pooled_on += on
         rows.append({"person": data_dir.name, "emails": len(emails), "off": figures(off), "on": figures(on),
+                     "learned_right": learned_right(typed_off, typed_on, rule, threshold),
                      "saved_off": score_typing(typed_off, rule, threshold),
                      "saved_on": score_typing(typed_on, rule, threshold),
                      "on_minus_off_ci95": paired_intervals(off, on)})
@@ -183,6 +209,10 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"| {row['person']} | {row['emails']} | {cell(row, 'saved', 100, '%')} | "
                      f"{cell(row, 'wrong_per_100_words', 1, '')} | {cell(row, 'exact_match@1', 100, '%')} | "
                      f"{cell(row, 'exact_match@3', 100, '%')} |")
+    lines += ["", "Suggestions learning made right (the text before them; learning off -> on):", ""]
+    for row in result["people"]:
+        for e in row.get("learned_right", [])[:2]:
+            lines.append(f"- {row['person']}: …{json.dumps(e['before'])[1:-1]} **{e['on']}** (off: {e['off']})")
     return "\n".join(lines)
 
 
