@@ -7,6 +7,8 @@ compose page's are (`seqlab.serving.access`). Tests of the gate itself send thei
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import re
 import socket
@@ -182,3 +184,23 @@ def chromium(user_data_dir: Path, *args: str, capabilities: dict[str, Any] | Non
     for name, value in (capabilities or {}).items():
         options.set_capability(name, value)
     return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    """Serve `folder`'s files over HTTP on a free loopback port: a site of another origin than the server's
+    (fixture pages, a hostile page); yields its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -13,14 +13,10 @@ The last test saves out/screenshots/compose.png for the README.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import shutil
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -29,7 +25,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
-from serving_helpers import Served, chromium, require_browser, served
+from serving_helpers import Served, chromium, require_browser, served, static_site
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
@@ -291,7 +287,7 @@ def test_a_hostile_page_reads_nothing(driver, server, tmp_path):
     port = server.url.rsplit(":", 1)[1]
     page = tmp_path / "index.html"
     page.write_text(HOSTILE_PAGE.replace("SERVER", server.url).replace("REBOUND", REBOUND).replace("PORT", port))
-    with _static_site(tmp_path) as site:
+    with static_site(tmp_path) as site:
         driver.get_log("browser")  # forget what earlier pages said
         driver.get(site.replace("127.0.0.1", REBOUND) + "/index.html")
         results = WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script("return window.results"))
@@ -330,20 +326,6 @@ def test_mark_as_sent_keeps_the_email_only_on_a_learning_server(driver, server, 
         assert _value(driver) == ""  # a clean form, as after sending
         kept = [json.loads(line) for line in (run / "personal" / "sent.jsonl").read_text().splitlines()]
         assert [(k["subject"], k["body"]) for k in kept] == [(SUBJECT, BODY)]
-
-
-@contextmanager
-def _static_site(folder: Path) -> Iterator[str]:
-    """Serve `folder` over HTTP on a free loopback port (another origin than the server's)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=site.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{site.server_address[1]}"
-    finally:
-        site.shutdown()
-        site.server_close()
 
 
 def test_screenshot_of_a_suggestion(driver, server):

@@ -18,9 +18,7 @@ for review.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import http.server
 import json
 import shutil
 import threading
@@ -37,7 +35,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
-from serving_helpers import chromium, require_browser, running_server
+from serving_helpers import chromium, require_browser, running_server, static_site
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "extension"
@@ -170,23 +168,11 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         yield Recorded(url, f"{url}/?token={config.token}", holder["recorder"], config.pairing_file)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def site() -> Iterator[str]:
     """The fixture pages on a loopback port of their own: http://127.0.0.1:PORT (the site switched on)."""
-    handler = functools.partial(_QuietHandler, directory=str(FIXTURES))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with static_site(FIXTURES) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ referrer, and `Cache-Control: no-store` everywhere but the static files.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qs
@@ -36,6 +35,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seqlab.serving.credentials import PairingStore, is_extension_origin, same_secret
+from seqlab.serving.limits import send_error
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 CALLER = "seqlab.caller"  # the scope key under which the routes find who called (`Caller` or None)
@@ -144,7 +144,9 @@ class AccessGuard:
             if is_extension_origin(origin):
                 cors = [(b"access-control-allow-origin", origin_b), (b"vary", b"origin")]  # type: ignore[list-item]
         if scope["method"] == "OPTIONS" and cors:
-            await _respond(send, 204, b"", extra + cors + PREFLIGHT_HEADERS)
+            await send({"type": "http.response.start", "status": 204,
+                        "headers": [*SECURITY_HEADERS, *extra, *cors, *PREFLIGHT_HEADERS]})
+            await send({"type": "http.response.body", "body": b""})
             return
         auth = headers.get(b"authorization")
         caller = p.identify(auth.decode("latin-1") if auth is not None else None, origin)
@@ -178,13 +180,6 @@ def _names(p: AccessPolicy) -> str:
     return " or ".join(sorted(p.hosts))
 
 
-async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*SECURITY_HEADERS, *headers, (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
 async def _refuse(send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]]) -> None:
     """A JSON error in the shape of every other (`limits.error`), with the security headers."""
-    body = json.dumps({"error": message}).encode()
-    await _respond(send, status, body, [(b"content-type", b"application/json"), *headers])
+    await send_error(send, status, message, [*SECURITY_HEADERS, *headers])

@@ -7,6 +7,7 @@ curl) can tell what to fix; a 503 carries Retry-After, so a client knows when to
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -55,7 +56,14 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"error": f"the request body is larger than {self.max_bytes} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 413, f"the request body is larger than {self.max_bytes} bytes")
+
+
+async def send_error(send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    """The JSON error of `error`, sent straight through ASGI by a middleware that answers before any route
+    (`headers` added: the gate's security and CORS headers)."""
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *headers,
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
