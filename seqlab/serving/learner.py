@@ -131,9 +131,12 @@ class Learner:
 
     def _run(self) -> None:
         dirty = 0  # steps since the last swap
+        emails: list[Any] = []
         while not self._stop.is_set():
-            emails = self.store.emails()
-            self.passes += [0] * (len(emails) - len(self.passes))
+            if len(self.store) != len(emails):  # the store is reread only when an email was added
+                emails = self.store.emails()
+            # a record from a longer store (edited by hand) counts for the emails that are still there
+            self.passes = self.passes[: len(emails)] + [0] * (len(emails) - len(self.passes))
             todo = [i for i, n in enumerate(self.passes) if n < self.settings.passes]
             if not todo:
                 if dirty:
@@ -206,9 +209,12 @@ class Learner:
         for p in frozen.parameters():
             p.requires_grad_(False)
         folder = self.store.folder
-        write_private_bytes(folder / LEARNED, weights_to_bytes(frozen))
-        write_private(folder / LEARNED_META, {"base": self.base, "steps": self.steps, "passes": self.passes,
-                                              "emails": len(self.passes), "t": time.time()})
+        try:
+            write_private_bytes(folder / LEARNED, weights_to_bytes(frozen))
+            write_private(folder / LEARNED_META, {"base": self.base, "steps": self.steps, "passes": self.passes,
+                                                  "emails": len(self.passes), "t": time.time()})
+        except OSError as exc:  # a full disk: serve what was learned, say the checkpoint failed, keep learning
+            self.failed = f"the learned weights could not be saved in {folder}: {exc.strerror or exc}"
         self.swaps += 1
         self.on_swap(frozen)
 
