@@ -14,7 +14,7 @@ tokens/s, for attention and for the GRU (whose many small per-step parallel regi
                                two re-check periods, with the re-check and without it (the count chosen
                                at start kept)
 
-Goals (issue 13): beside the busy process the default keeps >= 0.5x of the quiet 1-thread speed, and on a
+Goals: beside the busy process the default keeps >= 0.5x of the quiet 1-thread speed, and on a
 quiet machine >= 0.9x of the quiet 2-thread speed. "Quiet" means without our busy process: on a machine
 shared with others each case's detail says the load before it and the threads the default chose.
 """

@@ -1,6 +1,6 @@
 """The context a model reads through cross-attention: its batch form and its encoder.
 
-In email the context is the message being answered (issue 11). `ContextBatch` carries, for each batch
+In email the context is the message being answered. `ContextBatch` carries, for each batch
 lane, E contexts of at most Lc token ids (E = 1 for windows and decoding; a recurrent training chunk may
 cross email boundaries, and each email in it has its own context) and, per query position, which of them
 it reads. `ContextEncoder` turns the ids into rows once per call:

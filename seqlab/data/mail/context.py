@@ -3,7 +3,7 @@
 Cleaning (`clean.strip_quotes`) removes from a body what someone else wrote: `>` lines with their
 `... wrote:` attribution, and everything from an `-----Original Message-----`, forwarded or embedded
 reply-header block to the end. That removed text is, in a reply, the message being answered, which a
-model that completes the reply may read through cross-attention (issue 11; the lecture's slide
+model that completes the reply may read through cross-attention (the lecture's slide
 "Cross-attention gets queries and context from different sequences"). `quoted_context` recovers it:
 
 - a cut block (Outlook/Notes style): the lines after the marker, with the `From:/Sent:/To:/Subject:`
