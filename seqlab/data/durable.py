@@ -102,17 +102,19 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
                 done += os.write(fd, rest)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
     """Replace `path` with `data` atomically; on any failure the old file is untouched and no temp is left.
 
-    A full disk raises `DiskFullError` naming `path`; any other OSError propagates as it is.
+    `mode` is what the file is created with, before the umask (0o600: readable by this user only, from the
+    first byte, never narrowed after the fact). A full disk raises `DiskFullError` naming `path`; any other
+    OSError propagates as it is.
     """
     path = Path(path)
     _file_point(path, "before")
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         # os.open with 0o666 lets the umask decide the permissions, as a plain open() would.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
         try:
             half = len(data) // 2
             with memoryview(data) as view:  # two halves (no copies): the "during" kill point lies between

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seqlab.data.durable import atomic_write_bytes
+
 TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (the issue asks for at least 128)
 SERVER_FILE = "server.json"
 PAIRED_FILE = "paired.json"
@@ -65,22 +67,10 @@ def write_private(path: Path, data: dict[str, Any]) -> None:
 
 
 def write_private_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path`, readable by this user only, replacing any old file atomically.
-
-    The folder is created 0700; the file is written to a temporary name created 0600, fsync'd and renamed
-    over, so a kill leaves the old file or the new one, never a mix."""
+    """Write `data` to `path`, readable by this user only (folder 0700, file created 0600), replacing any old
+    file atomically (`durable.atomic_write_bytes`: a kill leaves the old file or the new one, never a mix)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data, mode=0o600)
 
 
 def _digest(key: str) -> str:

@@ -36,6 +36,7 @@ from seqlab.data.batches import IGNORE_INDEX
 from seqlab.data.mail.clean import CleanOptions, clean_body
 from seqlab.data.mail.context import original_text
 from seqlab.data.tokenizer import Tokenizer
+from seqlab.errors import UserError
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.generation.decode import context_limit
 from seqlab.generation.reply import reads_context, reply_context
@@ -213,8 +214,8 @@ class Learner:
             write_private_bytes(folder / LEARNED, weights_to_bytes(frozen))
             write_private(folder / LEARNED_META, {"base": self.base, "steps": self.steps, "passes": self.passes,
                                                   "emails": len(self.passes), "t": time.time()})
-        except OSError as exc:  # a full disk: serve what was learned, say the checkpoint failed, keep learning
-            self.failed = f"the learned weights could not be saved in {folder}: {exc.strerror or exc}"
+        except (OSError, UserError) as exc:  # a full disk (DiskFullError): serve what was learned, say so
+            self.failed = f"the learned weights could not be saved in {folder}: {exc}"
         self.swaps += 1
         self.on_swap(frozen)
 
