@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from seqlab.version import __version__
 
 # seqlab leaves the OpenMP wait policy to libgomp. OMP_WAIT_POLICY=PASSIVE (idle threads sleep) kept
 # `small` attention at 0.99x of its quiet 1-thread speed beside a busy process (spinning: 0.42-0.58x), but

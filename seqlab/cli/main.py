@@ -12,9 +12,9 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from seqlab import __version__
 from seqlab.cli import bench, data, runs, serving, studies, training
 from seqlab.errors import UserError
+from seqlab.version import __version__
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
     "prepare": (data.add_prepare, data.run_prepare),

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from seqlab import __version__
 from seqlab.data.bpe_sample import ByteSample
 from seqlab.data.contexts import ContextSpool, thread_parents, write_contexts
 from seqlab.data.durable import DiskFullError, atomic_write_text, fsync_dir, is_disk_full, kill_point
@@ -51,6 +50,7 @@ from seqlab.data.mail.workers import StreamStats, default_workers, parse_stream,
 from seqlab.data.reuse_tokenizer import reused_tokenizer, tokenizer_file
 from seqlab.data.tokenizer import Tokenizer, fit_tokenizer
 from seqlab.errors import UserError
+from seqlab.version import __version__
 
 SPOOL = "emails.spool"
 CTX_SPOOL = "contexts.spool"  # each kept email's quoted context, beside SPOOL (seqlab.data.contexts)

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from seqlab import __version__
 from seqlab.runs.files import append_text, atomic_write_text
 from seqlab.training.guards import finite_or_none
+from seqlab.version import __version__
 
 __all__ = ["RunLog"]
 
