@@ -55,7 +55,7 @@ STAGES = (("read+parse", "parse_s"), ("dedupe+spool", "dedupe_spool_s"), ("threa
 
 
 def _mbox_escape(raw: bytes) -> bytes:
-    """mboxrd quoting: a body line starting with ">*From " gets one more ">" (seqlab.data.mail.files undoes it)."""
+    """mboxrd quoting: a body line starting with ">*From " gets one more ">" (mail/message_files.py undoes it)."""
     lines = raw.split(b"\n")
     return b"\n".join(b">" + line if line.lstrip(b">").startswith(b"From ") else line for line in lines)
 
@@ -201,12 +201,13 @@ class TreeMemory:
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """Run `prepare` once; report stage times, CPU times and peak memory of this process and its workers."""
-    from seqlab.data.prepare import prepare
+    from seqlab.data.prepare.options import PrepareConfig
+    from seqlab.data.prepare.pipeline import prepare
 
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     stats: dict[str, Any] = {}
     t0 = time.perf_counter()
-    meta = prepare(spec["source"], Path(spec["out"]), tokenizer=spec["tokenizer"], vocab_size=4096,
+    meta = prepare(PrepareConfig(spec["source"], tokenizer=spec["tokenizer"], vocab_size=4096), Path(spec["out"]),
                    workers=spec["workers"], progress=False, stats=stats)
     wall = time.perf_counter() - t0
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -343,7 +344,7 @@ def corpus_sizes(messages: int, big: bool) -> list[int]:
 def run(messages: int = 100_000, big: bool = False, quick: bool = False, workers: int | None = None,
         cache: Path = Path("out/bench_prepare_cache")) -> dict[str, Any]:
     """Write the corpora (once), measure every row, and return rows, memory growth and figures."""
-    from seqlab.data.mail.workers import default_workers
+    from seqlab.data.prepare.workers import default_workers
 
     sizes = corpus_sizes(10_000 if quick else messages, big and not quick)
     workers = workers or default_workers()

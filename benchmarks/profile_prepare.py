@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_prepare import enron_message  # noqa: E402
 
 from seqlab.data.mail.reader import CleanOptions  # noqa: E402
-from seqlab.data.mail.workers import parse_chunk  # noqa: E402
+from seqlab.data.prepare.workers import parse_chunk  # noqa: E402
 from seqlab.data.synthetic.generator import synthetic_messages  # noqa: E402
 
 # Functions whose cumulative time is a stage of the worker path (cProfile's cumulative time per function).
@@ -44,12 +44,12 @@ STAGES = {
     "MIME walk + decode": ("extract.py", "body_from_message"),
     "build (all below)": ("reader.py", "_build"),
     "  clean body": ("clean.py", "clean_body"),
-    "  quoted context": ("context.py", "quoted_context"),
+    "  quoted context": ("quoted.py", "quoted_context"),
     "  addresses": ("mime.py", "parse_addresses"),
     "  header decode": ("mime.py", "decode_header_text"),
     "  date": ("reader.py", "_date"),
-    "dedupe digests": ("corpus.py", "keys"),
-    "thread meta": ("corpus.py", "from_email"),
+    "dedupe digests": ("dedupe.py", "keys"),
+    "thread meta": ("thread_keys.py", "from_email"),
     "thread links": ("threadtable.py", "thread_links"),
     "spool record": ("spool.py", "pack_record"),
 }

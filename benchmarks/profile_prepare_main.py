@@ -27,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_prepare import corpus_bytes, write_corpus  # noqa: E402
 
-from seqlab.data.prepare import prepare  # noqa: E402
+from seqlab.data.prepare.options import PrepareConfig  # noqa: E402
+from seqlab.data.prepare.pipeline import prepare  # noqa: E402
 
 # Stages of the main process: a function of that file whose cumulative time is the stage.
 STAGES = {
     "mbox splitter": ("mbox.py", "split_mbox"),
     "results from workers": ("workers.py", "parse_stream"),
-    "  dedupe + spool (the loop body)": ("corpus.py", "check_keys"),
+    "  dedupe + spool (the loop body)": ("dedupe.py", "check_keys"),
     "thread + split": ("prepare.py", "_split_threads"),
     "encode + write (token files, emails.jsonl)": ("encode.py", "encode_all"),
     "  encode_texts": ("encode.py", "encode_texts"),
@@ -50,7 +51,7 @@ def run_once(source: Path, workers: int | None, profiler: cProfile.Profile | Non
         t0 = time.process_time()
         if profiler is not None:
             profiler.enable()
-        prepare(str(source), out / "data", workers=workers, progress=False)
+        prepare(PrepareConfig(str(source)), out / "data", workers=workers, progress=False)
         if profiler is not None:
             profiler.disable()
         return time.process_time() - t0

@@ -1,4 +1,5 @@
-"""Durable file writes, shared by DATA_DIR (`prepare`, `store.TokenWriter`) and RUN_DIR (`seqlab.runs`).
+"""Durable file writes, shared by DATA_DIR (`seqlab.data.prepare`) and RUN_DIR (`seqlab.runs`), and the
+server's private files.
 
 - `atomic_write_bytes` / `atomic_write_text`: temporary file in the same directory, write, fsync,
   `os.replace`, fsync the directory; a crash leaves the old file or the new one, never a mix.
@@ -10,25 +11,19 @@
 Every byte goes through `os.write` on a raw descriptor, never a buffered file object, for two reasons:
 a short write is handled here explicitly, and a test can simulate a full disk by patching `os.write`.
 
-Test-only fault injection: when the environment variable `SEQLAB_TEST_KILL_AT` is set, the process sends
-itself SIGKILL at the first write point whose name matches it (an `fnmatch` pattern; `PATTERN#N` waits for
-the Nth match; `PATTERN@INT` sends SIGINT instead, a Ctrl-C at an exact moment). Write points are named
-`DIR/FILE:before`, `DIR/FILE:during` (half the bytes are in the temporary file; for a `StreamFile`, all of
-them, not yet fsynced) and `DIR/FILE:after` (renamed into place), with DIR the parent folder's name; the
-checkpoint code and `prepare` add a few of their own (`kill_point`). Unset, the variable costs one
-`is None` test per write.
+The crash tests' kill points (`seqlab.fault_injection`) sit at the named moments of every write here:
+before, halfway through (`during`) and after.
 """
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
 import secrets
-import signal
 from pathlib import Path
 
 from seqlab.errors import UserError
+from seqlab.fault_injection import file_point
 
 __all__ = [
     "DiskFullError",
@@ -38,14 +33,9 @@ __all__ = [
     "atomic_write_text",
     "fsync_dir",
     "is_disk_full",
-    "kill_point",
 ]
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
-TEST_KILL_ENV = "SEQLAB_TEST_KILL_AT"
-# Read once: the variable is set by a test for the whole life of a `python -m seqlab ...` subprocess.
-_KILL_AT: str | None = os.environ.get(TEST_KILL_ENV) or None
-_kill_matches = 0
 
 
 class DiskFullError(UserError):
@@ -60,24 +50,6 @@ class DiskFullError(UserError):
 def is_disk_full(exc: BaseException) -> bool:
     """True for the OSErrors that mean the disk (or the user's quota) is full."""
     return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
-
-
-def kill_point(where: str) -> None:
-    """Test-only: SIGKILL this process if `where` is the write point `SEQLAB_TEST_KILL_AT` names."""
-    global _kill_matches
-    if _KILL_AT is None:
-        return
-    spec, _, sig = _KILL_AT.partition("@")
-    pattern, _, nth = spec.partition("#")
-    if fnmatch.fnmatchcase(where, pattern):
-        _kill_matches += 1
-        if _kill_matches == int(nth or 1):
-            os.kill(os.getpid(), getattr(signal, f"SIG{sig}") if sig else getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
-def _file_point(path: Path, phase: str) -> None:
-    if _KILL_AT is not None:  # build the name only when a test asked for kill points
-        kill_point(f"{path.parent.name}/{path.name}:{phase}")
 
 
 def fsync_dir(directory: Path) -> None:
@@ -110,7 +82,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
     OSError propagates as it is.
     """
     path = Path(path)
-    _file_point(path, "before")
+    file_point(path, "before")
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         # os.open with 0o666 lets the umask decide the permissions, as a plain open() would.
@@ -119,7 +91,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
             half = len(data) // 2
             with memoryview(data) as view:  # two halves (no copies): the "during" kill point lies between
                 _write_all(fd, view[:half])
-                _file_point(path, "during")
+                file_point(path, "during")
                 _write_all(fd, view[half:])
             os.fsync(fd)
         finally:
@@ -131,7 +103,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
             raise DiskFullError(path) from None
         raise
     fsync_dir(path.parent)
-    _file_point(path, "after")
+    file_point(path, "after")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -155,7 +127,7 @@ def append_text(path: Path, text: str) -> None:
         try:
             half = len(data) // 2
             _write_all(fd, data[:half])
-            _file_point(path, "during")
+            file_point(path, "during")
             _write_all(fd, data[half:])
         except BaseException as exc:
             try:
@@ -213,7 +185,7 @@ class StreamFile:
         if self._fd is None:
             return
         self.flush()
-        _file_point(self.shown, "during")
+        file_point(self.shown, "during")
         try:
             os.fsync(self._fd)
         except OSError as exc:

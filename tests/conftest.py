@@ -25,7 +25,7 @@ os.environ["SEQLAB_CONFIG_DIR"] = tempfile.mkdtemp(prefix="seqlab-config-")
 @pytest.fixture(scope="session")
 def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A DATA_DIR prepared from 160 synthetic emails with the byte tokenizer."""
-    from seqlab.data.prepare import prepare
+    from preparing import prepare
 
     out = tmp_path_factory.mktemp("data") / "synthetic"
     prepare("synthetic", out, count=160, seed=0, split=(0.8, 0.1, 0.1), progress=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqlab.data.mail.corpus import normalize_body
+from seqlab.data.prepare.dedupe import normalize_body
 from seqlab.data.tokenizer import load_tokenizer
 
 SPLITS = ("train", "val", "test")

@@ -1,4 +1,4 @@
-"""A full disk, simulated: every durable write of seqlab goes through `os.write` (seqlab/data/durable.py),
+"""A full disk, simulated: every durable write of seqlab goes through `os.write` (seqlab/durable.py),
 so patching `os.write` with a `FullDisk` makes one chosen write come out short and every later write
 under a folder fail with ENOSPC, as on a disk that filled up. Writes elsewhere (pytest's own, pipes) pass."""
 

@@ -40,8 +40,8 @@ from seqlab.data.mail.clean import normalize_text
 from seqlab.data.mail.mime import MAX_SUBJECT_CHARS
 from seqlab.data.mail.reader import SKIP_REASONS, CleanOptions, parse_message
 from seqlab.data.mail.records import Email
-from seqlab.data.mail.spool import pack_record
-from seqlab.data.mail.workers import Kept, parse_chunk
+from seqlab.data.prepare.spool import pack_record
+from seqlab.data.prepare.workers import Kept, parse_chunk
 
 MAX_SECONDS_PER_MESSAGE = 2.0  # ordinary mail takes about a millisecond; blow-ups take seconds to minutes
 # Linear work doubles; a quadratic part tends to 4x. Above 3x on the best of three timings, the repeated

@@ -22,7 +22,6 @@ from seqlab.data.mail.clean import (
     mask_pii,
     strip_signature,
 )
-from seqlab.data.mail.context import _HEADER_LINE, _MARKER_LINE, keep_end
 from seqlab.data.mail.mime import (
     _ADDRESS,
     _ENCODED_WORD,
@@ -32,6 +31,7 @@ from seqlab.data.mail.mime import (
     _decode_word,
     undo_surrogateescape,
 )
+from seqlab.data.mail.quoted import _HEADER_LINE, _MARKER_LINE, keep_end
 
 _QUOTED_LINE = re.compile(r"^[ \t]*>[^\n]*(?:\n|\Z)", re.MULTILINE)
 _UNQUOTE = re.compile(r"^[ \t]*> ?", re.MULTILINE)

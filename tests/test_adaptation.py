@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from preparing import prepare
 
 from seqlab.cli.main import main
 from seqlab.config import apply_overrides, get_preset
-from seqlab.data.prepare import prepare
 from seqlab.errors import UserError
 from seqlab.runs.init import init_config
 from seqlab.runs.load import load_run

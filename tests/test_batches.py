@@ -11,12 +11,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from token_stores import LENGTHS, T, check_pairs, coded_store, email_of, target_positions
+from token_stores import LENGTHS, T, check_pairs, coded_store, email_of, eval_window_count, target_positions
 
 from seqlab.data.batches import (
     IGNORE_INDEX,
     WindowSampler,
-    eval_window_count,
     iter_eval_windows,
 )
 

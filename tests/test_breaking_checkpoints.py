@@ -1,6 +1,6 @@
 """Breaking checkpoint writes on purpose: SIGKILL at every write point of a checkpoint, and a full disk.
 
-Kill points are deterministic: `SEQLAB_TEST_KILL_AT` (seqlab/data/durable.py) makes a `python -m seqlab
+Kill points are deterministic: `SEQLAB_TEST_KILL_AT` (seqlab/fault_injection.py) makes a `python -m seqlab
 train` subprocess SIGKILL itself at a named point: before, halfway through and after each file of a step
 directory, of the mirror (RUN_DIR itself) and of `best/`, between the two renames of the `best/` swap,
 while pruning an old step directory, and halfway through a metrics.jsonl line. Every run is tiny (6 steps,
@@ -134,11 +134,11 @@ def test_sigkill_at_a_write_point_then_resume_is_exact(point: str, kept: int, ti
 
 def test_kill_points_cost_nothing_when_unset() -> None:
     """The hook is read once at import and, unset, each write point is a single `is None` test."""
-    from seqlab.data import durable
+    from seqlab import fault_injection
 
-    assert os.environ.get(durable.TEST_KILL_ENV) is None and durable._KILL_AT is None
-    durable.kill_point("anything:at-all")  # returns at once: no kill, no counting
-    assert durable._kill_matches == 0
+    assert os.environ.get(fault_injection.TEST_KILL_ENV) is None and fault_injection._KILL_AT is None
+    fault_injection.kill_point("anything:at-all")  # returns at once: no kill, no counting
+    assert fault_injection._kill_matches == 0
 
 
 # ------------------------------------------------------------------------------------------- a full disk

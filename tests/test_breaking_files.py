@@ -25,7 +25,7 @@ import pytest
 from serving_helpers import person_client
 
 from seqlab.cli.main import main as cli_main
-from seqlab.data.tokenizer import fit_tokenizer
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.serving.app import ServerConfig
 
 

@@ -6,7 +6,7 @@ disk is a `UserError` (exit 2, one sentence naming `--out` and "no space left");
 
 The full disk is simulated in-process (tests/disk_faults.py); Ctrl-C is a real SIGINT, sent by the test
 while the subprocess reads mail, or sent by the subprocess to itself at an exact write point
-(`SEQLAB_TEST_KILL_AT=...@INT`, seqlab/data/durable.py), as is SIGKILL.
+(`SEQLAB_TEST_KILL_AT=...@INT`, seqlab/fault_injection.py), as is SIGKILL.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from data_dir_checks import check_data_dir, files_of
 from disk_faults import HAS_PROC_FD, FullDisk
 
 from seqlab.cli.main import main as cli_main
-from seqlab.data.mail.spool import SpoolWriter
+from seqlab.data.prepare.spool import SpoolWriter
 
 SMALL = ["synthetic", "--count", "60", "--seed", "3", "--workers", "1", "--quiet"]
 

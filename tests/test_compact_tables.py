@@ -1,6 +1,6 @@
 """The compact tables of a large prepare against the plain computations they replace: the digest set
-against a Python set, the thread table against `corpus.assign_threads` and `split_for_thread`, date keys
-against string order, and the bounded BPE sample (all of train when under the bound, seeded otherwise).
+against a Python set, the thread table against `assign_threads` (tests/slow_threads.py) and `split_for_thread`,
+date keys against string order, and the bounded BPE sample (all of train when under the bound, seeded otherwise).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import pytest
 from data_dir_checks import files_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from preparing import prepare
+from slow_threads import assign_threads
 
-from seqlab.data import prepare as prepare_module
-from seqlab.data.bpe_sample import ByteSample
-from seqlab.data.mail.corpus import ThreadMeta, _utc_date, assign_threads, split_for_thread
-from seqlab.data.mail.digests import DigestSet, digest64
-from seqlab.data.mail.threadtable import ThreadTable, date_key, thread_links
-from seqlab.data.prepare import prepare
+from seqlab.data.prepare import tokenizer_fit
+from seqlab.data.prepare.bpe_sample import ByteSample
+from seqlab.data.prepare.digests import DigestSet, digest64
+from seqlab.data.prepare.thread_keys import ThreadMeta, norm_id, split_for_thread, utc_date
+from seqlab.data.prepare.threadtable import ThreadTable, date_key, thread_links
 
 
 def test_digest_set_equals_a_set() -> None:
@@ -44,7 +45,7 @@ _DATES = ["2024-01-01T00:00:00", "2024-01-01T00:00:01+00:00", "1999-12-31T23:59:
 @given(st.lists(st.one_of(st.sampled_from(_DATES), st.datetimes(min_value=datetime(1, 1, 1)).map(datetime.isoformat)),
                 min_size=2, max_size=2))
 def test_date_key_orders_like_the_date_strings(dates: list[str | None]) -> None:
-    a, b = (_utc_date(d) or "" for d in dates)
+    a, b = (utc_date(d) or "" for d in dates)
     ka, kb = (date_key(d) for d in dates)
     assert (a < b, a == b) == (ka < kb, ka == kb)
 
@@ -105,7 +106,7 @@ def test_prepare_fits_bpe_on_a_bounded_seeded_sample(tmp_path: Path, monkeypatch
         return files_of(tmp_path / name)
 
     full = run("full")
-    monkeypatch.setattr(prepare_module, "ByteSample",
+    monkeypatch.setattr(tokenizer_fit, "ByteSample",
                         lambda total, seed: ByteSample(total, seed, limit=total // 5))
     sampled, again = run("sampled"), run("again")
     assert sampled == again  # deterministic for the input and seed
@@ -122,8 +123,7 @@ def test_thread_parents_from_digests_equal_a_lookup_by_message_id() -> None:
     digests, as prepare finds it for contexts, equals a dictionary lookup by the ids themselves."""
     import numpy as np
 
-    from seqlab.data.contexts import thread_parents
-    from seqlab.data.mail.corpus import _norm_id
+    from seqlab.data.prepare.reply_files import thread_parents
 
     rng = random.Random(7)
     for _ in range(200):
@@ -131,9 +131,9 @@ def test_thread_parents_from_digests_equal_a_lookup_by_message_id() -> None:
         first: dict[str, int] = {}
         for i, m in enumerate(metas):
             first.setdefault(m.node, i)
-        want = [first.get(_norm_id(m.in_reply_to), -1) if _norm_id(m.in_reply_to) else -1 for m in metas]
+        want = [first.get(norm_id(m.in_reply_to), -1) if norm_id(m.in_reply_to) else -1 for m in metas]
         want = [-1 if p == i else p for i, p in enumerate(want)]
         nodes = np.array([thread_links(m).node for m in metas], dtype=np.uint64)
-        replies = np.array([digest64("m:" + _norm_id(m.in_reply_to)) if _norm_id(m.in_reply_to) else 0
+        replies = np.array([digest64("m:" + norm_id(m.in_reply_to)) if norm_id(m.in_reply_to) else 0
                             for m in metas], dtype=np.uint64)
         assert thread_parents(nodes, replies).tolist() == want

@@ -12,7 +12,7 @@ import torch
 
 from seqlab.config import apply_overrides, get_preset
 from seqlab.data.batches import WindowSampler
-from seqlab.data.context_batches import stream_contexts, window_contexts
+from seqlab.data.reply_batches import stream_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from preparing import prepare
 
-from seqlab.data.contexts import ctx_paths
-from seqlab.data.mail.context import keep_end, quoted_context
+from seqlab.data.mail.quoted import keep_end, quoted_context
 from seqlab.data.mail.reader import CleanOptions, parse_message
-from seqlab.data.prepare import prepare
+from seqlab.data.reply_store import ctx_paths
 from seqlab.data.store import TokenStore
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import load_tokenizer

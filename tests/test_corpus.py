@@ -1,4 +1,5 @@
-"""Tests for seqlab.data.mail.corpus: dedupe, threading and the leakage-free split by thread."""
+"""Dedupe (seqlab/data/prepare/dedupe.py), threading (thread_keys.py and the union-find reference in
+tests/slow_threads.py) and the leakage-free split by thread."""
 
 from __future__ import annotations
 
@@ -9,19 +10,12 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from slow_threads import assign_threads, check, split_corpus
 
-from seqlab.data.mail.corpus import (
-    MIN_DUPLICATE_BODY_CHARS,
-    SPLITS,
-    Deduper,
-    ThreadMeta,
-    assign_threads,
-    normalize_body,
-    normalize_subject,
-    split_corpus,
-    split_for_thread,
-)
+from seqlab.data.layout import SPLITS
 from seqlab.data.mail.records import Email
+from seqlab.data.prepare.dedupe import MIN_DUPLICATE_BODY_CHARS, Deduper, normalize_body
+from seqlab.data.prepare.thread_keys import ThreadMeta, normalize_subject, split_for_thread
 
 WORDS = "report slides meeting budget friday review draft invoice contract schedule agenda notes".split()
 
@@ -164,15 +158,15 @@ def test_thread_rules() -> None:
 def test_deduper_kinds_and_counts() -> None:
     d = Deduper()
     base = Email(id="1", thread="1", subject="Re: Budget", body="The budget is  attached, see page 2.", sender="A@x")
-    assert d.check(base) is None
+    assert check(d, base) is None
     same = Email(id="2", thread="2", subject="budget", body="the budget is attached,\nsee page 2.", sender="a@x ")
-    assert d.check(same) == "duplicate"
+    assert check(d, same) == "duplicate"
     other = Email(id="3", thread="3", subject="Numbers", body=base.body, sender="c@x")
-    assert d.check(other) == "duplicate_body"
+    assert check(d, other) == "duplicate_body"
     for i in range(3):  # short bodies are allowed to repeat under new subjects
-        assert d.check(Email(id=f"t{i}", thread="t", subject=f"s{i}", body="Thanks!", sender="c@x")) is None
+        assert check(d, Email(id=f"t{i}", thread="t", subject=f"s{i}", body="Thanks!", sender="c@x")) is None
     assert d.counts == Counter({"kept": 4, "duplicate": 1, "duplicate_body": 1})
-    assert d.removed == 2
+    assert d.counts["duplicate"] + d.counts["duplicate_body"] == 2
 
 
 def test_split_proportions_and_zero_fractions() -> None:

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from preparing import prepare
 
-from seqlab.data.mail.corpus import SPLITS
-from seqlab.data.mail.threadtable import split_by_date
-from seqlab.data.prepare import MIN_HELD_EMAILS, format_report, prepare
+from seqlab.data.layout import SPLITS
+from seqlab.data.prepare.report import format_report
+from seqlab.data.prepare.threadtable import MIN_HELD_EMAILS, split_by_date
 
 PERSON = "Dana Whitfield <dana@harbourline.example>"
 

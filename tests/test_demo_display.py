@@ -53,7 +53,8 @@ def test_the_table_reads_exact_match_at_ten_and_fifty_percent(word_run_dir: Path
 def test_the_demo_reuses_a_corpus_only_with_its_own_tokenizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo trains on BPE (demo.TOKENIZER, VOCAB_SIZE): a prepared folder with that tokenizer is reused
     as it is, one prepared with bytes is prepared again with the demo's tokenizer."""
-    from seqlab.data.prepare import prepare
+    from preparing import prepare
+
     from seqlab.studies import demo
 
     bpe, byte = tmp_path / "bpe", tmp_path / "byte"

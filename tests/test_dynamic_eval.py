@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from preparing import prepare
 
-from seqlab.data.prepare import prepare
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.context_scores import email_scores
 from seqlab.evaluation.dynamic import (

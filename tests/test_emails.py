@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mail_samples import mail
 
-from seqlab.data.mail import files as mailfiles
+from seqlab.data.mail import message_files as mailfiles
 from seqlab.data.mail.reader import CleanOptions, detect_source_kind, iter_raw_messages, parse_message, read_emails
 from seqlab.data.mail.records import Email, SkipReport
 from seqlab.errors import UserError

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from seqlab.config import ModelConfig
 from seqlab.data.batches import IGNORE_INDEX
-from seqlab.data.context_batches import gather_contexts
-from seqlab.data.contexts import ContextWriter
-from seqlab.data.store import TokenStore, TokenWriter
+from seqlab.data.prepare.reply_files import ContextWriter
+from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.reply_batches import gather_contexts
+from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.evaluation.context_scores import email_scores
 from seqlab.evaluation.heldout import evaluate_lm, score_heldout, token_byte_lengths

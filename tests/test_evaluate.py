@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from seqlab.config import ModelConfig
-from seqlab.data.store import TokenStore, TokenWriter
-from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
+from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
+from seqlab.data.store import TokenStore
+from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.compressors import compressor_bpb, compressor_bpb_bytes, split_bytes, split_texts
 from seqlab.evaluation.exact_match import (

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from mail_samples import corpus_messages
 
 from seqlab.data.mail.clean import CleanOptions, clean_body, normalize_text, safe_text, strip_quotes
-from seqlab.data.mail.context import clean_and_context, quoted_context
 from seqlab.data.mail.mime import decode_header_text, parse_addresses
+from seqlab.data.mail.quoted import clean_and_context, quoted_context
 from seqlab.data.synthetic.generator import synthetic_messages
 
 _LINES = [

@@ -1,4 +1,4 @@
-"""The batched encode stage of `prepare` (seqlab/data/encode.py: a chunk's emails per split at once,
+"""The batched encode stage of `prepare` (seqlab/data/prepare/encode.py: a chunk's emails per split at once,
 `TokenWriter.add_flat`, `index_line`) against the per-email loop it replaced (kept below): the same
 DATA_DIR, byte for byte, with the byte tokenizer and with BPE; and each piece against its reference."""
 
@@ -14,11 +14,11 @@ from hostile_mail import write_hostile_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages, write_mbox
+from preparing import prepare
 
-from seqlab.data import encode
-from seqlab.data.mail.spool import iter_spool
-from seqlab.data.prepare import prepare
-from seqlab.data.store import TokenWriter
+from seqlab.data.prepare import encode
+from seqlab.data.prepare.spool import iter_spool
+from seqlab.data.prepare.token_files import TokenWriter
 from seqlab.data.tokenizer import ByteTokenizer
 
 

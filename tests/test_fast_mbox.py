@@ -13,11 +13,11 @@ from hostile_mail import write_hostile_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages, write_mbox
+from preparing import prepare
 from slow_mbox import slow_split_mbox
 
-from seqlab.data.mail import files
+from seqlab.data.mail import message_files as files
 from seqlab.data.mail.mbox import split_mbox
-from seqlab.data.prepare import prepare
 
 LINES = [
     b"From a@b Mon Jan  1 10:00:00 2001\n", b"From a@b Mon Jan  1 10:00:00 2001\r\n",

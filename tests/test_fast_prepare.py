@@ -19,10 +19,12 @@ from hostile_mail import write_hostile_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mail_samples import corpus_messages
+from preparing import prepare
 
-from seqlab.data.mail import clean, corpus, extract, files, html_text, mime, reader, threadtable
-from seqlab.data.mail.corpus import _utc_date
-from seqlab.data.prepare import prepare
+from seqlab.data.mail import clean, extract, html_text, mime, reader
+from seqlab.data.mail import message_files as files
+from seqlab.data.prepare import dedupe, thread_keys, threadtable
+from seqlab.data.prepare.thread_keys import utc_date
 from seqlab.data.synthetic.generator import synthetic_messages
 
 _DATE = re.compile(r"(\d{1,4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
@@ -31,7 +33,7 @@ _DATE = re.compile(r"(\d{1,4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)")
 def _slow_date_key(date: str | None) -> int:
     """threadtable.date_key as it was: the date string parsed back with a regex."""
     try:
-        d = _utc_date(date)
+        d = utc_date(date)
     except OverflowError:
         return -1
     if d is None:
@@ -113,7 +115,8 @@ def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mime, "normalize_charset", lambda name: mime._normalize_charset(name) if name else None)
     monkeypatch.setattr(reader, "decode_header_text", slow.decode_header_text)
     monkeypatch.setattr(reader, "parse_addresses", slow.parse_addresses)
-    monkeypatch.setattr(corpus, "normalize_subject", corpus.normalize_subject.__wrapped__)
+    for module in (thread_keys, dedupe):  # dedupe imports it by name
+        monkeypatch.setattr(module, "normalize_subject", thread_keys.normalize_subject.__wrapped__)
     monkeypatch.setattr(threadtable, "date_key", _slow_date_key)
 
 

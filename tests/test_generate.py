@@ -284,7 +284,7 @@ def test_complete_runs_a_real_model_and_splits_words() -> None:
 
 
 def test_token_healing_with_a_bpe_tokenizer() -> None:
-    from seqlab.data.tokenizer import fit_tokenizer
+    from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
     from seqlab.generation.complete import encode_prompt
 
     tok = fit_tokenizer("bpe", ["could you send me the file, please"] * 30, vocab_size=300)

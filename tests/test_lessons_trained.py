@@ -16,8 +16,8 @@ from lesson_helpers import check_lesson_files, tiny_lesson_fixture
 from torch import nn
 
 from seqlab.config import ModelConfig
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.synthetic.generator import memory_email, memory_emails
-from seqlab.data.tokenizer import fit_tokenizer
 from seqlab.models import build_model
 from seqlab.studies.lessons.common import LessonResult
 from seqlab.studies.lessons.gradient_path import decay_stats, gradient_profile, table_distances

@@ -55,7 +55,7 @@ def test_counts_equal_a_counter_of_ngrams_and_survive_the_file(tmp_path: Path) -
 
 
 def test_a_bad_or_foreign_phrase_file_is_a_user_error(tmp_path: Path) -> None:
-    from seqlab.data.tokenizer import fit_tokenizer
+    from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 
     (tmp_path / PHRASES).write_bytes(b"not a zip")
     with pytest.raises(UserError, match="not a readable phrase file"):

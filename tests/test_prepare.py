@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from data_dir_checks import SPLITS, check_data_dir, files_of
 from mail_samples import ENVELOPE, corpus_messages
+from preparing import prepare
 
 from seqlab.cli.main import main as cli_main
-from seqlab.data.prepare import prepare
 
 # the fixtures `layouts` and `hostile_tree`
 pytest_plugins = ("prepare_fixtures",)

@@ -12,17 +12,19 @@ import pytest
 from data_dir_checks import check_data_dir, files_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from preparing import prepare
+from slow_threads import assign_threads
 
-from seqlab.data.encode import encode_texts
-from seqlab.data.mail import workers as parallel
-from seqlab.data.mail.corpus import ThreadMeta, assign_threads
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.mail.records import Email
-from seqlab.data.mail.spool import SpoolWriter, iter_spool, pack_record
-from seqlab.data.mail.threadtable import ThreadTable, thread_links
-from seqlab.data.prepare import prepare
+from seqlab.data.prepare import workers as parallel
+from seqlab.data.prepare.encode import encode_texts
+from seqlab.data.prepare.spool import SpoolWriter, iter_spool, pack_record
+from seqlab.data.prepare.thread_keys import ThreadMeta
+from seqlab.data.prepare.threadtable import ThreadTable, thread_links
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.synthetic.generator import synthetic_messages
-from seqlab.data.tokenizer import ByteTokenizer, clean_text, fit_tokenizer
+from seqlab.data.tokenizer import ByteTokenizer, clean_text
 from seqlab.errors import UserError
 
 # the fixtures `layouts` and `hostile_tree`

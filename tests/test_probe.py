@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqlab.config import ModelConfig
-from seqlab.data.tokenizer import ByteTokenizer, fit_tokenizer
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
+from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
 from seqlab.models import build_model
 from seqlab.models.positional import alibi_slopes

@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from preparing import prepare
 
 from seqlab.bench import replay
-from seqlab.data.prepare import prepare
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
 

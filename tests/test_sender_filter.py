@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from preparing import prepare
 
-from seqlab.data.prepare import prepare
 from seqlab.errors import UserError
 
 # the forms one SpamAssassin writer's From lines take (Justin Mason's, address as in the corpus)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from token_stores import LENGTHS, T, write_store
+from token_stores import LENGTHS, T, eval_window_count, write_store
 
-from seqlab.data.batches import WindowSampler, eval_window_count, iter_eval_windows
-from seqlab.data.store import TokenStore, TokenWriter, load_meta, token_dtype
+from seqlab.data.batches import WindowSampler, iter_eval_windows
+from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.store import TokenStore, load_meta, token_dtype
 from seqlab.data.streams import StreamSampler, iter_eval_streams
 from seqlab.errors import UserError
 from seqlab.evaluation.plans import sample_emails

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from seqlab.config import ModelConfig
-from seqlab.data.tokenizer import ByteTokenizer, Tokenizer, fit_tokenizer
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
+from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.generation.complete import complete, encode_prompt
 from seqlab.models import build_model
 

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.tokenizer import (
     SPECIALS,
     BPETokenizer,
     ByteTokenizer,
     Tokenizer,
     byte_to_char,
-    fit_tokenizer,
     load_tokenizer,
     tokenizer_from_json,
 )

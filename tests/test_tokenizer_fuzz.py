@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_tokenizer import bpe, corpus, kinds, pieces
 
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.tokenizer import (
     MIN_BPE_VOCAB,
     ByteTokenizer,
     byte_to_char,
     clean_text,
-    fit_tokenizer,
     tokenizer_from_json,
 )
 from seqlab.errors import UserError

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seqlab.data.batches import IGNORE_INDEX
-from seqlab.data.store import TokenStore, TokenWriter, token_dtype
+from seqlab.data.batches import IGNORE_INDEX, eval_windows
+from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.store import TokenStore, token_dtype
 
 # Lengths with emails of 1 and 2 tokens, emails shorter than a window (T = 8) and several windows long.
 LENGTHS = [1, 2, 5, 40, 3, 9, 8, 2, 17, 1, 64, 7, 30]
@@ -64,3 +65,8 @@ def check_pairs(store: TokenStore, x: torch.Tensor, y: torch.Tensor, pad: int) -
     assert np.all(y[kept] == x[kept] + 1)  # y is x shifted by one token
     owner = email_of(store)
     assert np.all(owner[x[kept]] == owner[y[kept]])  # never across an email boundary
+
+
+def eval_window_count(store: TokenStore, block_size: int, stride: int | None = None) -> int:
+    """How many windows `iter_eval_windows` yields in all."""
+    return len(eval_windows(store, block_size, stride)[0])

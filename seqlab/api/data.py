@@ -65,7 +65,7 @@ class DataDir:
 
     def report(self) -> str:
         """The corpus report `seqlab prepare` prints: emails per split, skips by reason, duplicates, tokens."""
-        from seqlab.data.prepare import format_report
+        from seqlab.data.prepare.report import format_report
 
         return format_report(self.meta)
 
@@ -142,20 +142,23 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             raise UserError(f"{name} must be a positive integer, not {value!r}.")
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
-    from seqlab.data.prepare import prepare as build
+    from seqlab.data.prepare.options import PrepareConfig
+    from seqlab.data.prepare.pipeline import prepare as build
 
-    meta = build(str(source), Path(out), tokenizer=tokenizer or "byte", vocab_size=vocab_size or 4096,
-                 tokenizer_from=Path(tokenizer_from) if tokenizer_from is not None else None, split=fractions,
-                 seed=seed, keep_quotes=keep_quotes, keep_signatures=keep_signatures, mask_pii=mask_pii,
-                 limit=limit, count=count, groups=list(groups) if groups else None,
-                 cache_dir=Path(cache_dir) if cache_dir is not None else None, workers=workers,
-                 progress=progress, senders=list(senders), exclude_senders=list(exclude_senders), split_by=split_by)
+    config = PrepareConfig(str(source), tokenizer=tokenizer or "byte", vocab_size=vocab_size or 4096,
+                           tokenizer_from=str(tokenizer_from) if tokenizer_from is not None else None,
+                           split=fractions, split_by=split_by, seed=seed, keep_quotes=keep_quotes,
+                           keep_signatures=keep_signatures, mask_pii=mask_pii, senders=tuple(senders),
+                           exclude_senders=tuple(exclude_senders), limit=limit, count=count,
+                           groups=tuple(groups) if groups else None)
+    meta = build(config, Path(out), workers=workers, cache_dir=Path(cache_dir) if cache_dir is not None else None,
+                 progress=progress)
     return DataDir(Path(out), meta)
 
 
 def _check_reused(path: Path, tokenizer: str | None, vocab_size: int | None) -> None:
     """`tokenizer_from` checked against `tokenizer` / `vocab_size` when those were also given (UserError)."""
-    from seqlab.data.reuse_tokenizer import reused_tokenizer
+    from seqlab.data.prepare.reuse_tokenizer import reused_tokenizer
 
     tok = reused_tokenizer(path, tokenizer)
     if vocab_size is not None and vocab_size != tok.vocab_size:

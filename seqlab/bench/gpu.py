@@ -34,7 +34,8 @@ import torch
 from seqlab.bench.common import row
 from seqlab.bench.gpu_kernels import SECTION, recurrent_rows, sdpa_rows, sync_of
 from seqlab.config import get_preset
-from seqlab.data.prepare import prepare
+from seqlab.data.prepare.options import PrepareConfig
+from seqlab.data.prepare.pipeline import prepare
 from seqlab.training.flops import flops_per_token, mfu
 from seqlab.training.trainer import Trainer
 
@@ -99,7 +100,7 @@ def _trainer(plan: GpuPlan, scratch: Path) -> Trainer:
     past the steps this check runs (it calls `train_step` itself)."""
     data = scratch / "data"
     # parsed in-process: a small corpus, and no worker is forked from a process that holds a CUDA context
-    prepare("synthetic", data, count=plan.emails, progress=False, workers=1)
+    prepare(PrepareConfig("synthetic", count=plan.emails), data, progress=False, workers=1)
     total = plan.warmup + plan.steps + 50
     overrides = [f"train.device={plan.device}", f"train.max_steps={total}", f"train.eval_every={total}",
                  f"train.ckpt_every={total}"] + ([f"train.threads={plan.threads}"] if plan.threads else [])

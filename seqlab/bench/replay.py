@@ -34,7 +34,7 @@ from typing import Any
 
 from torch import nn
 
-from seqlab.data.mail.corpus import SPLITS
+from seqlab.data.layout import SPLITS
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.calibration import load_calibration

@@ -124,7 +124,7 @@ class WindowSampler:
         return self.store.starts[i] + s, np.minimum(T + 1, L - s)
 
 
-def _eval_windows(store: TokenStore, block_size: int,
+def eval_windows(store: TokenStore, block_size: int,
                   stride: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Global start, real length and skipped leading targets of every evaluation window, in email order.
 
@@ -153,23 +153,16 @@ def _check_stride(block_size: int, stride: int | None) -> None:
         raise ValueError(f"the evaluation stride must be between 1 and block_size={block_size}, not {stride}")
 
 
-def eval_window_count(store: TokenStore, block_size: int, stride: int | None = None) -> int:
-    """How many windows `iter_eval_windows` yields in all (batches: ceil(count / batch_size))."""
-    check_positive(block_size=block_size)
-    _check_stride(block_size, stride)
-    return len(_eval_windows(store, block_size, stride)[0])
-
-
-def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
+def itereval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
                       stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) batches over every window of the split, covering each target exactly once, in email order.
 
-    `stride` < block_size overlaps the windows so that scored targets keep context (see `_eval_windows`).
+    `stride` < block_size overlaps the windows so that scored targets keep context (see `eval_windows`).
     The last batch may have fewer than `batch_size` rows.
     """
     check_positive(block_size=block_size, batch_size=batch_size)
     _check_stride(block_size, stride)
-    start, length, skip = _eval_windows(store, block_size, stride)
+    start, length, skip = eval_windows(store, block_size, stride)
     for a in range(0, len(start), batch_size):
         sl = slice(a, a + batch_size)
         yield gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from seqlab.data.contexts import ContextStore
+    from seqlab.data.reply_store import ContextStore
     from seqlab.data.store import TokenStore
     from seqlab.data.streams import StreamSampler
 

@@ -25,7 +25,7 @@ import json
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -225,42 +225,6 @@ def _check_hf_json(hf: dict[str, Any]) -> None:
     for bad, why in problems:
         if bad:
             raise ValueError(why)
-
-
-def _clean_stream(texts: Iterable[str]) -> Iterator[str]:
-    for t in texts:
-        yield clean_text(t)
-
-
-def fit_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 4096) -> Tokenizer:
-    """A tokenizer of `kind` fitted on `texts` (the train split only; an iterator is fine).
-
-    "byte" needs no fitting: `texts` is not read and `vocab_size` is ignored (always 259). "bpe" trains
-    byte-level BPE so that the total vocabulary, specials included, is at most `vocab_size`; it can be
-    smaller when the texts offer fewer pairs seen at least twice (min_frequency=2, so one-off strings
-    do not become tokens).
-    """
-    if kind == "byte":
-        return ByteTokenizer()
-    if kind != "bpe":
-        raise UserError(f"Unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}.")
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_BPE_VOCAB:
-        raise UserError(f"The BPE vocabulary size must be an integer of at least {MIN_BPE_VOCAB}, not {vocab_size!r}.")
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(SPECIALS),
-        min_frequency=2,
-        show_progress=False,
-        special_tokens=[],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    hf.train_from_iterator(_clean_stream(texts), trainer=trainer)
-    return BPETokenizer(json.loads(hf.to_str()))
 
 
 def tokenizer_from_json(text: str, source: str = "the tokenizer JSON") -> Tokenizer:

@@ -23,7 +23,7 @@ chosen from the model (`plan_kind`):
   val split), that reach costs a little: 0.5635 bits per byte against 0.5603 with the windows, and more
   held keys (C = W/4, W/8) scored worse still (0.5638, 0.5658); C = W/2 is also the fastest.
 - `windows` (learned or sinusoidal positions, whose keys carry absolute positions that cannot slide):
-  windows of W tokens inside one email overlapping by half (`seqlab.data.batches._eval_windows`,
+  windows of W tokens inside one email overlapping by half (`seqlab.data.batches.eval_windows`,
   stride W // 2); each window after an email's first scores only targets no earlier window scored,
   so every such target sees at least W/2 tokens. The last window is aligned to the email's end.
 
@@ -43,8 +43,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from seqlab.data.batches import IGNORE_INDEX, _eval_windows, gather_windows
-from seqlab.data.context_batches import gather_contexts, window_contexts
+from seqlab.data.batches import IGNORE_INDEX, eval_windows, gather_windows
+from seqlab.data.reply_batches import gather_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.generation.decode import context_limit
 from seqlab.models.context import ContextBatch
@@ -146,7 +146,7 @@ def iter_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: in
                  emails: np.ndarray | None = None) -> Iterator[Chunk]:
     """Windows overlapping by half, `batch_size` a call, each standing alone (module docstring); those
     of `emails` only, when given."""
-    start, length, skip = _eval_windows(store, block_size, max(1, block_size // 2))
+    start, length, skip = eval_windows(store, block_size, max(1, block_size // 2))
     email = np.searchsorted(store.starts, start, side="right") - 1  # (W,) email of each window
     if emails is not None:
         keep = np.isin(email, emails)

@@ -1,6 +1,6 @@
 """The context of a completion: the message being answered, as the model reads it.
 
-`reply_context` turns the original's text (`seqlab.data.mail.context.original_text` reads a message
+`reply_context` turns the original's text (`seqlab.data.mail.reader.original_text` reads a message
 file or plain text and cleans it as `prepare` cleans a context) into the `ContextBatch` a model with
 `model.cross_attention` reads: the same tokenizer, its last `model.ctx_block_size` tokens. A model
 without cross-attention cannot read one: a UserError says so rather than silently ignoring it.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from torch import nn
 
-from seqlab.data.mail.context import original_text
+from seqlab.data.mail.reader import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.models.context import ContextBatch

@@ -1,6 +1,6 @@
 """The file-level pieces of a checkpoint: atomic writes, weights, trainer state, RNG states.
 
-- `atomic_write_bytes` / `atomic_write_text` / `append_text` / `fsync_dir` come from `seqlab.data.durable`
+- `atomic_write_bytes` / `atomic_write_text` / `append_text` / `fsync_dir` come from `seqlab.durable`
   (shared with `prepare`): a crash leaves the old file or the new one, never a mix; a full disk is a
   `DiskFullError` (a `UserError` naming the file); the test-only kill points live there too.
 - Weights go through safetensors (no code in the format). safetensors refuses tensors that share storage,
@@ -30,15 +30,9 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from seqlab.data.durable import (
-    DiskFullError,
-    append_text,
-    atomic_write_bytes,
-    atomic_write_text,
-    fsync_dir,
-    kill_point,
-)
+from seqlab.durable import DiskFullError, append_text, atomic_write_bytes, atomic_write_text, fsync_dir
 from seqlab.errors import UserError
+from seqlab.fault_injection import kill_point
 
 __all__ = [
     "DiskFullError", "append_text", "apply_weights", "atomic_write_bytes", "atomic_write_text",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seqlab.data.durable import atomic_write_bytes
+from seqlab.durable import atomic_write_bytes
 
 TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (the issue asks for at least 128)
 SERVER_FILE = "server.json"

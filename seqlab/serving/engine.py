@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqlab.data.mail.context import original_text
+from seqlab.data.mail.reader import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import complete_encoded, encode_prompt
 from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device

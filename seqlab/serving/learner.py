@@ -34,7 +34,7 @@ from torch import nn
 
 from seqlab.data.batches import IGNORE_INDEX
 from seqlab.data.mail.clean import CleanOptions, clean_body
-from seqlab.data.mail.context import original_text
+from seqlab.data.mail.reader import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.heldout import lm_loss

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.config import get_preset
-from seqlab.data.prepare import format_report, prepare
+from seqlab.data.prepare.options import PrepareConfig
+from seqlab.data.prepare.pipeline import prepare
+from seqlab.data.prepare.report import format_report
 from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run import evaluate_run
@@ -68,7 +70,7 @@ def _prepare(source: str, data: Path, progress: bool) -> dict:
         if meta.get("source") == source and (tok.get("kind"), tok.get("vocab_size")) == (TOKENIZER, VOCAB_SIZE):
             print(f"reusing prepared corpus in {data}")
             return meta
-    meta = prepare(source, data, tokenizer=TOKENIZER, vocab_size=VOCAB_SIZE, seed=0, progress=progress)
+    meta = prepare(PrepareConfig(source, tokenizer=TOKENIZER, vocab_size=VOCAB_SIZE, seed=0), data, progress=progress)
     print(format_report(meta))
     return meta
 

@@ -1,6 +1,6 @@
 """The contexts the trainer feeds with each batch when the model reads one (`model.cross_attention`).
 
-Each training window or stream chunk gets the contexts of its emails (`seqlab.data.context_batches`), cut
+Each training window or stream chunk gets the contexts of its emails (`seqlab.data.reply_batches`), cut
 to `model.ctx_block_size` tokens (their end); validation reads each email's context through
 `seqlab.evaluation.heldout.score_split`, as `seqlab eval` does. A model without cross-attention gets None everywhere and
 the trainer runs exactly as before. Training a context model on a DATA_DIR without contexts (prepared
@@ -15,7 +15,7 @@ import torch
 
 from seqlab.config import RunConfig
 from seqlab.data.batches import WindowSampler
-from seqlab.data.context_batches import ContextRows, stream_contexts, window_contexts
+from seqlab.data.reply_batches import ContextRows, stream_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError

@@ -13,7 +13,7 @@ model that completes the reply may read through cross-attention (the lecture's s
 The recovered text is then cleaned like a body (`clean.clean_body`: its own nested quotes and its
 signature go, PII is masked when asked) and cut to `MAX_CONTEXT_CHARS`, keeping its END, at a line start
 when one is near. `prepare` falls back on the thread's previous message (by In-Reply-To) when an email
-quotes nothing and the corpus holds its parent (`seqlab.data.contexts`). Linear-time regex scans only,
+quotes nothing and the corpus holds its parent (`seqlab.data.prepare.reply_files`). Linear-time regex scans only,
 as everywhere in cleaning.
 """
 
@@ -100,16 +100,3 @@ def clean_and_context(body: str, opts: CleanOptions) -> tuple[str, str]:
     low = text.lower()
     cut = cut_offset(text, low)
     return clean_normalized(text, opts, low, cut), _context_of(text, cut, opts)
-
-
-def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:
-    """The text of a message being replied to, as a context: a mail message (headers, MIME) read by the
-    mail reader, its body cleaned; anything else taken as plain text and cleaned like a body. Its end is
-    kept, as in `prepare`."""
-    from seqlab.data.mail.reader import parse_message  # the reader imports this module
-
-    opts = opts or CleanOptions()
-    parsed = parse_message(raw, "reply-to", opts)
-    if not isinstance(parsed, str) and parsed.body:
-        return keep_end(parsed.body)
-    return keep_end(clean_body(raw.decode("utf-8", errors="replace"), opts))

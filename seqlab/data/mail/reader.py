@@ -32,10 +32,9 @@ from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cle
     strip_quotes,
     strip_signature,
 )
-from seqlab.data.mail.context import clean_and_context
 from seqlab.data.mail.extract import Skip, parse_parts, strip_envelope
-from seqlab.data.mail.files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
 from seqlab.data.mail.html_text import html_to_text  # noqa: F401  (re-exported with the cleaning API)
+from seqlab.data.mail.message_files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
 from seqlab.data.mail.mime import (
     MAX_SUBJECT_CHARS,
     MAX_TEXT_CHARS,
@@ -44,6 +43,7 @@ from seqlab.data.mail.mime import (
     parse_msg_ids,
     prescan,
 )
+from seqlab.data.mail.quoted import clean_and_context, keep_end
 from seqlab.data.mail.records import Email, SkipReport
 
 SKIP_REASONS = frozenset(
@@ -165,3 +165,14 @@ def read_emails(path_or_messages: Path | str | Iterable[tuple[str, bytes]], opts
             continue
         report.kept += 1
         yield result
+
+
+def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:
+    """The text of a message being replied to, as a context: a mail message (headers, MIME) read by the
+    mail reader, its body cleaned; anything else taken as plain text and cleaned like a body. Its end is
+    kept, as in `prepare`."""
+    opts = opts or CleanOptions()
+    parsed = parse_message(raw, "reply-to", opts)
+    if not isinstance(parsed, str) and parsed.body:
+        return keep_end(parsed.body)
+    return keep_end(clean_body(raw.decode("utf-8", errors="replace"), opts))

@@ -1,6 +1,6 @@
 """The spooled emails as token files: each email tokenized (`encode_texts`, in chunks of ENCODE_CHUNK
 through the tokenizer's batch encoder) and appended to its split's `{split}.bin` / `{split}.idx`
-(`store.TokenWriter`), with one line of `emails.jsonl` per email. The last stage of `prepare`: by then
+(`token_files.TokenWriter`), with one line of `emails.jsonl` per email. The last stage of `prepare`: by then
 every email's split and thread are known.
 """
 
@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from seqlab.data.durable import StreamFile
-from seqlab.data.mail.spool import iter_spool
-from seqlab.data.store import TokenWriter, token_dtype
+from seqlab.data.layout import SPLITS, token_dtype
+from seqlab.data.prepare.spool import iter_spool
+from seqlab.data.prepare.token_files import TokenWriter
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
+from seqlab.durable import StreamFile
 
 __all__ = ["ENCODE_CHUNK", "SPLITS", "encode_all", "encode_texts"]
 
-SPLITS = ("train", "val", "test")
 ENCODE_CHUNK = 512  # emails per encode_batch call
 
 

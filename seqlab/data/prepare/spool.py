@@ -1,4 +1,5 @@
-"""The spool of `prepare`: cleaned emails parked on disk between reading and encoding.
+"""The spools of `prepare`: cleaned emails, and the text each one quotes, parked on disk between reading and
+encoding.
 
 `prepare` cannot encode an email when it reads it: the tokenizer is fitted on the train split, and the
 split of an email is known only once every email's thread is known. So each kept email's id, source
@@ -12,6 +13,9 @@ token store without decoding it:
 
 The text is exactly `Email.text()` with lone surrogates replaced by U+FFFD (`tokenizer.clean_text`),
 i.e. the bytes the byte tokenizer's `encode` would produce, so the fast path and `encode` agree.
+
+The context spool (`ContextSpool`) holds, in the same order, the text each email quotes (its context,
+`seqlab.data.mail.quoted`; maybe empty): `<u4 len> bytes`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from typing import BinaryIO, NamedTuple
 
 from seqlab.data.mail.records import Email
 from seqlab.data.tokenizer import clean_text
+from seqlab.durable import StreamFile
 
+SPOOL_FILE = "emails.spool"  # in the staging folder, removed before it is published
+CONTEXT_SPOOL_FILE = "contexts.spool"  # each kept email's quoted context, beside SPOOL_FILE
 _HEADER = struct.Struct("<III")
+_LEN = struct.Struct("<I")  # a context spool record's length
 _BUFFER_BYTES = 1 << 20
 
 
@@ -89,3 +97,27 @@ def iter_spool(path: Path) -> Iterator[SpoolRecord]:
                 raise ValueError(f"{path} ends inside a record")
             yield SpoolRecord(body[:n_id].decode("utf-8"), body[n_id:n_id + n_source].decode("utf-8"),
                               body[n_id + n_source:])
+
+
+class ContextSpool:
+    """Each kept email's quoted context (UTF-8, maybe empty), in spool order: u4 length + bytes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._f = StreamFile(self.path, _BUFFER_BYTES)
+
+    def write(self, text: bytes) -> None:
+        self._f.write(_LEN.pack(len(text)) + text)
+
+    def close(self) -> None:
+        self._f.close()
+
+    def abort(self) -> None:
+        self._f.abort()
+
+
+def iter_context_spool(path: Path) -> Iterator[bytes]:
+    with open(path, "rb", buffering=_BUFFER_BYTES) as f:
+        while head := f.read(_LEN.size):
+            (n,) = _LEN.unpack(head)
+            yield f.read(n)

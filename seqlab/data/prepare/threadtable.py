@@ -1,23 +1,23 @@
-"""Threads and splits of a corpus bigger than memory: `corpus.assign_threads` on digests in numpy arrays.
+"""Threads and splits of a corpus bigger than memory: the thread definition (`thread_keys.py`; its union-find
+reference is `assign_threads` in tests/slow_threads.py) on digests in numpy arrays.
 
-`assign_threads` keeps every email's `ThreadMeta` and a union-find over strings: about 1.4 KB per email
-in memory. Here each email leaves only numbers behind; the strings a thread key may be chosen from
-(Message-IDs and record ids) go to a names file on disk, and come back only for the chosen keys.
+Union-find over strings keeps every email's `ThreadMeta` in memory. Here each email leaves only numbers
+behind; the strings a thread key may be chosen from (Message-IDs and record ids) go to a names file on
+disk, and come back only for the chosen keys.
 
     worker:  thread_links(meta) -> Links        digests (digests.digest64) of the nodes "m:<id>" and
                                                 "s:<subject key>", the date as an order-preserving int
     main:    ThreadTable.add(links)             numbers into growing numpy arrays, names into the file
              ThreadTable.finish(seed, split)    components by min-label propagation over the edges,
                                                 the key of each component ranked as assign_threads does,
-                                                one split per component (corpus.split_for_thread)
+                                                one split per component (thread_keys.split_for_thread)
              -> ThreadSplit                     per email: its thread key and split, read on demand
 
 The keys and splits are exactly those of `assign_threads` and `split_for_thread` unless two different
-ids share a 64-bit digest (about 3e-8 in a million emails; digests.py); tests compare the two.
+ids share a 64-bit digest (digests.py); tests compare the two.
 
 Memory: per email 8 (node) + 8 (date) + 4 (component) bytes, per header or subject link 16 bytes, per
-name mention 20 bytes (digest, offset, length): measured 93 bytes per email on threaded synthetic mail,
-66 on Enron-layout mail (benchmarks/bench_prepare.py), and about twice that for a moment in `finish`.
+name mention 20 bytes (digest, offset, length), and about twice that for a moment in `finish`.
 """
 
 from __future__ import annotations
@@ -28,15 +28,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from seqlab.data.mail.corpus import SPLITS, ThreadMeta, _utc_date, split_for_thread
-from seqlab.data.mail.digests import digest64
+from seqlab.data.layout import SPLITS
+from seqlab.data.prepare.digests import digest64
+from seqlab.data.prepare.thread_keys import ThreadMeta, split_for_thread, utc_date
 
+NAMES_FILE = "threads.names"  # the ids thread keys are chosen from, beside the spool
+MIN_HELD_EMAILS = 10  # val and test of a date split: fewer lets --init pick its best step from noise
 _FLUSH = 1 << 14  # list entries buffered before they become numpy arrays (about 0.7 MB of Python ints a column)
 _UNDATED = -1  # below every date key, as "" is below every date string in assign_threads
 
 
 def date_key(date: str | None) -> int:
-    """An int that orders `corpus._utc_date` strings exactly as string comparison does; -1 for none.
+    """An int that orders `thread_keys.utc_date` strings exactly as string comparison does; -1 for none.
 
     strftime writes years below 1000 without leading zeros ("999-01-01T..."), so string order is not
     time order there: the year's digits are compared one by one, a missing digit (the "-" that follows
@@ -45,12 +48,12 @@ def date_key(date: str | None) -> int:
     to UTC (assign_threads would raise) counts as undated.
     """
     try:
-        d = _utc_date(date)
+        d = utc_date(date)
     except OverflowError:  # a date near year 1 or 9999 moved out of range by its UTC offset
         return _UNDATED
     if d is None:
         return _UNDATED
-    # _utc_date writes exactly "<year>-MM-DDThh:mm:ss", the year in 1 to 4 digits.
+    # utc_date writes exactly "<year>-MM-DDThh:mm:ss", the year in 1 to 4 digits.
     digits = d[:-15]
     year = 0
     for i in range(4):

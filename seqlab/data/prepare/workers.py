@@ -27,13 +27,14 @@ from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
-from seqlab.data.mail.corpus import Deduper, ThreadMeta, _norm_id
-from seqlab.data.mail.digests import digest64
-from seqlab.data.mail.files import iter_source_items
+from seqlab.data.mail.message_files import iter_source_items
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.mail.records import SkipReport
-from seqlab.data.mail.spool import pack_record
-from seqlab.data.mail.threadtable import Links, thread_links
+from seqlab.data.prepare.dedupe import Deduper
+from seqlab.data.prepare.digests import digest64
+from seqlab.data.prepare.spool import pack_record
+from seqlab.data.prepare.thread_keys import ThreadMeta, norm_id
+from seqlab.data.prepare.threadtable import Links, thread_links
 
 Item = tuple[str, "bytes | str"]  # (label, raw bytes or the skip reason the source already found)
 
@@ -96,7 +97,7 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
             continue
         exact, body_key = _DEDUPE.keys(result)
         meta = ThreadMeta.from_email(result)
-        reply_to = _norm_id(meta.in_reply_to)  # the parent a reply that quotes nothing takes its context from
+        reply_to = norm_id(meta.in_reply_to)  # the parent a reply that quotes nothing takes its context from
         out.append(Kept(exact, body_key, thread_links(meta), pack_record(result),
                         result.context.encode("utf-8", "replace"), digest64("m:" + reply_to) if reply_to else 0))
     return out

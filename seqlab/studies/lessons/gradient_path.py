@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqlab.data.batches import WindowSampler
-from seqlab.data.prepare import prepare
+from seqlab.data.prepare.options import PrepareConfig
+from seqlab.data.prepare.pipeline import prepare
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.models import LM
@@ -150,7 +151,7 @@ def run(out: Path, *, size: str, seed: int = 0, progress: bool = True) -> Lesson
     began = time.perf_counter()
     sz, work = pick_size(SIZES, size), Path(out) / "work" / NAME
     data = work / "data"
-    prepare("synthetic", data, count=sz.emails, seed=seed, split=(0.8, 0.1, 0.1), progress=progress)
+    prepare(PrepareConfig("synthetic", count=sz.emails, seed=seed, split=(0.8, 0.1, 0.1)), data, progress=progress)
     vocab = load_tokenizer(data / "tokenizer.json").vocab_size
     base = base_config(sz.preset, sz.overrides, seed)
     length = base.model.block_size

@@ -19,8 +19,10 @@ from pathlib import Path
 import torch
 
 from seqlab.config import RunConfig, apply_overrides, get_preset
-from seqlab.data.store import TokenWriter, token_dtype
-from seqlab.data.tokenizer import Tokenizer, fit_tokenizer
+from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
+from seqlab.data.store import token_dtype
+from seqlab.data.tokenizer import Tokenizer
 from seqlab.models import LM, build_model
 from seqlab.studies.recipes import LECTURE_ARCHS, apply_recipe
 from seqlab.training.trainer import Trainer
