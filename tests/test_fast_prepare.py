@@ -115,8 +115,9 @@ def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mime, "normalize_charset", lambda name: mime._normalize_charset(name) if name else None)
     monkeypatch.setattr(reader, "decode_header_text", slow.decode_header_text)
     monkeypatch.setattr(reader, "parse_addresses", slow.parse_addresses)
+    uncached = thread_keys.normalize_subject.__wrapped__
     for module in (thread_keys, dedupe):  # dedupe imports it by name
-        monkeypatch.setattr(module, "normalize_subject", thread_keys.normalize_subject.__wrapped__)
+        monkeypatch.setattr(module, "normalize_subject", uncached)
     monkeypatch.setattr(threadtable, "date_key", _slow_date_key)
 
 

@@ -125,7 +125,7 @@ class WindowSampler:
 
 
 def eval_windows(store: TokenStore, block_size: int,
-                  stride: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 stride: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Global start, real length and skipped leading targets of every evaluation window, in email order.
 
     An email of L tokens has n = L - 1 targets. Window 0 starts at the email's start; window k starts
@@ -153,7 +153,7 @@ def _check_stride(block_size: int, stride: int | None) -> None:
         raise ValueError(f"the evaluation stride must be between 1 and block_size={block_size}, not {stride}")
 
 
-def itereval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
+def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
                       stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(x, y) batches over every window of the split, covering each target exactly once, in email order.
 
