@@ -14,7 +14,7 @@ import pytest
 from preparing import prepare
 
 from seqlab.data.layout import SPLITS
-from seqlab.data.prepare.report import format_report
+from seqlab.data.prepare.meta_report import format_report
 from seqlab.data.prepare.threadtable import MIN_HELD_EMAILS, split_by_date
 
 PERSON = "Dana Whitfield <dana@harbourline.example>"

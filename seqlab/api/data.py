@@ -65,7 +65,7 @@ class DataDir:
 
     def report(self) -> str:
         """The corpus report `seqlab prepare` prints: emails per split, skips by reason, duplicates, tokens."""
-        from seqlab.data.prepare.report import format_report
+        from seqlab.data.prepare.meta_report import format_report
 
         return format_report(self.meta)
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.config import get_preset
+from seqlab.data.prepare.meta_report import format_report
 from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.pipeline import prepare
-from seqlab.data.prepare.report import format_report
 from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run import evaluate_run

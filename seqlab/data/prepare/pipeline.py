@@ -2,7 +2,7 @@
 
     source (mail/sources.py) -> read, parse, clean, dedupe, spool (read_mail.py: workers.py, dedupe.py, spool.py)
     -> thread and split (threadtable.py) -> fit the tokenizer on train only (tokenizer_fit.py)
-    -> encode every email (encode.py) -> each email's context (reply_files.py) -> meta.json (report.py)
+    -> encode every email (encode.py) -> each email's context (reply_files.py) -> meta.json (meta_report.py)
 
 Data moves one way: each stage reads what the one before left (the spools on disk, the thread table, the
 split) and none calls back into an earlier one. Everything is written into a staging folder that replaces
@@ -22,10 +22,10 @@ from typing import Any
 
 from seqlab.data.mail.sources import resolve_source
 from seqlab.data.prepare.encode import encode_all
+from seqlab.data.prepare.meta_report import build_meta, nothing_kept
 from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.read_mail import spool_mail
 from seqlab.data.prepare.reply_files import thread_parents, write_contexts
-from seqlab.data.prepare.report import build_meta, nothing_kept
 from seqlab.data.prepare.reuse_tokenizer import reused_tokenizer, tokenizer_file
 from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE
 from seqlab.data.prepare.staging import discard, publish, staging_folder
