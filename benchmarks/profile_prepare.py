@@ -44,7 +44,7 @@ STAGES = {
     "MIME walk + decode": ("extract.py", "body_from_message"),
     "build (all below)": ("reader.py", "_build"),
     "  clean body": ("clean.py", "clean_body"),
-    "  quoted context": ("quoted.py", "quoted_context"),
+    "  quoted context": ("quoted.py", "_context_of"),
     "  addresses": ("mime.py", "parse_addresses"),
     "  header decode": ("mime.py", "decode_header_text"),
     "  date": ("reader.py", "_date"),

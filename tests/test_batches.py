@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from eval_reference import iter_eval_windows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from token_stores import LENGTHS, T, check_pairs, coded_store, email_of, eval_window_count, target_positions
@@ -16,7 +17,6 @@ from token_stores import LENGTHS, T, check_pairs, coded_store, email_of, eval_wi
 from seqlab.data.batches import (
     IGNORE_INDEX,
     WindowSampler,
-    iter_eval_windows,
 )
 
 # ---------------------------------------------------------------- training windows

@@ -12,13 +12,18 @@ import numpy as np
 import pytest
 from preparing import prepare
 
-from seqlab.data.mail.quoted import keep_end, quoted_context
+from seqlab.data.mail.quoted import clean_and_context, keep_end
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.reply_store import ctx_paths
 from seqlab.data.store import TokenStore
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.errors import UserError
+
+
+def quoted_context(body: str, opts: CleanOptions) -> str:
+    """The context prepare keeps for a raw body: the text it quotes, cleaned."""
+    return clean_and_context(body, opts)[1]
 
 
 def test_quoted_context_is_the_parents_cleaned_body() -> None:

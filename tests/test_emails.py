@@ -10,10 +10,11 @@ import mailbox
 from pathlib import Path
 
 import pytest
+from mail_reading import balanced, iter_raw_messages, read_emails
 from mail_samples import mail
 
 from seqlab.data.mail import message_files as mailfiles
-from seqlab.data.mail.reader import CleanOptions, detect_source_kind, iter_raw_messages, parse_message, read_emails
+from seqlab.data.mail.reader import CleanOptions, detect_source_kind, parse_message
 from seqlab.data.mail.records import Email, SkipReport
 from seqlab.errors import UserError
 
@@ -23,7 +24,7 @@ OPTS = CleanOptions()
 def read_all(path: Path, opts: CleanOptions = OPTS) -> tuple[list[Email], SkipReport]:
     report = SkipReport()
     emails = list(read_emails(path, opts, report))
-    assert report.balanced()
+    assert balanced(report)
     return emails, report
 
 
@@ -158,4 +159,4 @@ def test_iterable_source_and_limit() -> None:
     messages = [(f"gen:{i}", mail(f"s{i}", "b")) for i in range(10)]
     report = SkipReport()
     assert [e.subject for e in read_emails(messages, OPTS, report, limit=4)] == ["s0", "s1", "s2", "s3"]
-    assert report.seen == 4 and report.balanced()
+    assert report.seen == 4 and balanced(report)

@@ -13,7 +13,7 @@ from mail_samples import corpus_messages
 
 from seqlab.data.mail.clean import CleanOptions, clean_body, normalize_text, safe_text, strip_quotes
 from seqlab.data.mail.mime import decode_header_text, parse_addresses
-from seqlab.data.mail.quoted import clean_and_context, quoted_context
+from seqlab.data.mail.quoted import clean_and_context
 from seqlab.data.synthetic.generator import synthetic_messages
 
 _LINES = [
@@ -39,7 +39,6 @@ def test_cleaning_equals_the_slow_code(body: str, opts: CleanOptions) -> None:
     assert strip_quotes(normalized) == slow.strip_quotes(normalized)
     assert strip_quotes(body) == slow.strip_quotes(body)  # also on text that is not normalized
     assert clean_body(body, opts) == slow.clean_body(body, opts)
-    assert quoted_context(body, opts) == slow.quoted_context(body, opts)
     assert clean_and_context(body, opts) == (slow.clean_body(body, opts), slow.quoted_context(body, opts))
 
 

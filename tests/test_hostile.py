@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from hostile_mail import KINDS, write_hostile_corpus, write_many_malformed
+from mail_reading import balanced, read_emails
 
-from seqlab.data.mail.reader import SKIP_REASONS, CleanOptions, iter_source_items, parse_message, read_emails
+from seqlab.data.mail.reader import SKIP_REASONS, CleanOptions, iter_source_items, parse_message
 from seqlab.data.mail.records import Email, SkipReport
 
 # A guard against blow-ups (quadratic parsing, catastrophic regex backtracking), which take seconds to
@@ -102,7 +103,7 @@ def test_hostile_directory_is_fully_accounted_for(hostile_dir: Path, outcomes: d
     report = SkipReport()
     kept = list(read_emails(hostile_dir, CleanOptions(), report))
     assert report.seen == len(KINDS) + 2  # one message per file, plus the hidden file and the picture
-    assert report.kept == len(kept) and report.balanced()
+    assert report.kept == len(kept) and balanced(report)
     # read as a folder, every kind lands in the count its own outcome says: kept, or its skip reason
     expected = Counter(outcomes.values())
     assert len(kept) == expected.pop("kept")
@@ -126,7 +127,7 @@ def test_thousand_malformed_messages_all_accounted_for(tmp_path: Path) -> None:
             if email is None:
                 break
             _check_utf8(email)
-        assert report.seen == 1000 and report.balanced()
+        assert report.seen == 1000 and balanced(report)
         assert report.kept > 100 and report.total_skipped > 100  # the mix really is mixed
         assert "unparseable" not in report.skipped
     assert worst < MAX_SECONDS_PER_MESSAGE
@@ -136,13 +137,13 @@ def test_thousand_malformed_messages_all_accounted_for(tmp_path: Path) -> None:
     assert {label.split(".eml")[0] + ".eml" for label in labels} == {str(p) for p in files}
     report = SkipReport()
     kept = sum(1 for _ in read_emails(tmp_path, CleanOptions(), report))
-    assert report.seen == len(labels) and report.kept == kept and report.balanced()
+    assert report.seen == len(labels) and report.kept == kept and balanced(report)
 
 
 def test_limit_stops_reading_and_stays_balanced(hostile_dir: Path) -> None:
     report = SkipReport()
     kept = list(read_emails(hostile_dir, CleanOptions(), report, limit=7))
-    assert report.seen == 7 and report.kept == len(kept) and report.balanced()
+    assert report.seen == 7 and report.kept == len(kept) and balanced(report)
 
 
 def test_random_byte_soup_is_handled() -> None:
@@ -155,5 +156,5 @@ def test_random_byte_soup_is_handled() -> None:
     messages = [(f"soup{i}", b"".join(rng.choice(fragments) for _ in range(rng.randint(1, 60)))) for i in range(300)]
     for email in read_emails(messages, ALL_ON, report):
         _check_utf8(email)
-    assert report.seen == 300 and report.balanced()
+    assert report.seen == 300 and balanced(report)
     assert "unparseable" not in report.skipped

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from eval_reference import iter_eval_streams, iter_eval_windows
 from token_stores import LENGTHS, T, eval_window_count, write_store
 
-from seqlab.data.batches import WindowSampler, iter_eval_windows
+from seqlab.data.batches import WindowSampler
 from seqlab.data.prepare.token_files import TokenWriter
 from seqlab.data.store import TokenStore, load_meta, token_dtype
-from seqlab.data.streams import StreamSampler, iter_eval_streams
+from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
 from seqlab.evaluation.plans import sample_emails
 

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from eval_reference import iter_eval_streams
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from token_stores import LENGTHS, T, check_pairs, coded_store, target_positions
 
 from seqlab.data.batches import IGNORE_INDEX
-from seqlab.data.streams import StreamSampler, iter_eval_streams
+from seqlab.data.streams import StreamSampler
 
 
 def lane_reads(sampler: StreamSampler, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

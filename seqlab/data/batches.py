@@ -9,14 +9,14 @@ target is predicted from another email's text.
 
 - `WindowSampler.batch(step)`: random windows, a pure function of `(seed, step)`, so training resumes
   exactly from a step number.
-- `iter_eval_windows`: every target of every email exactly once, in a fixed order (full evaluation).
+- `eval_windows`: where the windows lie that score every target of every email exactly once (held-out
+  evaluation cuts a split with it: `seqlab.evaluation.plans`).
 
 Recurrent models read streams instead: see `seqlab.data.streams`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -146,23 +146,3 @@ def eval_windows(store: TokenStore, block_size: int,
     covered = T + (K[e] - 2) * S  # targets counted before the tail window
     skip = np.where(tail, covered - s, np.where(k > 0, T - S, 0))
     return store.starts[e] + s, np.minimum(T + 1, L[e] - s), skip
-
-
-def _check_stride(block_size: int, stride: int | None) -> None:
-    if stride is not None and not 1 <= stride <= block_size:
-        raise ValueError(f"the evaluation stride must be between 1 and block_size={block_size}, not {stride}")
-
-
-def iter_eval_windows(store: TokenStore, block_size: int, batch_size: int, pad_id: int,
-                      stride: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """(x, y) batches over every window of the split, covering each target exactly once, in email order.
-
-    `stride` < block_size overlaps the windows so that scored targets keep context (see `eval_windows`).
-    The last batch may have fewer than `batch_size` rows.
-    """
-    check_positive(block_size=block_size, batch_size=batch_size)
-    _check_stride(block_size, stride)
-    start, length, skip = eval_windows(store, block_size, stride)
-    for a in range(0, len(start), batch_size):
-        sl = slice(a, a + batch_size)
-        yield gather_windows(store.tokens, start[sl], length[sl], block_size, pad_id, skip[sl])

@@ -1,6 +1,7 @@
-"""Stream batches for recurrent models, drawn from a token store: training streams and held-out lanes.
+"""Stream batches for recurrent models, drawn from a token store: the training streams.
 
-`StreamSampler` (training by truncated BPTT). Layout of one epoch: the emails of the split are put in
+`StreamSampler` (training by truncated BPTT; held-out evaluation reads whole emails as lanes instead,
+`seqlab.evaluation.plans`). Layout of one epoch: the emails of the split are put in
 an order (a permutation drawn from `(seed, epoch)`) and laid end to end into one stream of N tokens.
 The stream is cut into B contiguous lane shares, lane b reading stream positions
 `[b*N // B, (b+1)*N // B)`. Chunk k of lane b is the T positions starting at `lo_b + k*T`, so chunk k
@@ -19,14 +20,10 @@ next is the state the model would have had over the whole email.
   `pad_id`, y with IGNORE_INDEX, reset True); the next epoch starts a new permutation with reset True
   everywhere a lane begins. `batch(step)` is therefore a pure function of `(seed, step)` (with the
   store, T and B fixed), and training resumes exactly from a step number.
-
-`iter_eval_streams` (held-out evaluation): whole emails as lanes, each read from its first token, so
-no lane starts inside an email with a fresh state and the score does not depend on T or B.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -107,34 +104,3 @@ class StreamSampler:
         y = np.where(has_next, tok[:, 1:], IGNORE_INDEX)
         reset = ~in_lane | first[:, :T] | (q[:, :T] == lane_start[:, None])
         return torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(reset)
-
-
-def iter_eval_streams(store: TokenStore, block_size: int,
-                      batch_size: int, pad_id: int) -> Iterator[tuple[bool, torch.Tensor, torch.Tensor]]:
-    """(first, x, y) held-out chunks with whole emails as lanes: every target of the split exactly once.
-
-    Unlike `StreamSampler`, whose lanes may start inside an email, each batch takes `batch_size` emails
-    of similar length (sorted by length, stable) and lane b reads its email from its first token: chunk
-    k holds inputs email[kT : kT+T] and targets email[kT+1 : kT+T+1], x (B, width) and y (B, width)
-    int64 with width <= T, padded (x with `pad_id`, y with IGNORE_INDEX) where the lane's email has
-    ended. `first` is True for chunk 0 of a batch: start from a fresh hidden state there and carry it
-    from chunk to chunk otherwise, so a recurrent model is scored as if it read each email whole, and
-    the result depends neither on `block_size` nor on `batch_size`. An empty split yields nothing.
-    """
-    check_positive(block_size=block_size, batch_size=batch_size)
-    lengths = store.lengths
-    order = np.argsort(lengths, kind="stable")
-    for a in range(0, len(order), batch_size):
-        ids = order[a:a + batch_size]
-        n_targets = lengths[ids] - 1  # (B,)
-        longest = int(n_targets.max())
-        for k in range(-(-longest // block_size)):
-            lo = k * block_size
-            width = min(block_size, longest - lo)
-            offs = lo + np.arange(width + 1)  # (width+1,) offsets inside each email
-            real = offs[None, :] <= n_targets[:, None]  # (B, width+1) positions inside the email
-            pos = np.where(real, store.starts[ids][:, None] + offs[None, :], 0)  # padded slots read token 0
-            w = np.asarray(store.tokens[pos]).astype(np.int64)  # (B, width+1)
-            x = np.where(real[:, :-1], w[:, :-1], pad_id)  # (B, width) inputs w[:-1]
-            y = np.where(real[:, 1:], w[:, 1:], IGNORE_INDEX)  # (B, width) targets, shifted by one
-            yield k == 0, torch.from_numpy(x), torch.from_numpy(y)

@@ -17,8 +17,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from seqlab.data.mail.mbox import is_envelope as _is_envelope
-from seqlab.data.mail.mbox import split_mbox
+from seqlab.data.mail.mbox import is_envelope, split_mbox
 from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
 from seqlab.errors import UserError
 
@@ -50,7 +49,7 @@ def detect_source_kind(path: Path) -> str:
             head = f.read(4096)
     except OSError as exc:
         raise UserError(f"{path} cannot be read ({exc.strerror})") from None
-    if path.suffix.lower() in _MBOX_SUFFIXES or _is_envelope(head.lstrip(b"\r\n")):
+    if path.suffix.lower() in _MBOX_SUFFIXES or is_envelope(head.lstrip(b"\r\n")):
         return "mbox"
     return "csv" if _looks_like_csv_header(head) else "message"
 
@@ -109,7 +108,7 @@ def _iter_file(path: Path) -> Iterator[Item]:
 def _file_items(path: Path, label: str, size: int, data: bytes) -> Iterator[Item]:
     """The items of a file whose size and first bytes (all of it up to MAX_MESSAGE_BYTES + 1) were read."""
     suffix = path.suffix.lower()
-    if suffix in _MBOX_SUFFIXES or (suffix != ".csv" and _is_envelope(data[:4096].lstrip(b"\r\n"))):
+    if suffix in _MBOX_SUFFIXES or (suffix != ".csv" and is_envelope(data[:4096].lstrip(b"\r\n"))):
         try:
             yield from _iter_mbox(path)
         except (OSError, UserError):
@@ -282,18 +281,3 @@ def iter_source_items(path: Path, limit: int | None = None) -> Iterator[Item]:
             yield item
     finally:
         items.close()
-
-
-def iter_raw_messages(path: Path, limit: int | None = None, ignored: dict[str, int] | None = None
-                      ) -> Iterator[tuple[str, bytes]]:
-    """`(label, raw bytes)` for each message at `path` (mbox, Maildir, tree, CSV or one file), sorted order.
-
-    At most `limit` source items are read. Items that cannot be messages (hidden or non-mail files,
-    unreadable files, oversized messages, broken CSV rows) are not yielded; their reasons are counted in
-    `ignored` when it is given.
-    """
-    for label, item in iter_source_items(path, limit):
-        if isinstance(item, bytes):
-            yield label, item
-        elif ignored is not None:
-            ignored[item] = ignored.get(item, 0) + 1

@@ -4,7 +4,8 @@ Cleaning (`clean.strip_quotes`) removes from a body what someone else wrote: `>`
 `... wrote:` attribution, and everything from an `-----Original Message-----`, forwarded or embedded
 reply-header block to the end. That removed text is, in a reply, the message being answered, which a
 model that completes the reply may read through cross-attention (the lecture's slide
-"Cross-attention gets queries and context from different sequences"). `quoted_context` recovers it:
+"Cross-attention gets queries and context from different sequences"). `clean_and_context`
+recovers it beside the cleaned body:
 
 - a cut block (Outlook/Notes style): the lines after the marker, with the `From:/Sent:/To:/Subject:`
   header lines at its top dropped;
@@ -74,18 +75,10 @@ def keep_end(text: str, limit: int = MAX_CONTEXT_CHARS) -> str:
     return tail[nl + 1:] if nl >= 0 else tail
 
 
-def quoted_context(body: str, opts: CleanOptions) -> str:
-    """The replied-to text quoted in a raw (uncleaned) body, cleaned like a body; "" when none.
-
-    A cut block (original message, forward) wins over `>` lines: a body with both holds the `>` lines
-    inside the block (older quoting levels)."""
-    text = normalize_text(body)
-    low = text.lower()
-    return _context_of(text, cut_offset(text, low), opts)
-
-
 def _context_of(text: str, cut: int, opts: CleanOptions) -> str:
-    """`quoted_context` of the normalized `text` whose cut offset is `cut`."""
+    """The replied-to text quoted in the normalized body `text` whose cut offset is `cut`, cleaned like a
+    body; "" when none. A cut block (original message, forward) wins over `>` lines: a body with both holds
+    the `>` lines inside the block (older quoting levels)."""
     quoted = _cut_block(text, cut) or _quoted_lines(text)
     if not quoted.strip():
         return ""
@@ -94,8 +87,8 @@ def _context_of(text: str, cut: int, opts: CleanOptions) -> str:
 
 
 def clean_and_context(body: str, opts: CleanOptions) -> tuple[str, str]:
-    """`(clean_body(body, opts), quoted_context(body, opts))`, normalizing the body and finding its cut
-    (the lower-cased text, the marker search) once for both."""
+    """`(clean_body(body, opts), the text the body quotes)`, normalizing the body and finding its cut (the
+    lower-cased text, the marker search) once for both."""
     text = normalize_text(body)
     low = text.lower()
     cut = cut_offset(text, low)

@@ -1,10 +1,11 @@
 """Reading mail: raw messages from any supported source -> parsed, cleaned `Email` records + a skip report.
 
-`read_emails` is the entry point the pipeline uses. It takes a path (mbox, Maildir, a tree of message
-files such as the Enron `maildir/<user>/<folder>/<n>` layout, a CSV with a raw-message column, or one
-message file; see `files.py`) or any iterable of `(label, raw bytes)` (e.g. generated mail), and
-yields one `Email` per kept message: `extract.py` takes each message's headers and body text, this module
-cleans them into the record. Every message seen is either kept or counted under a named reason:
+`parse_message` turns one raw message (found on disk by `message_files.py`: mbox, Maildir, a tree of
+message files such as the Enron `maildir/<user>/<folder>/<n>` layout, a CSV with a raw-message column, or one
+message file; or generated) into one `Email`, or the reason it is skipped: `extract.py` takes the
+message's headers and body text, this module cleans them into the record. `prepare` calls it in worker
+processes (`seqlab.data.prepare.workers`); `original_text` reads the message a reply answers. Every message
+seen is either kept or counted under a named reason:
 
     too_large, header_too_long, too_many_parts, too_deep, too_many_lines   caps against hostile input (mime.py)
     no_boundary      a multipart without a boundary parameter: its parts cannot be found
@@ -19,10 +20,7 @@ cleans them into the record. Every message seen is either kept or counted under 
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import Iterable, Iterator
 from email.utils import parsedate_to_datetime
-from pathlib import Path
 
 from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cleaning API lives here too)
     CleanOptions,
@@ -34,7 +32,7 @@ from seqlab.data.mail.clean import (  # noqa: F401  (re-exported: the public cle
 )
 from seqlab.data.mail.extract import Skip, parse_parts, strip_envelope
 from seqlab.data.mail.html_text import html_to_text  # noqa: F401  (re-exported with the cleaning API)
-from seqlab.data.mail.message_files import detect_source_kind, iter_raw_messages, iter_source_items  # noqa: F401
+from seqlab.data.mail.message_files import detect_source_kind, iter_source_items  # noqa: F401
 from seqlab.data.mail.mime import (
     MAX_SUBJECT_CHARS,
     MAX_TEXT_CHARS,
@@ -44,7 +42,7 @@ from seqlab.data.mail.mime import (
     prescan,
 )
 from seqlab.data.mail.quoted import clean_and_context, keep_end
-from seqlab.data.mail.records import Email, SkipReport
+from seqlab.data.mail.records import Email
 
 SKIP_REASONS = frozenset(
     "too_large header_too_long too_many_parts too_deep too_many_lines no_boundary not_mail no_text_part binary "
@@ -133,38 +131,6 @@ def parse_message(raw: bytes, source: str, opts: CleanOptions) -> Email | str:
         return skip.reason
     except Exception:  # noqa: BLE001  a corner of the stdlib we did not foresee must not stop a run
         return "unparseable"
-
-
-# ---------------------------------------------------------------- the stream
-
-
-def _as_bytes(messages: Iterable[tuple[str, bytes | str]]) -> Iterator[tuple[str, bytes]]:
-    # In a caller's iterable a str is message text (not a skip reason, as from iter_source_items).
-    for label, raw in messages:
-        yield str(label), raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
-
-
-def read_emails(path_or_messages: Path | str | Iterable[tuple[str, bytes]], opts: CleanOptions,
-                report: SkipReport, limit: int | None = None) -> Iterator[Email]:
-    """Kept emails from a mail source path or an iterable of `(label, raw bytes)`, in input order.
-
-    Reads at most `limit` items. `report` is updated as it goes, so `report.kept + report.total_skipped ==
-    report.seen` holds after every yielded email and at the end, also when the caller stops early.
-    """
-    if isinstance(path_or_messages, (str, os.PathLike)):
-        items: Iterable[tuple[str, bytes | str]] = iter_source_items(Path(path_or_messages), limit)
-    else:
-        items = _as_bytes(path_or_messages)
-    for n, (label, raw) in enumerate(items):
-        if limit is not None and n >= limit:
-            break
-        report.seen += 1
-        result = raw if isinstance(raw, str) else parse_message(raw, label, opts)
-        if isinstance(result, str):
-            report.skip(result)
-            continue
-        report.kept += 1
-        yield result
 
 
 def original_text(raw: bytes, opts: CleanOptions | None = None) -> str:

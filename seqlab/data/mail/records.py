@@ -47,7 +47,3 @@ class SkipReport:
     @property
     def total_skipped(self) -> int:
         return sum(self.skipped.values())
-
-    def balanced(self) -> bool:
-        """Every message is accounted for: kept + skipped == seen."""
-        return self.kept + self.total_skipped == self.seen
