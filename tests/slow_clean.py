@@ -1,6 +1,6 @@
-"""The cleaning and header-decoding functions as they were before the fast paths of issue 13 (regex scans
+"""The cleaning and header-decoding functions as they were before their fast paths (regex scans
 of the whole text, normalizing twice, no caches), kept as the reference the fast ones in
-seqlab/data/mail/clean.py, context.py and mime.py are tested against (tests/test_fast_clean.py). Only the
+seqlab/data/mail/clean.py, quoted.py and mime.py are tested against (tests/test_fast_clean.py). Only the
 code that changed is here; the patterns it uses are the package's own.
 """
 

@@ -1,4 +1,4 @@
-"""The mbox splitter as it was before issue 13 made it search blocks (seqlab/data/mail/mbox.py): one
+"""The mbox splitter as it was before it searched blocks (seqlab/data/mail/mbox.py): one
 `readline` piece at a time. The reference that tests/test_fast_mbox.py holds the fast splitter to; the
 piece length and the message cap are parameters here so that a test can make them small."""
 

@@ -96,7 +96,7 @@ def test_disk_full_while_preparing_leaves_out_as_it_was(pattern: str, named: str
 def test_disk_full_in_the_spool_is_one_sentence_too(earlier: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The spool (data/mail/spool.py) writes through a buffered file, so its ENOSPC is a bare OSError.
+    """The spool (data/prepare/spool.py) writes through a buffered file, so its ENOSPC is a bare OSError.
     Old behaviour: a traceback, `OSError: [Errno 28] No space left on device` naming no file (exit 1).
     Now the same sentence as for the other files, and the earlier folder kept."""
     out, before = _setup_out("earlier", earlier, tmp_path)

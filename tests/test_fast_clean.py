@@ -1,4 +1,4 @@
-"""The fast cleaning paths (clean.py, context.py) against the code they replaced (tests/slow_clean.py):
+"""The fast cleaning paths (clean.py, quoted.py) against the code they replaced (tests/slow_clean.py):
 same output on hypothesis-built bodies made of the lines cleaning looks for (quotes, attributions, cut
 markers, header blocks, signatures), with the characters it treats specially (blanks at line ends,
 controls, C1 controls, lone surrogates, BOMs, case-folding oddities), and on real-shaped mail.

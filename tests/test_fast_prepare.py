@@ -1,4 +1,4 @@
-"""`prepare` with the fast paths of issue 13 against `prepare` with the code they replaced: the DATA_DIRs
+"""`prepare` with its fast paths against `prepare` with the code they replaced: the DATA_DIRs
 must be byte-identical, file by file. The slow path is the stdlib feed parser for every message (no
 simple.py), the cleaning of tests/slow_clean.py, and the uncached and regex-based helpers; the corpus
 mixes hostile and damaged mail (hostile_mail.py) with real-shaped mail: plain, Enron-layout (CRLF),
@@ -103,7 +103,7 @@ def mixed_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _slow_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every fast path of issue 13 replaced by what it replaced."""
+    """Every fast path replaced by what it replaced."""
     monkeypatch.setattr(extract, "simple_parts", lambda raw: None)
     monkeypatch.setattr(extract, "simple_message", lambda data, policy: None)
     monkeypatch.setattr(reader, "clean_and_context",

@@ -106,7 +106,7 @@ class WindowSampler:
 
     def window_starts(self, step: int) -> np.ndarray:
         """(B,) global start offsets of the windows of `batch(step)`, this shard's rows (their emails'
-        contexts: context_batches)."""
+        contexts: reply_batches)."""
         return self._draw(step)[0]
 
     def _draw(self, step: int) -> tuple[np.ndarray, np.ndarray]:

@@ -50,8 +50,8 @@ def read_policy() -> EmailPolicy:
     """`policy.default` with one change: fetching a header returns its raw text instead of parsing it.
 
     The default header registry runs a recursive-descent parser on every header fetch (the feed parser
-    alone fetches Content-Type several times per part): about 1 ms per ordinary message, which caps
-    reading near 1 MB/s, and super-linear or RecursionError on hostile values. We decode the headers we
+    alone fetches Content-Type several times per part): the largest cost of reading an ordinary message,
+    and super-linear or RecursionError on hostile values. We decode the headers we
     use ourselves (mime.py); `get_content_type`, `get_param` and friends work on the raw text.
     """
     return policy.default.clone(header_factory=_RawHeader)

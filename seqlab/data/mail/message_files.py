@@ -3,7 +3,7 @@
 Everything streams: an mbox is split a block at a time (`mbox.py`), a CSV is read row by row, a tree is walked in sorted
 order, and no message is held beyond MAX_MESSAGE_BYTES (a longer one is reported as "too_large" without
 being kept in memory). Items are `(label, bytes)` for a message or `(label, reason)` for something that
-was found but cannot be a message (a hidden file, an unreadable file, a broken CSV row); `read_emails`
+was found but cannot be a message (a hidden file, an unreadable file, a broken CSV row); `prepare`
 counts those as skipped so that no input disappears silently.
 """
 

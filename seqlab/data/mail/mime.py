@@ -27,10 +27,10 @@ from seqlab.data.mail.clean import safe_text
 MAX_MESSAGE_BYTES = 2 * 1024 * 1024  # one raw message ["too_large"]
 MAX_HEADER_BYTES = 256 * 1024  # the top-level header block ["header_too_long"]
 MAX_HEADER_LINE = 64 * 1024  # one unfolded top-level header ["header_too_long"]
-MAX_HEADER_LINES = 5000  # lines in the top-level header block; each costs the stdlib ~5 us ["header_too_long"]
+MAX_HEADER_LINES = 5000  # lines in the top-level header block; the stdlib parses each ["header_too_long"]
 MAX_MIME_HEADER = 8 * 1024  # one Content-* header anywhere; stdlib parses these ["header_too_long"]
 # The stdlib's parameter splitter costs about length x (semicolons + quotes) per header read; this bounds
-# the sum over all Content-* headers of a message (legitimate mail stays below 1% of it) ["header_too_long"].
+# the sum over all Content-* headers of a message (far above what legitimate mail needs) ["header_too_long"].
 MAX_MIME_HEADER_COST = 8_000_000
 MAX_PARTS = 200  # MIME parts in one message ["too_many_parts"]
 MAX_DEPTH = 20  # multipart nesting depth ["too_deep"]
@@ -347,7 +347,7 @@ def _addresses(value: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-_addresses_cached = functools.lru_cache(maxsize=256)(_addresses)  # about 256 KB: a worker stays small
+_addresses_cached = functools.lru_cache(maxsize=256)(_addresses)  # bounded, so a worker stays small
 
 
 def parse_msg_ids(value: str, limit: int = 200) -> list[str]:

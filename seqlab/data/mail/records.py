@@ -12,7 +12,7 @@ class Email:
     """One kept message, cleaned. `text()` is what the model is trained on."""
 
     id: str  # Message-ID without angle brackets, else "sha256:<hex>" of the raw content
-    # thread key from headers (root of References / In-Reply-To, else own id); corpus.assign_threads refines it
+    # thread key from headers (root of References / In-Reply-To, else own id); prepare's thread table refines it
     thread: str
     subject: str
     body: str  # cleaned body: quotes, forwards and signature removed unless asked to keep them
@@ -23,7 +23,7 @@ class Email:
     in_reply_to: str | None = None
     references: list[str] = field(default_factory=list)
     source: str = ""  # where it came from: a path, path:index for mbox/CSV rows
-    context: str = ""  # the replied-to text its quoted part holds, cleaned (mail/context.py); "" when none
+    context: str = ""  # the replied-to text its quoted part holds, cleaned (mail/quoted.py); "" when none
 
     def text(self) -> str:
         """Training text: the subject line, a blank line, the cleaned body (other headers are dropped)."""

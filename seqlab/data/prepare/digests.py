@@ -2,7 +2,7 @@
 
 `prepare` must remember something about every email it has kept (to find duplicates, to link threads),
 so that memory grows with the corpus; these tables keep the growth to about 8 bytes per remembered
-string instead of the string itself (a Python `set` of 16-byte `bytes` costs about 90 bytes an entry).
+string instead of the string itself (a Python `set` of `bytes` holds an object per entry).
 
 - `digest64(text)`: the first 8 bytes of blake2b of the text's UTF-8 bytes (lone surrogates kept with
   "surrogatepass", so distinct strings give distinct inputs), as an unsigned int.

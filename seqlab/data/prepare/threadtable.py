@@ -34,7 +34,7 @@ from seqlab.data.prepare.thread_keys import ThreadMeta, split_for_thread, utc_da
 
 NAMES_FILE = "threads.names"  # the ids thread keys are chosen from, beside the spool
 MIN_HELD_EMAILS = 10  # val and test of a date split: fewer lets --init pick its best step from noise
-_FLUSH = 1 << 14  # list entries buffered before they become numpy arrays (about 0.7 MB of Python ints a column)
+_FLUSH = 1 << 14  # list entries buffered before they become numpy arrays: a bounded Python list a column
 _UNDATED = -1  # below every date key, as "" is below every date string in assign_threads
 
 

@@ -1,7 +1,7 @@
 """Parsing mail in worker processes: raw messages in, kept-email records out, in input order.
 
-Reading mail is CPU-bound Python (the stdlib parser, decoding, cleaning: about 0.3 ms per ordinary
-message), so `prepare` spreads it over processes. The main process reads the source (mbox splitting,
+Reading mail is CPU-bound Python (the stdlib parser, decoding, cleaning), so `prepare` spreads it over
+processes. The main process reads the source (mbox splitting,
 file reads) and cuts the raw messages into chunks; workers parse, clean, compute the dedupe digests and
 the threading links (as digests), and pack the spool record, so the main process only checks digests and writes.
 
@@ -38,12 +38,11 @@ from seqlab.data.prepare.threadtable import Links, thread_links
 
 Item = tuple[str, "bytes | str"]  # (label, raw bytes or the skip reason the source already found)
 
-CHUNK_MESSAGES = 128  # a chunk is about 40 ms of parsing: per-chunk overhead (pickling, a future) is small
+CHUNK_MESSAGES = 128  # enough parsing a chunk that its overhead (pickling, a future) is small beside it
 CHUNK_BYTES = 1 << 20  # ... and at most about 1 MiB of raw mail (plus one message), whatever the message size
 INFLIGHT_PER_WORKER = 3  # chunks queued per worker: enough to keep workers busy, few enough to bound memory
-# Inputs with fewer messages and bytes than this are parsed in-process. Starting two forked workers and
-# their first round trip cost 30-45 ms (measured with torch loaded in the parent), the parsing time of
-# 120-180 ordinary messages; below ~500 messages the pool saves too little to be worth its processes.
+# Inputs with fewer messages and bytes than this are parsed in-process: starting forked workers and their
+# first round trip cost as much as parsing a few hundred messages, so a smaller input gains nothing from them.
 POOL_MIN_MESSAGES = 512
 POOL_MIN_BYTES = 1 << 20
 _DEDUPE = Deduper()  # only its pure `keys` method is used, so one shared instance is enough
@@ -56,7 +55,7 @@ class Kept(NamedTuple):
     body_key: bytes | None
     links: Links  # what threading needs, as digests (threadtable.py)
     record: bytes  # spool.pack_record
-    context: bytes = b""  # Email.context as UTF-8 (the replied-to text; seqlab.data.contexts)
+    context: bytes = b""  # Email.context as UTF-8 (the replied-to text; reply_files.py)
     reply_to: int = 0  # digest64 of the In-Reply-To node (as Links.node digests nodes), 0 without one
 
 
@@ -107,7 +106,7 @@ def source_items(source: Path | str | Iterable[tuple[str, bytes | str]], limit: 
                  ) -> Iterator[Item]:
     """At most `limit` items of a mail path (`files.iter_source_items`) or of a `(label, raw)` iterable.
 
-    In a caller's iterable a str is message text (as in `emails.read_emails`), so it is encoded here and
+    In a caller's iterable a str is message text (as `reader.parse_message` takes it), so it is encoded here and
     never mistaken for a skip reason.
     """
     if isinstance(source, (str, os.PathLike)):
