@@ -15,7 +15,8 @@ cut inside a multi-byte character (as generation produces) still decodes.
 tokenizer.json is one JSON object, written compactly and deterministically (byte-identical for the same
 training input): {"seqlab": {"format": 1, "kind": "byte"|"bpe", "vocab_size": N, "specials":
 {"<|bos|>": id, "<|eos|>": id, "<|pad|>": id}}, "hf": <the HF tokenizer JSON, BPE only>}.
-`sha256()` is the digest of exactly those bytes.
+`sha256()` is the digest of exactly those bytes. Fitting one on a DATA_DIR's train split is the writers'
+side (`seqlab.data.prepare.tokenizer_fit`); reading one back is here, for both sides.
 """
 
 from __future__ import annotations

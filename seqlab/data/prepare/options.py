@@ -69,7 +69,7 @@ class PrepareConfig:
         """The config as meta.json records it (JSON types: lists for tuples)."""
         out = asdict(self)
         out.pop("clean")
-        return out
+        return {key: list(value) if isinstance(value, tuple) else value for key, value in out.items()}
 
 
 def _addresses(values: tuple[str, ...], flag: str) -> frozenset[str]:
