@@ -29,21 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from seqlab.data.layout import (  # noqa: F401  (re-exported: the reading API of a DATA_DIR)
-    IDX_DTYPE,
-    SPLITS,
-    check_tokenizer,
-    dtype_from_meta,
-    load_meta,
-    meta_field,
-    meta_int,
-    token_dtype,
-)
+from seqlab.data.layout import IDX_DTYPE, check_tokenizer, dtype_from_meta, load_meta, meta_field, meta_int, token_dtype
 from seqlab.data.reply_store import open_contexts
 from seqlab.errors import UserError
 
 # The layout's names are part of this module's reading API (`from seqlab.data.store import load_meta`).
-__all__ = ["IDX_DTYPE", "SPLITS", "TokenStore", "check_tokenizer", "load_meta", "token_dtype"]
+__all__ = ["IDX_DTYPE", "TokenStore", "check_tokenizer", "load_meta", "token_dtype"]
 
 
 class TokenStore:

@@ -20,7 +20,7 @@ from seqlab.data.prepare.token_files import TokenWriter
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.durable import StreamFile
 
-__all__ = ["ENCODE_CHUNK", "SPLITS", "encode_all", "encode_texts"]
+__all__ = ["ENCODE_CHUNK", "encode_all", "encode_texts"]
 
 ENCODE_CHUNK = 512  # emails per encode_batch call
 

@@ -104,7 +104,7 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
 
 def source_items(source: Path | str | Iterable[tuple[str, bytes | str]], limit: int | None = None
                  ) -> Iterator[Item]:
-    """At most `limit` items of a mail path (`files.iter_source_items`) or of a `(label, raw)` iterable.
+    """At most `limit` items of a mail path (`message_files.iter_source_items`) or of a `(label, raw)` iterable.
 
     In a caller's iterable a str is message text (as `reader.parse_message` takes it), so it is encoded here and
     never mistaken for a skip reason.
