@@ -62,10 +62,10 @@ def test_the_demo_reuses_a_corpus_only_with_its_own_tokenizer(tmp_path: Path, mo
             workers=1)
     prepare("synthetic", byte, count=200, progress=False, workers=1)
     calls = []
-    monkeypatch.setattr(demo, "prepare", lambda source, out, **kw: calls.append((source, out, kw)) or {})
+    monkeypatch.setattr(demo, "prepare", lambda config, out, **kw: calls.append((config, out)) or {})
     monkeypatch.setattr(demo, "format_report", lambda meta: "")
     assert demo._prepare("synthetic", bpe, False)["tokenizer"]["sha256"] == demo.load_meta(bpe)["tokenizer"]["sha256"]
     assert calls == []
     demo._prepare("synthetic", byte, False)
-    assert [(s, o, kw["tokenizer"], kw["vocab_size"]) for s, o, kw in calls] == [
+    assert [(c.source, o, c.tokenizer, c.vocab_size) for c, o in calls] == [
         ("synthetic", byte, demo.TOKENIZER, demo.VOCAB_SIZE)]
