@@ -14,6 +14,7 @@ import pytest
 from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.errors import UserError
 from seqlab.models import build_model
+from seqlab.studies.compare.compare_runs import _run_status, compare, format_table
 from seqlab.studies.compare.plan import (
     DEFAULT_MODELS,
     PARAM_TOLERANCE,
@@ -26,7 +27,6 @@ from seqlab.studies.compare.plan import (
     reference_config,
     width_steps,
 )
-from seqlab.studies.compare.run import _run_status, compare, format_table
 from seqlab.studies.recipes import apply_recipe
 
 ROW_FIELDS = {"model", "mixer", "pos", "n_layer", "n_embd", "n_head", "params", "params_ratio", "steps", "tokens",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete, split_words
 from seqlab.runs.load import load_run
 from seqlab.studies.demo import COVERAGE, LOW_COVERAGE, OPENINGS, _completions, _describe, _row, format_table

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import Step, backward_step, row, time_pair, time_steps
+from seqlab.bench.harness import Step, backward_step, row, time_pair, time_steps
 from seqlab.bench.throughput import FAMILIES, PEAK_N, family_config, seqlab_step
 from seqlab.config import ModelConfig, get_preset
 from seqlab.models.mingru import MinGRUMixer

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import machine_info, row
+from seqlab.bench.harness import machine_info, row
 from seqlab.bench.latency_http import bench_http, bench_learning, gate_cost
 from seqlab.bench.latency_model import bench_model
 from seqlab.bench.latency_report import goals, print_tables

@@ -13,7 +13,7 @@ Rows (each a training step: forward, a scalar loss, backward):
              the most mingru_L2048 could reach if every elementwise and scan step cost nothing
 
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
-repeats is kept, so both see the same machine load (`seqlab.bench.common.time_pair`).
+repeats is kept, so both see the same machine load (`seqlab.bench.harness.time_pair`).
 
     python benchmarks/bench_layers.py [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
 """
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from seqlab.bench.bf16 import default_precision
-from seqlab.bench.common import Step, backward_step, machine_info, row, time_pair
+from seqlab.bench.harness import Step, backward_step, machine_info, row, time_pair
 from seqlab.bench.results import write_json
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention

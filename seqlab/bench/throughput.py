@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqlab.bench.common import Step, row, time_steps
+from seqlab.bench.harness import Step, row, time_steps
 from seqlab.bench.plain import PlainGRULM, PlainTransformerLM
 from seqlab.config import ModelConfig, get_preset
 from seqlab.evaluation.heldout import lm_loss

@@ -26,7 +26,7 @@ from seqlab.config import get_preset
 from seqlab.data.prepare import format_report, prepare
 from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.gate import FIRST_WORD
 from seqlab.runs.load import load_run

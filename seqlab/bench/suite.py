@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from seqlab.bench import SECTIONS
-from seqlab.bench.common import machine_info, row
+from seqlab.bench.harness import machine_info, row
 from seqlab.bench.results import markdown, write_json
 from seqlab.runs.precision import cpu_has_native_bf16
 from seqlab.training.flops import matmul_peak_gflops
@@ -63,10 +63,10 @@ def _bf16(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
 
 
 def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
-    from seqlab.bench import heldout
+    from seqlab.bench import eval_speed
     from seqlab.bench.latency import ensure_data
 
-    return heldout.rows(ensure_data(out / "cache"), threads)
+    return eval_speed.rows(ensure_data(out / "cache"), threads)
 
 
 def _compile(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from seqlab.bench.bf16 import default_precision
-from seqlab.bench.common import Step, row, time_steps
+from seqlab.bench.harness import Step, row, time_steps
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
