@@ -13,7 +13,7 @@ throughout. Prints
 tables with PASS/MISS per goal and writes JSON (default out/bench_latency.json); in `seqlab bench` its
 goals are the "latency" rows.
 
-    python benchmarks/bench_latency.py [--quick] [--cache DIR] [--keystrokes K] [--json PATH]
+    python -m seqlab.bench.latency [--quick] [--cache DIR] [--keystrokes K] [--json PATH]
 """
 
 from __future__ import annotations

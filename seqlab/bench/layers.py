@@ -15,7 +15,7 @@ Rows (each a training step: forward, a scalar loss, backward):
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
 repeats is kept, so both see the same machine load (`seqlab.bench.harness.time_pair`).
 
-    python benchmarks/bench_layers.py [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
+    python -m seqlab.bench.layers [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
@@ -215,3 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 "warmup": args.warmup, "quick": args.quick}
     write_json(args.json, {"settings": settings, "rows": out})
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
