@@ -64,8 +64,9 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
         score_heldout(model, iter_windows(store, cfg.block_size, EVAL_BATCH, tok.pad_id, 0), token_byte_lengths(tok),
                       CPU)
 
-    # A training step (~0.1 s) is timed as TRAIN_BURST steps in a row, so that each sample is about as long
-    # as an evaluation (~1 s): one step alone varied by +-20% from round to round at 2 threads.
+    # A training step is much shorter than an evaluation of the split, and one step alone varies a lot from
+    # round to round on shared cores: it is timed as TRAIN_BURST steps in a row, so that each sample is
+    # about as long as an evaluation.
     burst, burst16 = _burst(step), _burst(step16)
     steps = [burst, evaluate, *([burst16, evaluate16] if bf16 else []), *([windows] if plan.kind == "sliding" else [])]
     secs = time_steps(steps, 5, 1)

@@ -196,7 +196,7 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         torch.set_num_threads(args.threads)
         torch.manual_seed(0)
         out = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
-        torch.set_num_threads(1)  # the setting for minGRU against the fused GRU
+        torch.set_num_threads(1)  # minGRU against the fused GRU on one thread: the scan's own work, not threading
         return out + bench_mingru_long(args, device)
     finally:
         torch.set_num_threads(before)
