@@ -76,7 +76,7 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     nan = float("nan")
     times = {"train_fp32": secs.pop(0), "eval": secs.pop(0), "train_bf16": secs.pop(0) if bf16 else nan,
              "eval_bf16": secs.pop(0) if bf16 else nan, "windows": secs.pop(0) if secs else nan}
-    return _rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
+    return speed_rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
 
 
 TRAIN_BURST = 8  # training steps per timed sample
@@ -92,7 +92,7 @@ def _burst(step: Step) -> Step:
     return run
 
 
-def _rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
+def speed_rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
           times: dict[str, float]) -> list[dict[str, Any]]:
     """The rows from the medians `times` (seconds of each timed thing) and the evaluation's `result`."""
     rate = {p: step_tokens / times[f"train_{p}"] for p in ("fp32", "bf16")}

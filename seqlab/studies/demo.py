@@ -81,7 +81,7 @@ def _train(name: str, data: Path, run: Path, minutes: float, progress: bool) -> 
     return train(data, run, cfg, progress=progress)
 
 
-def _row(name: str, summary: dict, val: dict, test: dict) -> dict[str, Any]:
+def table_row(name: str, summary: dict, val: dict, test: dict) -> dict[str, Any]:
     at = {round(r["target"], 6): r for r in test.get("by_coverage", [])}
     low, mid = at.get(LOW_COVERAGE, {}), at.get(COVERAGE, {})
     return {"model": name, "params": summary["params"], "tokens_per_s": summary["tokens_per_s"],
@@ -107,7 +107,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _completions(run: Path) -> list[dict[str, Any]]:
+def sample_completions(run: Path) -> list[dict[str, Any]]:
     """Three suggestions per opening: greedy, beam search (3 beams) and a seeded sample, each shown only when
     its confidence reaches the run's calibrated threshold (calibration.json) and cut after its last word
     still sure enough as a phrase, as the server does (`complete(..., threshold=...)`)."""
@@ -128,7 +128,7 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _describe(c: dict[str, Any]) -> str:
+def describe_completion(c: dict[str, Any]) -> str:
     if c["shown"]:
         said = repr(c["completion"])
     elif c["unsure"]:
@@ -150,9 +150,9 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
         val = evaluate_run(run, data, "val", completions=False)
         test = evaluate_run(run, data, "test", coverages=(LOW_COVERAGE, COVERAGE), completion_emails=COMPLETION_EMAILS,
                             positions_per_email=POSITIONS_PER_EMAIL, saved=False)  # its table: ExactMatch
-        rows.append(_row(name, summary, val, test))
+        rows.append(table_row(name, summary, val, test))
         calibrate_run(run, data, "val", coverage=COVERAGE, emails=100)
-        completions[name] = _completions(run)
+        completions[name] = sample_completions(run)
     positions = min(r["positions"] or 0 for r in rows)
     report = [format_table(rows), "",
               f"bits per byte on the test split (lower is better); ExactMatch@N among the suggestions shown at "
@@ -160,7 +160,7 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
               f"boundaries (`seqlab eval` gives the 95% intervals)."]
     for name, items in completions.items():
         report += ["", f"completions by {name}, shown at its calibrated threshold ({COVERAGE:.0%} coverage):"]
-        report += [_describe(c) for c in items]
+        report += [describe_completion(c) for c in items]
     text = "\n".join(report)
     print("\n" + text)
     (out / "demo.md").write_text("```\n" + text + "\n```\n")

@@ -52,7 +52,7 @@ def _say(progress: bool, text: str) -> None:
 # ---------------------------------------------------------------- one run: reuse, resume or train
 
 
-def _run_status(run_dir: Path, cfg: RunConfig, data_dir: Path) -> str:
+def run_status(run_dir: Path, cfg: RunConfig, data_dir: Path) -> str:
     """'new', 'resume' or 'finished' for RUN_DIR and this config; a different run there is a UserError."""
     if not (run_dir / "trainer_state.pt").exists():
         return "new"
@@ -199,7 +199,7 @@ def compare(data_dir: Path, out: Path, *, preset: str = "small", models: Sequenc
     rows, curves, xz = [], {}, {}
     for i, plan in enumerate(plans, 1):
         run_dir = out / "runs" / plan.name
-        status = _run_status(run_dir, plan.cfg, data_dir)
+        status = run_status(run_dir, plan.cfg, data_dir)
         action = {"new": "training", "resume": "resuming its training", "finished": "reusing the finished run"}
         _say(progress, f"[{i}/{len(plans)}] {plan.name}: {plan.params:,} parameters ({plan.ratio:.3f} x the "
                        f"reference), {action[status]} in {run_dir}")
