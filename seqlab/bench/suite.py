@@ -5,7 +5,7 @@ Sections, in order (each a module of this package; `--only` picks some):
   throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`)
   bf16        on a CPU with bf16 instructions: the bf16 matmul peak, each family's training step under bf16
               autocast against fp32, minGRU against the GRU in bf16 (`bf16`); one "skipped" row elsewhere
-  evaluation  evaluation of a whole split against training tokens/s (`heldout`)
+  evaluation  evaluation of a whole split against training tokens/s (`eval_speed`)
   compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
   threads     the default thread policy beside a busy process (`contention`)
   prepare     `seqlab prepare`'s MB/s and memory on synthetic mboxes, each run a fresh process
