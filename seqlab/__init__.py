@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from seqlab.version import __version__
 
-# seqlab leaves the OpenMP wait policy to libgomp. OMP_WAIT_POLICY=PASSIVE (idle threads sleep) kept
-# `small` attention at 0.99x of its quiet 1-thread speed beside a busy process (spinning: 0.42-0.58x), but
-# it halved GRU training on a quiet machine (8,517 against 19,992 tokens/s with ACTIVE), whose many small
-# per-step parallel regions pay a wake-up each: a user who shares the machine can set it
-# (README, "How fast it is"; `seqlab bench --only threads`).
+# seqlab leaves the OpenMP wait policy to libgomp. OMP_WAIT_POLICY=PASSIVE (idle threads sleep) helps
+# attention beside a busy process but slows GRU training on a quiet machine, whose many small per-step
+# parallel regions then pay a wake-up each: a user who shares the machine can set it (the figures are in
+# the experiments index; `seqlab bench --only threads` measures the default).
 
 # public name -> the module that defines it; tests/test_api.py holds each name's signature as the contract
 _EXPORTS: dict[str, str] = {

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from seqlab.bench.common import check_goal
+from seqlab.bench.harness import check_goal
 from seqlab.bench.plain import PlainGRULM, PlainTransformerLM
 from seqlab.bench.results import markdown
 from seqlab.cli.main import main as cli_main

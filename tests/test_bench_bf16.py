@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from seqlab.bench import bf16
-from seqlab.bench.common import check_goal
+from seqlab.bench.harness import check_goal
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.cli.main import main as cli_main
 from seqlab.config import get_preset
@@ -86,11 +86,11 @@ def test_bench_quick_bf16_rows(tmp_path: Path) -> None:
 
 
 def test_the_evaluation_goal_row_compares_like_with_like_at_the_default_precision() -> None:
-    from seqlab.bench.heldout import _rows
+    from seqlab.bench.eval_speed import speed_rows
 
     times = {"train_fp32": 0.2, "train_bf16": 0.1, "eval": 1.0, "eval_bf16": 0.5, "windows": 2.0}
     result = {"tokens": 4000, "bpb": 2.0, "bpb_bf16": 2.0001}
-    rows = {r["name"]: r for r in _rows("attention", "val", "sliding", 1000, 4100, result, times)}
+    rows = {r["name"]: r for r in speed_rows("attention", "val", "sliding", 1000, 4100, result, times)}
     default = bf16.default_precision()
     goal = rows["attention small: eval / train"]
     assert goal["goal"] == ">= 3.0" and goal["detail"]["train_precision"] == default

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from seqlab.bench import gpu
-from seqlab.bench.common import check_goal
+from seqlab.bench.harness import check_goal
 from seqlab.bench.results import markdown
 from seqlab.cli.main import main as cli_main
 

@@ -16,7 +16,7 @@ from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.calibration import CALIBRATION, calibrate_run, format_calibration, load_calibration
 from seqlab.evaluation.exact_match import completion_quality
-from seqlab.evaluation.run import completion_texts
+from seqlab.evaluation.scored_emails import completion_texts
 from seqlab.runs.load import load_run
 
 EMAILS = 12

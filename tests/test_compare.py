@@ -14,6 +14,7 @@ import pytest
 from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.errors import UserError
 from seqlab.models import build_model
+from seqlab.studies.compare.compare_runs import compare, format_table, run_status
 from seqlab.studies.compare.plan import (
     DEFAULT_MODELS,
     PARAM_TOLERANCE,
@@ -26,7 +27,6 @@ from seqlab.studies.compare.plan import (
     reference_config,
     width_steps,
 )
-from seqlab.studies.compare.run import _run_status, compare, format_table
 from seqlab.studies.recipes import apply_recipe
 
 ROW_FIELDS = {"model", "mixer", "pos", "n_layer", "n_embd", "n_head", "params", "params_ratio", "steps", "tokens",
@@ -153,14 +153,14 @@ def test_run_status_resume_and_refusal(tiny_compare: tuple[Path, dict, dict], ti
     run = tmp_path / "gru"
     shutil.copytree(out / "runs" / "gru", run)
     cfg = RunConfig.from_dict(json.loads((run / "compare_request.json").read_text()))
-    assert _run_status(run, cfg, tiny_data_dir) == "finished"
-    assert _run_status(tmp_path / "absent", cfg, tiny_data_dir) == "new"
+    assert run_status(run, cfg, tiny_data_dir) == "finished"
+    assert run_status(tmp_path / "absent", cfg, tiny_data_dir) == "new"
     info = json.loads((run / "run.json").read_text())
     info["summary"]["stopped"] = "stopped by SIGINT"
     (run / "run.json").write_text(json.dumps(info))
-    assert _run_status(run, cfg, tiny_data_dir) == "resume"
+    assert run_status(run, cfg, tiny_data_dir) == "resume"
     with pytest.raises(UserError, match="another config"):
-        _run_status(run, apply_overrides(cfg, ["train.max_steps=9"]), tiny_data_dir)
+        run_status(run, apply_overrides(cfg, ["train.max_steps=9"]), tiny_data_dir)
     # compare itself refuses (and keeps the old run) when the budget changed
     with pytest.raises(UserError, match="another config"):
         compare(tiny_data_dir, out, preset="tiny", models=["gru"], tokens=9 * 256, progress=False,

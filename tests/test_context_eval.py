@@ -14,7 +14,7 @@ from seqlab.config import apply_overrides, get_preset
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.context_scores import by_context, email_scores, paired_bootstrap, totals
 from seqlab.evaluation.heldout import evaluate_lm
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.reply import reply_context
 from seqlab.runs.load import load_run

@@ -99,7 +99,7 @@ def test_cli_eval_refuses_bad_coverages(word_run_dir: Path, bad: str) -> None:
 
 
 def test_format_eval_prints_the_table_with_intervals(word_run_dir: Path) -> None:
-    from seqlab.evaluation.run import evaluate_run, format_eval
+    from seqlab.evaluation.run_eval import evaluate_run, format_eval
 
     r = evaluate_run(word_run_dir, split="val", device="cpu", completion_emails=4, positions_per_email=3,
                      coverages=(0.2, 1.0))

@@ -9,10 +9,18 @@ from pathlib import Path
 import pytest
 
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete, split_words
 from seqlab.runs.load import load_run
-from seqlab.studies.demo import COVERAGE, LOW_COVERAGE, OPENINGS, _completions, _describe, _row, format_table
+from seqlab.studies.demo import (
+    COVERAGE,
+    LOW_COVERAGE,
+    OPENINGS,
+    describe_completion,
+    format_table,
+    sample_completions,
+    table_row,
+)
 
 
 def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Path, tiny_data_dir: Path,
@@ -20,7 +28,7 @@ def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Pa
     run = Path(shutil.copytree(word_run_dir, tmp_path / "run"))
     calibrate_run(run, tiny_data_dir, "val", coverage=0.5, emails=6)
     threshold = load_calibration(run)["threshold"]
-    items = _completions(run)
+    items = sample_completions(run)
     assert len(items) == 3 * len(OPENINGS)
     model, tok, _ = load_run(run, "cpu")
     for c in items:
@@ -34,7 +42,7 @@ def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Pa
             shown = split_words(c["completion"])
             assert shown == (full.words[:sure] if c["shown"] else []) and full.text.startswith(c["completion"])
             assert c["unsure"] == (bool(full.words) and full.confidence < threshold)
-        assert ("withheld" in _describe(c)) != c["shown"]
+        assert ("withheld" in describe_completion(c)) != c["shown"]
     assert any(c["shown"] for c in items) or all(c["confidence"] < threshold for c in items)
 
 
@@ -42,7 +50,7 @@ def test_the_table_reads_exact_match_at_ten_and_fifty_percent(word_run_dir: Path
     test = evaluate_run(word_run_dir, tiny_data_dir, "test", "cpu", completion_emails=6,
                         coverages=(LOW_COVERAGE, COVERAGE))
     summary = {"params": 1, "tokens_per_s": 1.0, "steps": 1}
-    row = _row("attention", summary, {"bpb": 1.0}, test)
+    row = table_row("attention", summary, {"bpb": 1.0}, test)
     low, mid = test["by_coverage"]
     assert row["em1_10"] == low["exact_match"]["1"] and row["em3"] == mid["exact_match"]["3"]
     assert row["positions"] == test["completion_positions"]

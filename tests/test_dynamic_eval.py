@@ -22,7 +22,7 @@ from seqlab.evaluation.dynamic import (
     format_dynamic,
     split_metadata,
 )
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.runs.load import load_run
 
 

@@ -28,7 +28,7 @@ from seqlab.evaluation.exact_match import (
     word_boundaries,
 )
 from seqlab.evaluation.heldout import evaluate_lm
-from seqlab.evaluation.run import evaluate_run, format_eval
+from seqlab.evaluation.run_eval import evaluate_run, format_eval
 from seqlab.generation.complete import Completion, split_words
 from seqlab.models import build_model
 

@@ -10,7 +10,7 @@ import torch
 
 from seqlab.config import apply_overrides, get_preset
 from seqlab.evaluation.heldout import lm_loss
-from seqlab.evaluation.run import evaluate_run, format_eval
+from seqlab.evaluation.run_eval import evaluate_run, format_eval
 from seqlab.models import build_model
 from seqlab.runs import precision
 from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision

@@ -11,7 +11,6 @@ import pytest
 from seqlab.cli.main import main
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run import completion_texts
 from seqlab.evaluation.saved_chars import (
     Boundary,
     TypedEmail,
@@ -23,6 +22,7 @@ from seqlab.evaluation.saved_chars import (
     type_emails,
     typed_span,
 )
+from seqlab.evaluation.scored_emails import completion_texts
 from seqlab.generation.complete import complete
 from seqlab.generation.gate import word_ends
 from seqlab.runs.load import load_run

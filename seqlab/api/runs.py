@@ -216,7 +216,7 @@ class Run:
         trained), "fp32" or "bf16". With `dynamic`, the same measures again under dynamic evaluation
         (`seqlab.evaluation.dynamic`: `dynamic_method` "rms" or "sgd", at `dynamic_lr`, default the
         method's) under "dynamic", beside the frozen model's; the weights on disk are never changed."""
-        from seqlab.evaluation.run import evaluate_run
+        from seqlab.evaluation.run_eval import evaluate_run
 
         if precision not in ("run", "fp32", "bf16"):
             raise UserError(f"precision must be run, fp32 or bf16, not {precision!r}.")
@@ -246,8 +246,8 @@ class Run:
         `max_wrong_per_100` with 95% bootstrap intervals ("best"). With `mid_word` k > 0, suggestions are also
         asked for k letters into each word (the compose page asks mid-word too)."""
         from seqlab.data.store import TokenStore
-        from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
         from seqlab.evaluation.saved_chars import RULES, best_threshold, tradeoff_curve, type_emails
+        from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
         from seqlab.runs.load import run_data_dir
 
         if split not in ("val", "test"):

@@ -1,4 +1,4 @@
-"""Benchmarks: every speed goal of seqlab as a row measured side by side (`seqlab bench`, `run.py`).
+"""Benchmarks: every speed goal of seqlab as a row measured side by side (`seqlab bench`, `suite.py`).
 
 Nothing heavy here: the command line reads `SECTIONS` without loading torch."""
 

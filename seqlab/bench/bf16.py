@@ -14,7 +14,7 @@ Rows:
   mingru_L<L> bf16            the minGRU mixer against the fused GRU, both under autocast, 1 thread
 A goal sits on the rows of the precision the trainer uses by default on this machine (`default_precision`,
 the `small` preset's train.precision=auto resolved here):
-the issue's goals are about what a user's training does. So with train.precision=auto resolving to bf16
+the goals are about what a user's training does. So with train.precision=auto resolving to bf16
 here, the minGRU goals (>= 10x the loop at L = 512, >= 5x the fused GRU at L = 2048) move from the
 "layers" rows to these; with fp32 they stay there.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import Step, backward_step, row, time_pair, time_steps
+from seqlab.bench.harness import Step, backward_step, row, time_pair, time_steps
 from seqlab.bench.throughput import FAMILIES, PEAK_N, family_config, seqlab_step
 from seqlab.config import ModelConfig, get_preset
 from seqlab.models.mingru import MinGRUMixer
@@ -115,7 +115,7 @@ def mixer_step(mixer: torch.nn.Module, x: torch.Tensor, precision: str) -> Step:
 
 def mingru_rows(lens: list[int], batch: int, C: int, repeats: int, loop_len: int, goals: bool) -> list[dict[str, Any]]:
     """minGRU against the fused GRU at each L (and the explicit loop at `loop_len`), both sides under bf16
-    autocast and in fp32, all four (five) timed in one rotation on 1 thread; `goals`: the issue's goals
+    autocast and in fp32, all four (five) timed in one rotation on 1 thread; `goals`: the minGRU goals
     sit on these rows."""
     mingru, fused, loop = _mixers(C)
     before = torch.get_num_threads()

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import row, time_steps
+from seqlab.bench.harness import row, time_steps
 from seqlab.bench.throughput import FAMILIES, family_config, lm_step
 from seqlab.models import build_model
 from seqlab.training.optim import make_optimizer

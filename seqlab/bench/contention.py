@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from seqlab.bench.common import row
+from seqlab.bench.harness import row
 
 BUSY = "while True: pass"
 FAMILIES = ("attention", "gru")

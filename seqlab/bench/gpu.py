@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import row
 from seqlab.bench.gpu_kernels import SECTION, recurrent_rows, sdpa_rows, sync_of
+from seqlab.bench.harness import row
 from seqlab.config import get_preset
 from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.pipeline import prepare

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
-from seqlab.bench.common import Step, backward_step, row, time_steps
+from seqlab.bench.harness import Step, backward_step, row, time_steps
 from seqlab.config import ModelConfig
 from seqlab.models.mingru import MinGRUMixer
 from seqlab.models.rnn import RecurrentMixer

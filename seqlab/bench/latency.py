@@ -13,7 +13,7 @@ throughout. Prints
 tables with PASS/MISS per goal and writes JSON (default out/bench_latency.json); in `seqlab bench` its
 goals are the "latency" rows.
 
-    python benchmarks/bench_latency.py [--quick] [--cache DIR] [--keystrokes K] [--json PATH]
+    python -m seqlab.bench.latency [--quick] [--cache DIR] [--keystrokes K] [--json PATH]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from seqlab.bench.common import machine_info, row
+from seqlab.bench.harness import machine_info, row
 from seqlab.bench.latency_http import bench_http, bench_learning, gate_cost
 from seqlab.bench.latency_model import bench_model
 from seqlab.bench.latency_report import goals, print_tables

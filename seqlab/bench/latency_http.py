@@ -5,9 +5,9 @@ the token and the server's session over one persistent connection on loopback. T
 with the `latency_ms` the server reports for the same request; overhead = round trip - model. GET /health
 on the same connection (no model work) shows what the transport alone costs.
 
-The client is the standard library's `http.client`, the leanest one at hand: httpx spends ~0.45 ms of its
-own per request on this kind of machine, which the server is not to blame for (a browser's fetch has its
-own cost too). `gate_cost` times the access gate alone, in-process, against the same request without it.
+The client is the standard library's `http.client`, the leanest one at hand: a richer client (httpx) adds
+a cost of its own per request that the server is not to blame for (a browser's fetch has its own cost
+too). `gate_cost` times the access gate alone, in-process, against the same request without it.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ Rows (each a training step: forward, a scalar loss, backward):
              the most mingru_L2048 could reach if every elementwise and scan step cost nothing
 
 The two sides of a row are timed alternately (A B B A ...) after a warm-up, and the median of the
-repeats is kept, so both see the same machine load (`seqlab.bench.common.time_pair`).
+repeats is kept, so both see the same machine load (`seqlab.bench.harness.time_pair`).
 
-    python benchmarks/bench_layers.py [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
+    python -m seqlab.bench.layers [--quick] [--threads 2] [--device cpu|cuda] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from seqlab.bench.bf16 import default_precision
-from seqlab.bench.common import Step, backward_step, machine_info, row, time_pair
+from seqlab.bench.harness import Step, backward_step, machine_info, row, time_pair
 from seqlab.bench.results import write_json
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
@@ -196,7 +196,7 @@ def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
         torch.set_num_threads(args.threads)
         torch.manual_seed(0)
         out = [bench_attention(args, device), bench_gru_fused(args, device), bench_mingru(args, device)]
-        torch.set_num_threads(1)  # the issue's setting for minGRU against the fused GRU
+        torch.set_num_threads(1)  # minGRU against the fused GRU on one thread: the scan's own work, not threading
         return out + bench_mingru_long(args, device)
     finally:
         torch.set_num_threads(before)
@@ -215,3 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 "warmup": args.warmup, "quick": args.quick}
     write_json(args.json, {"settings": settings, "rows": out})
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,5 @@
 """The files a benchmark writes: its JSON (`write_json`, shared by every benchmark) and the Markdown table
-of `seqlab bench` (`markdown`). No torch here: `benchmarks/bench_prepare.py` uses it without loading torch."""
+of `seqlab bench` (`markdown`). No torch here: `prepare_speed.py` uses it without loading torch."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from seqlab.bench.common import Step, row, time_steps
+from seqlab.bench.harness import Step, row, time_steps
 from seqlab.bench.plain import PlainGRULM, PlainTransformerLM
 from seqlab.config import ModelConfig, get_preset
 from seqlab.evaluation.heldout import lm_loss
@@ -48,7 +48,7 @@ def family_config(family: str, preset: str = "small") -> tuple[ModelConfig, int]
 
 
 def shape_config(mixer: str, quick: bool) -> tuple[ModelConfig, int]:
-    """The issue's comparison shape: 4 layers, 256 wide, 4 heads, window 256, batch 32 (quick: halved)."""
+    """The comparison shape of the goal rows: 4 layers, 256 wide, 4 heads, window 256, batch 32 (quick: halved)."""
     if quick:
         return ModelConfig(vocab_size=259, block_size=128, n_layer=2, n_embd=128, n_head=4, mixer=mixer,
                            pos="learned" if mixer == "attention" else "none"), 16

@@ -1,5 +1,4 @@
-"""The argparse front of seqlab: one module per command group; nothing else in the package imports it."""
+"""The argparse front of seqlab: one module per command group (`main.py` holds the table and `main`).
 
-from seqlab.cli.main import main
-
-__all__ = ["main"]
+Nothing here imports them: `cli.main` imports the command modules of this package, so this file importing
+`cli.main` would close a circle. The console script and `python -m seqlab` name `seqlab.cli.main:main`."""

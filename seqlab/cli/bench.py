@@ -1,4 +1,4 @@
-"""`seqlab bench`: every benchmark side by side, written to bench.json and bench.md (`seqlab.bench.run`)."""
+"""`seqlab bench`: every benchmark side by side, written to bench.json and bench.md (`seqlab.bench.suite`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from seqlab.bench.run import run_bench as run
+    from seqlab.bench.suite import run_bench as run
 
     run(args.out, quick=args.quick, only=args.only)
     return 0

@@ -97,7 +97,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import json
 
     from seqlab.api.runs import Run
-    from seqlab.evaluation.run import format_eval
+    from seqlab.evaluation.run_eval import format_eval
 
     result = Run(args.run_dir, device=args.device).evaluate(
         args.split, data=args.data, threshold=args.threshold, coverage=args.coverage,
@@ -234,7 +234,7 @@ def add_tradeoff(sub: argparse._SubParsersAction) -> None:
 
 def run_tradeoff(args: argparse.Namespace) -> int:
     from seqlab.api.runs import Run
-    from seqlab.evaluation.run import format_best
+    from seqlab.evaluation.run_eval import format_best
     from seqlab.studies.tradeoff import format_tradeoff, save_tradeoff
 
     result = Run(args.run_dir, device=args.device).tradeoff(

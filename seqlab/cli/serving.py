@@ -181,7 +181,7 @@ def _bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on host:port; UserError when the address is taken or not this machine's."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are TCP; with it
-    # on, the body of every response waits ~40 ms for the client's delayed ACK
+    # on, the body of every response waits for the client's delayed ACK
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

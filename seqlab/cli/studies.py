@@ -131,8 +131,8 @@ def add_compare(sub: argparse._SubParsersAction) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from seqlab.studies.compare.compare_runs import compare, format_table
     from seqlab.studies.compare.plan import parse_models
-    from seqlab.studies.compare.run import compare, format_table
 
     results = compare(args.data_dir, args.out, preset=args.preset, models=parse_models(args.models),
                       minutes=args.minutes, tokens=args.tokens, seed=args.seed, progress=not args.quiet,

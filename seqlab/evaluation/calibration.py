@@ -36,9 +36,9 @@ from typing import Any
 from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
-from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, type_emails
-from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, RULES
+from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
+from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 from seqlab.runs.files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
@@ -166,3 +166,18 @@ def format_calibration(result: dict[str, Any]) -> str:
     if result["coverage"] < result["target_coverage"]:
         lines.append("  the target coverage is out of reach: the model proposes nothing at the other positions")
     return "\n".join(lines)
+
+
+def served_gate(run_dir: Path | str, rule: str | None, threshold: float | None) -> tuple[str, float | None]:
+    """The rule and threshold suggestions are shown at: the given ones, else the run's calibration.json,
+    else the default rule with no threshold. A bad pair is a `UserError`."""
+    if rule is None and threshold is None:
+        calibration = load_calibration(run_dir)
+        if calibration is not None:
+            return calibration.get("rule", FIRST_WORD), float(calibration["threshold"])
+    rule = rule or DEFAULT_RULE
+    try:
+        check_rule(rule, threshold)
+    except ValueError as exc:
+        raise UserError(f"{exc}.") from None
+    return rule, threshold

@@ -15,7 +15,7 @@ mbox row, a moved corpus) keeps its place in the split after the dated ones of a
 For each email in that order, with the weights as they are:
 1. its targets are scored (summed NLL in nats, bytes: `heldout.token_byte_lengths`), read as a whole
    email (a model with a window reads it in windows overlapping by half, each target scored once);
-2. if it is among the emails completions are measured on (`run.completion_picks`, the same emails and
+2. if it is among the emails completions are measured on (`scored_emails.completion_picks`, the same emails and
    positions as the frozen evaluation), the proposals at its ExactMatch positions and at every word
    boundary of its typed part (`saved_chars`) are made;
 3. one SGD step on its mean NLL per target: theta <- theta - lr * grad (Krause et al.'s eq. 4, their
@@ -47,11 +47,12 @@ from torch import nn
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
+from seqlab.evaluation.calibration import served_gate
 from seqlab.evaluation.context_scores import EmailScores, paired_bootstrap
 from seqlab.evaluation.exact_match import Proposal, coverage_table, sample_positions
 from seqlab.evaluation.heldout import token_byte_lengths
-from seqlab.evaluation.run import check_same_tokenizer, completion_picks, served_gate
 from seqlab.evaluation.saved_chars import TypedEmail, collect_typing, score_typing
+from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_picks
 from seqlab.generation.complete import complete, split_words
 from seqlab.generation.decode import context_limit, model_device
 from seqlab.generation.gate import FIRST_WORD

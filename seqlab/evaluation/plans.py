@@ -19,9 +19,9 @@ chosen from the model (`plan_kind`):
   own W - C inputs before, so information from further back in the email reaches a target through them, as
   in Transformer-XL's segment recurrence (Dai et al. 2019, section 3.2); a fresh window would recompute
   them from the window alone, as the decoder does when its window is full (`seqlab.generation.decode`).
-  Nothing is computed twice. Measured on a trained `small` RoPE model (2 minutes of training, synthetic
-  val split), that reach costs a little: 0.5635 bits per byte against 0.5603 with the windows, and more
-  held keys (C = W/4, W/8) scored worse still (0.5638, 0.5658); C = W/2 is also the fastest.
+  Nothing is computed twice. That reach beyond the training window costs a little against the windows,
+  and smaller chunks (more held keys: C = W/4, W/8) scored worse still, so C = W/2, also the fastest (the
+  experiments index has the figures).
 - `windows` (learned or sinusoidal positions, whose keys carry absolute positions that cannot slide):
   windows of W tokens inside one email overlapping by half (`seqlab.data.batches.eval_windows`,
   stride W // 2); each window after an email's first scores only targets no earlier window scored,

@@ -1,4 +1,4 @@
-"""One decoding step of an LM without the module machinery: the same arithmetic, a third of the overhead.
+"""One decoding step of an LM without the module machinery: the same arithmetic, far less overhead.
 
 Decoding feeds one token at a time, and for the models an autocomplete serves (2 layers, 128 wide) a
 single-token forward pass is almost all fixed cost: about 80 small tensor operations behind

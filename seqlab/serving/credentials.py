@@ -29,7 +29,7 @@ from typing import Any
 
 from seqlab.durable import atomic_write_bytes
 
-TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (the issue asks for at least 128)
+TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (at least 128 bits against guessing)
 SERVER_FILE = "server.json"
 PAIRED_FILE = "paired.json"
 EXTENSION_SCHEMES = ("chrome-extension://", "moz-extension://", "safari-web-extension://")

@@ -45,8 +45,9 @@ from seqlab.models.lm import map_tensors
 
 SNAPSHOT_EVERY = 16  # tokens between kept copies of a recurrent state: a backspace re-feeds at most this many
 DENSE_TAIL = 64  # copies are kept that densely only over the newest tokens; further back, only the latest
-# Tokens of the prompt a recurrent model is fed at most: about 4.5 KB of BPE text, longer than most emails,
-# ~30 ms of a GRU from scratch; the state carries what came before the tail no further anyway.
+# Tokens of the prompt a recurrent model is fed at most: longer than most emails, and cheap enough for a GRU
+# to read from scratch within a keystroke's budget; the state carries what came before the tail no further
+# anyway.
 RECURRENT_TAIL = 2048
 MAX_SESSION_BYTES = 64 * 2**20  # all sessions' kept states together
 

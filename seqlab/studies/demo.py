@@ -28,7 +28,7 @@ from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.pipeline import prepare
 from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.gate import FIRST_WORD
 from seqlab.runs.load import load_run
@@ -37,29 +37,26 @@ from seqlab.training.trainer import train
 
 # run name (the folder under OUT/runs and the table's model column) -> (recipe, overrides on top of it)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # The preset's width 128: with bf16, width 192 ties it at 3 quiet minutes on SpamAssassin BPE 1,024 (val
-    # 2.160 bits per byte against 2.155) and wins only at 10 (README's recipe). 32 lanes of 64 tokens keep a
-    # step's 2,048 tokens with half the sequential time steps (1.36x the tokens/s in the trainer), and lr 2e-3
-    # with beta2 0.99 won an equal-step screen; together, at 3.5 minutes side by side at 1 thread each: test
-    # 2.231 bits per byte in 1,371 steps against 2.302 in 965 for the preset's 16 x 128 at lr 3e-3.
+    # The preset's width 128: a wider GRU only ties it at a demo's few minutes and wins at longer budgets
+    # (README's recipe). 32 lanes of 64 tokens keep a step's 2,048 tokens with half the sequential time
+    # steps (more tokens/s in the trainer), and lr 2e-3 with beta2 0.99 won an equal-step screen; together
+    # they beat the preset's 16 x 128 at lr 3e-3 side by side at equal time (the experiments index).
     "gru": ("gru", ("train.batch_size=32", "model.block_size=64", "train.lr=0.002", "train.beta2=0.99")),
     # Attention sees only its window, while the GRU carries its state across chunks of a whole email.
-    # A 256-byte window was tried and measured worse at a demo's budget: at equal tokens (640k) on
-    # SpamAssassin, val 3.50 bits per byte against 3.21 for the preset's 128 (half the steps), and 3.25
-    # against 3.21 even at equal steps (benchmarks/bench_recipe.py --only window,window_same_steps).
+    # A 256-byte window was tried and scored worse at a demo's budget, at equal tokens and even at equal
+    # steps (`python -m seqlab.studies.recipe_study --only window,window_same_steps`; the experiments index).
     "attention": ("attn-rope", ("model.n_head=4",)),
 }
-# BPE fitted on the train split: a token covers about 2.25 bytes of this mail and costs a little more than
-# a byte (a larger embedding and output layer), so a model reads about 1.9x more text in its minutes. At
-# equal quiet time (3 minutes: the steps a quiet run reaches) on SpamAssassin, val bits per byte: attention
-# 2.265 against 2.455 on bytes, the GRU 2.198 against 2.351 (benchmarks/bench_bpe.py --vocabs byte,1024
-# --minutes 3).
+# BPE fitted on the train split: a token covers a few bytes of this mail and costs a little more than a
+# byte (a larger embedding and output layer), so a model reads more text in its minutes, and both families
+# scored better than on bytes at equal quiet time (`python -m seqlab.studies.tokenizer_study --vocabs
+# byte,1024 --minutes 3`; the experiments index).
 TOKENIZER, VOCAB_SIZE = "bpe", 1024
 OPENINGS = ("Hi all,\n\nI think we should", "Thanks for the", "Could you send me the", "The problem is that")
 COVERAGE = 0.5  # the share of positions with a proposal the server is calibrated for; ExactMatch is read here
 LOW_COVERAGE = 0.1  # ... and at the surest tenth of positions
-# 3 word boundaries in each of 200 test emails: 600 positions, about two minutes per model on 2 busy cores
-# (`seqlab eval` defaults to 5 per email); at 10% coverage that is 60 shown, a 95% interval of about +-12 points.
+# 3 word boundaries in each of 200 test emails: 600 positions, few enough for a demo's budget (`seqlab eval`
+# defaults to 5 per email); at 10% coverage that is 60 shown, a 95% interval of about +-12 points.
 COMPLETION_EMAILS, POSITIONS_PER_EMAIL = 200, 3
 
 
@@ -86,7 +83,7 @@ def _train(name: str, data: Path, run: Path, minutes: float, progress: bool) -> 
     return train(data, run, cfg, progress=progress)
 
 
-def _row(name: str, summary: dict, val: dict, test: dict) -> dict[str, Any]:
+def table_row(name: str, summary: dict, val: dict, test: dict) -> dict[str, Any]:
     at = {round(r["target"], 6): r for r in test.get("by_coverage", [])}
     low, mid = at.get(LOW_COVERAGE, {}), at.get(COVERAGE, {})
     return {"model": name, "params": summary["params"], "tokens_per_s": summary["tokens_per_s"],
@@ -112,7 +109,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _completions(run: Path) -> list[dict[str, Any]]:
+def sample_completions(run: Path) -> list[dict[str, Any]]:
     """Three suggestions per opening: greedy, beam search (3 beams) and a seeded sample, each shown only when
     its confidence reaches the run's calibrated threshold (calibration.json) and cut after its last word
     still sure enough as a phrase, as the server does (`complete(..., threshold=...)`)."""
@@ -133,7 +130,7 @@ def _completions(run: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _describe(c: dict[str, Any]) -> str:
+def describe_completion(c: dict[str, Any]) -> str:
     if c["shown"]:
         said = repr(c["completion"])
     elif c["unsure"]:
@@ -155,9 +152,9 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
         val = evaluate_run(run, data, "val", completions=False)
         test = evaluate_run(run, data, "test", coverages=(LOW_COVERAGE, COVERAGE), completion_emails=COMPLETION_EMAILS,
                             positions_per_email=POSITIONS_PER_EMAIL, saved=False)  # its table: ExactMatch
-        rows.append(_row(name, summary, val, test))
+        rows.append(table_row(name, summary, val, test))
         calibrate_run(run, data, "val", coverage=COVERAGE, emails=100)
-        completions[name] = _completions(run)
+        completions[name] = sample_completions(run)
     positions = min(r["positions"] or 0 for r in rows)
     report = [format_table(rows), "",
               f"bits per byte on the test split (lower is better); ExactMatch@N among the suggestions shown at "
@@ -165,7 +162,7 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
               f"boundaries (`seqlab eval` gives the 95% intervals)."]
     for name, items in completions.items():
         report += ["", f"completions by {name}, shown at its calibrated threshold ({COVERAGE:.0%} coverage):"]
-        report += [_describe(c) for c in items]
+        report += [describe_completion(c) for c in items]
     text = "\n".join(report)
     print("\n" + text)
     (out / "demo.md").write_text("```\n" + text + "\n```\n")

@@ -1,4 +1,4 @@
-"""The files of a `seqlab compare` report, all made from the results dict alone (see `seqlab.studies.compare.run`).
+"""The files of a `seqlab compare` report, all made from the results dict alone (`compare_runs.compare`).
 
     report.md     the table, the budget and the plots (PNG files in plots/)
     results.csv   one row per model, then the xz reference row

@@ -29,8 +29,8 @@ from seqlab.models import record_attention
 from seqlab.runs.load import load_run
 from seqlab.studies.figures import colormap, png_bytes, subplots
 from seqlab.studies.html import Section, heat_table, page, plain_table
-from seqlab.studies.inspection.plots import MAX_TICKS, _token_axis, output_kind
-from seqlab.studies.inspection.probes import _choose, encode_text, token_labels
+from seqlab.studies.inspection.plots import MAX_TICKS, output_kind, token_axis
+from seqlab.studies.inspection.probes import choose_indices, encode_text, token_labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -72,8 +72,8 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
     ids, cropped = encode_text(model, tokenizer, text)
     ctx = reply_context(model, tokenizer, original)
     assert ctx is not None
-    layer_ids = _choose(layers, model.cfg.n_layer, "layer") if model.cfg.ctx_mode == "cross" else []
-    head_ids = _choose(heads, model.cfg.n_head, "head")
+    layer_ids = choose_indices(layers, model.cfg.n_layer, "layer") if model.cfg.ctx_mode == "cross" else []
+    head_ids = choose_indices(heads, model.cfg.n_head, "head")
     was = model.training
     model.eval()
     try:
@@ -113,8 +113,8 @@ def cross_figure(maps: CrossMaps) -> Figure:
             image = ax.imshow(maps.weights[(layer, head)], cmap=colormap("viridis"), vmin=0.0, vmax=top,
                               interpolation="nearest", aspect="auto")
             ax.set_title(_title(maps, layer, head), fontsize=9)
-            _token_axis(ax, maps.context_labels, "x", max(MAX_TICKS, int(width / 0.13)))
-            _token_axis(ax, maps.labels, "y", max(MAX_TICKS, int(height / 0.13)))
+            token_axis(ax, maps.context_labels, "x", max(MAX_TICKS, int(width / 0.13)))
+            token_axis(ax, maps.labels, "y", max(MAX_TICKS, int(height / 0.13)))
             ax.set_xlabel("original (the message replied to)", fontsize=8)
             ax.set_ylabel("reply token (querying)", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="cross-attention weight")

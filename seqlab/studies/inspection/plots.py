@@ -48,7 +48,7 @@ def write_output(out_path: Path | str, title: str, fig: Figure, tables: Sequence
     return out
 
 
-def _token_axis(ax: Any, labels: Sequence[str], axis: str, max_ticks: int = MAX_TICKS) -> None:
+def token_axis(ax: Any, labels: Sequence[str], axis: str, max_ticks: int = MAX_TICKS) -> None:
     """Token labels on one axis of a heatmap: every k-th token (at most max_ticks), small font, rotated on x."""
     step = max(1, math.ceil(len(labels) / max_ticks))
     ticks = list(range(0, len(labels), step))
@@ -82,8 +82,8 @@ def attention_figure(maps: AttentionMaps) -> Figure:
             image = ax.imshow(causal_masked(maps.weights[(layer, head)]), cmap=cmap, vmin=0.0, vmax=1.0,
                               interpolation="nearest")
             ax.set_title(f"layer {layer}, head {head}", fontsize=9)
-            _token_axis(ax, maps.labels, "x", ticks)
-            _token_axis(ax, maps.labels, "y", ticks)
+            token_axis(ax, maps.labels, "x", ticks)
+            token_axis(ax, maps.labels, "y", ticks)
             ax.set_xlabel("key (attended to)", fontsize=8)
             ax.set_ylabel("query (attending)", fontsize=8)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
@@ -136,7 +136,7 @@ def soft_lookup_figure(lookup: SoftLookup) -> Figure:
     ax.bar(range(n), lookup.math.weights, color="#2166ac")
     ax.set_xlim(-0.6, n - 0.4)
     ax.set_ylabel("softmax weight a_j")
-    _token_axis(ax, lookup.labels, "x")
+    token_axis(ax, lookup.labels, "x")
     ax.set_title(_lookup_title(lookup), fontsize=9)
     rows = lookup_rows(lookup)
     keep = sorted(sorted(range(n), key=lambda j: -lookup.math.weights[j])[:LOOKUP_ROWS])
@@ -214,7 +214,7 @@ def gates_figure(labels: Sequence[str], r: np.ndarray, z: np.ndarray) -> Figure:
     axes[2].plot(t, z.mean(axis=1), label="mean z", color="#2166ac")
     axes[2].set(ylim=(0.0, 1.0), ylabel="mean over units", xlabel="token")
     axes[2].legend(fontsize=8, loc="upper right")
-    _token_axis(axes[2], labels, "x")
+    token_axis(axes[2], labels, "x")
     fig.suptitle("GRU gate activations over the email", fontsize=10)
     return fig
 

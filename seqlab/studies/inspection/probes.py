@@ -129,7 +129,7 @@ def _attention_modules(model: nn.Module) -> list[MultiHeadAttention]:
     return mods
 
 
-def _choose(asked: Sequence[int] | int | None, count: int, what: str) -> list[int]:
+def choose_indices(asked: Sequence[int] | int | None, count: int, what: str) -> list[int]:
     if asked is None:
         return list(range(count))
     chosen = [asked] if isinstance(asked, int) else list(asked)
@@ -153,8 +153,8 @@ def attention_maps_of_ids(model: nn.Module, tokenizer: Tokenizer, ids: Sequence[
     """`attention_maps` over token ids exactly as given (no <bos> added, no crop): e.g. the window of a
     prompt that the autocomplete server's model saw (`seqlab.serving.why`)."""
     mods = _attention_modules(model)
-    layer_ids = _choose(layers, len(mods), "layer")
-    head_ids = _choose(heads, model.cfg.n_head, "head")
+    layer_ids = choose_indices(layers, len(mods), "layer")
+    head_ids = choose_indices(heads, model.cfg.n_head, "head")
     ids = [int(i) for i in ids]
     with _eval_mode(model), record_attention() as rec:
         _run(model, ids)
@@ -260,8 +260,8 @@ def soft_lookup(model: nn.Module, tokenizer: Tokenizer, text: str, query_pos: in
                 head: int = 0) -> SoftLookup:
     """Take apart the attention row of token `query_pos` (negative counts from the end) in one head."""
     mods = _attention_modules(model)
-    (layer,) = _choose(layer, len(mods), "layer")
-    (head,) = _choose(head, model.cfg.n_head, "head")
+    (layer,) = choose_indices(layer, len(mods), "layer")
+    (head,) = choose_indices(head, model.cfg.n_head, "head")
     ids, cropped = encode_text(model, tokenizer, text)
     n = len(ids)
     if not -n <= query_pos < n:
@@ -325,7 +325,7 @@ def gru_gates_of_ids(model: nn.Module, tokenizer: Tokenizer, ids: Sequence[int],
     tokens before them (None: from the start); e.g. the last tokens of a long prompt, whose earlier part
     ran through the fast fused path (`seqlab.serving.why`)."""
     grus = gru_layers(model)
-    (layer,) = _choose(layer, len(grus), "GRU layer")
+    (layer,) = choose_indices(layer, len(grus), "GRU layer")
     mixer = grus[layer]
     ids = [int(i) for i in ids]
     before = mixer.record_gates

@@ -36,9 +36,9 @@ class Lesson:
         return f"lesson {self.name}, size {size} (about {self.times[size]} on 2 CPU cores): {self.does} ({others})"
 
 
-# Wall-clock times of `seqlab lesson NAME --size SIZE --out DIR --quiet` on a 2-core machine shared with
-# other jobs, rounded up (Python and torch start-up included): two runs each gave permutation 3-4.5 s,
-# scaling 3 s, parallel 3 s / 17-21 s, gradient-path 5 s / 77-97 s, memory tiny 8 s; memory small ~15 min.
+# The times told before a lesson runs: wall-clock of `seqlab lesson NAME --size SIZE --out DIR --quiet` on a
+# 2-core machine shared with other jobs, rounded up, Python and torch start-up included (the runs behind them
+# are in the experiments index).
 LESSONS: dict[str, Lesson] = {lesson.name: lesson for lesson in (
     Lesson("permutation", "permutation", "one self-attention layer, with and without each kind of position",
            {"tiny": "5 s", "small": "5 s"}, "small"),

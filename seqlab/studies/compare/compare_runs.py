@@ -5,7 +5,7 @@
 What is trained (model names, matched budget, matched parameter count) is planned in
 `seqlab.studies.compare.plan`. Each model is trained by the one trainer (`seqlab.training.trainer.train`)
 in its own child process (`seqlab.studies.compare.worker`, so its peak memory is measured alone) into
-OUT/runs/<name>, then evaluated in this process by `seqlab.evaluation.run.evaluate_run` (the run's best
+OUT/runs/<name>, then evaluated in this process by `seqlab.evaluation.run_eval.evaluate_run` (the run's best
 checkpoint by the trainer's validation loss) on the whole val split (loss, perplexity, bits per byte) and
 the whole test split (the same, plus ExactMatch@1..3 of greedy completions at the threshold that shows a
 proposal at one common coverage, 0.5 by default, so models are compared at equal coverage, and ExactMatch@1
@@ -32,7 +32,7 @@ from typing import Any
 from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.run import evaluate_run
+from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.studies.compare.plan import Budget, PlannedRun, apply_budget, parse_models, plan_runs
 from seqlab.studies.compare.report import format_table, write_report
 from seqlab.studies.compare.worker import MEMORY, REQUEST
@@ -52,7 +52,7 @@ def _say(progress: bool, text: str) -> None:
 # ---------------------------------------------------------------- one run: reuse, resume or train
 
 
-def _run_status(run_dir: Path, cfg: RunConfig, data_dir: Path) -> str:
+def run_status(run_dir: Path, cfg: RunConfig, data_dir: Path) -> str:
     """'new', 'resume' or 'finished' for RUN_DIR and this config; a different run there is a UserError."""
     if not (run_dir / "trainer_state.pt").exists():
         return "new"
@@ -199,7 +199,7 @@ def compare(data_dir: Path, out: Path, *, preset: str = "small", models: Sequenc
     rows, curves, xz = [], {}, {}
     for i, plan in enumerate(plans, 1):
         run_dir = out / "runs" / plan.name
-        status = _run_status(run_dir, plan.cfg, data_dir)
+        status = run_status(run_dir, plan.cfg, data_dir)
         action = {"new": "training", "resume": "resuming its training", "finished": "reusing the finished run"}
         _say(progress, f"[{i}/{len(plans)}] {plan.name}: {plan.params:,} parameters ({plan.ratio:.3f} x the "
                        f"reference), {action[status]} in {run_dir}")

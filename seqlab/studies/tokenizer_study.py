@@ -12,15 +12,19 @@ Wall-clock is unreliable on shared cores, so the budget is bytes. Each run's tra
 too, measured with `--jobs` runs side by side, so the last column says how much more text a BPE model
 reads in the same time as the byte model of its family (its bytes/s over the byte model's).
 
-    python benchmarks/bench_bpe.py [SOURCE] [--out out/bench_bpe] [--bytes 2000000] [--vocabs byte,512,1024,2048]
-                                   [--families attention,gru] [--jobs 2] [--threads 1]
-                                   [--minutes N [--ref-tokens-per-s 23600]] [--widths 64,96,128] [--layers 2]
-                                   [--variant NAME=KEY=VALUE[,KEY=VALUE...]] ...
+    python -m seqlab.studies.tokenizer_study [SOURCE] [--out out/bench_bpe] [--bytes 2000000]
+        [--vocabs byte,512,1024,2048] [--families attention,gru] [--jobs 2] [--threads 1]
+        [--minutes N [--ref-tokens-per-s R]] [--widths 64,96,128] [--layers 2]
+        [--variant NAME=KEY=VALUE[,KEY=VALUE...]] ...
 
 Equal time (`--minutes N`, instead of equal bytes): each run gets the steps a QUIET N-minute run of it
-reaches (`benchmarks/equal_time.py`): every model's training speed is measured interleaved in this process
+reaches (`seqlab.studies.equal_time`): every model's training speed is measured interleaved in this process
 with its own vocabulary, relative to the anchor (`make demo`'s attention model on bytes, whose quiet rate
-is --ref-tokens-per-s), so a BPE model's larger embedding and output layer are paid for in steps.
+is R, given, or else its fastest round measured here), so a BPE model's larger embedding and output layer
+are paid for in steps.
+
+This study chose the demo's tokenizer (`studies/demo.py`: BPE fitted on train at 1,024 tokens); the
+experiments index (experiments/README.md) has its tables.
 `--widths` / `--layers` sweep the model size (n_embd with a head of 32 dimensions; n_layer) of every
 (family, tokenizer); the `small` preset's 128 x 2 is named without a suffix. Each `--variant NAME=OVERRIDES`
 (repeatable; comma-separated config overrides, e.g. `lr5=train.lr=5e-3` or `cd40=train.cooldown_frac=0.4`)
@@ -30,7 +34,7 @@ with it, as every run is.
 
 Writes DATA_DIRs under OUT/data/, one JSON per run (OUT/results/NAME-BYTES.json, or NAME-Nmin.json at
 equal time) and the table (OUT/table.md, or OUT/table-Nmin.md); a finished run is not trained again, so an
-interrupted benchmark continues where it stopped.
+interrupted study continues where it stopped.
 """
 
 from __future__ import annotations
@@ -38,18 +42,18 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from equal_time import REF_PRECISION, REF_TOKENS_PER_S, equal_time_steps, step_rates
+from seqlab.studies.equal_time import REF_PRECISION, equal_time_steps, reference_tokens_per_s, step_rates
+from seqlab.studies.recipe_study import save_result, train_scored
 
 # studies/recipes.py names of the small preset's families; the hybrid is its default pattern "ra" (a GRU
 # layer, then local attention over model.attn_window tokens)
 RECIPES = {"attention": "attn-rope", "gru": "gru", "hybrid": "hybrid"}
-# as benchmarks/bench_recipe.py: a short warmup; fp32, as the runs named before train.precision existed
+# as recipe_study: a short warmup; fp32, as the runs named before train.precision existed
 # (a bf16 run is a variant: --variant bf16=train.precision=bf16)
 BASE = ["train.warmup_steps=30", "train.lr=3e-3", "train.precision=fp32"]
 
@@ -92,25 +96,20 @@ def run_one(job: tuple[str, str, tuple[str, ...], str, float, str, int, str, int
     names the budget (training bytes, or minutes of equal quiet time)."""
     name, family, size, data, bpt, out, steps, tag, threads = job
     from seqlab.data.tokenizer import load_tokenizer
-    from seqlab.evaluation.run import evaluate_run
-    from seqlab.training.trainer import train
 
     result_path = Path(out) / "results" / f"{name}-{tag}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
     cfg = _config(family, size, steps, threads, load_tokenizer(Path(data) / "tokenizer.json").vocab_size)
     run = Path(out) / "runs" / f"{name}-{tag}"
-    shutil.rmtree(run, ignore_errors=True)
-    summary = train(Path(data), run, cfg, progress=False)
-    val = evaluate_run(run, data, "val", device="cpu", completions=False)
+    summary, val = train_scored(Path(data), run, cfg)
     train_bytes = round(summary["tokens"] * bpt)
     result = {"name": name, "family": family, "size": list(size), "budget": tag, "train_bytes": train_bytes,
               "data": data, "bytes_per_token": bpt, "params": summary["params"],
               "steps": summary["steps"], "tokens": summary["tokens"], "tokens_per_s": summary["tokens_per_s"],
               "bytes_per_s": summary["tokens_per_s"] * bpt, "elapsed_s": summary["elapsed_s"],
               "val_bpb": val["bpb"], "val_loss": val["loss"], "run": str(run)}
-    result_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result_path, result)
     print(f"{name:24} bpb {val['bpb']:.4f}  {steps} steps  {result['bytes_per_s']:8.0f} B/s  "
           f"{summary['elapsed_s']:.0f} s", flush=True)
     return result
@@ -156,8 +155,9 @@ def _sizes(widths: str, layers: str) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) -> dict[str, int]:
-    """The steps of each job: equal bytes, or (--minutes) equal quiet time measured against the anchor."""
+def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) -> tuple[dict[str, int], float | None]:
+    """The steps of each job: equal bytes, or (--minutes) equal quiet time measured against the anchor, with
+    the anchor's quiet tokens/s (given, kept from an earlier invocation, or its fastest round here)."""
     from seqlab.data.tokenizer import load_tokenizer
 
     if args.minutes is None:
@@ -165,12 +165,13 @@ def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) 
         for name, family, size, _, bpt in jobs:
             cfg = _config(family, size, 1, args.threads, 259)
             steps[name] = max(1, round(args.bytes / (cfg.train.batch_size * cfg.model.block_size * bpt)))
-        return steps
+        return steps, None
     # a model timed by an earlier invocation keeps its step count, so a continued or widened benchmark
     # does not retrain it; the models not yet timed are timed (beside the anchor) here
     path = Path(args.out) / f"rates-{args.minutes:g}min.json"
     kept = json.loads(path.read_text()) if path.exists() else {"rates": {}, "steps": {}}
     rates, steps = kept["rates"], kept["steps"]
+    ref_rate = args.ref_tokens_per_s or kept.get("ref_tokens_per_s")
     new = [j for j in jobs if j[0] not in steps]
     if new:
         vocab = {str(d): load_tokenizer(d / "tokenizer.json").vocab_size for d in datas.values()}
@@ -180,18 +181,19 @@ def _steps(jobs: list[tuple], datas: dict[int, Path], args: argparse.Namespace) 
         same = [name for name, c in configs.items() if name != "anchor" and c == configs["anchor"]]
         measured = step_rates({n: c for n, c in configs.items() if n not in same}, args.threads)
         measured |= {name: measured["anchor"] for name in same}  # the anchor itself is not timed twice
-        steps |= equal_time_steps(measured, args.minutes, args.ref_tokens_per_s, "anchor")
+        ref_rate = reference_tokens_per_s(measured, "anchor", ref_rate)
+        steps |= equal_time_steps(measured, args.minutes, ref_rate, "anchor")
         rates |= measured
-    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": args.ref_tokens_per_s,
+    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": ref_rate,
                                 "threads": args.threads, "rates": rates, "steps": steps}, indent=2) + "\n")
     for name, r in rates.items():
         print(f"{name:24} {r['steps_per_s']:.3f} steps/s here, {steps[name]} steps for a quiet "
               f"{args.minutes:g} minutes", flush=True)
-    return steps
+    return steps, ref_rate
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m seqlab.studies.tokenizer_study", description=__doc__.split("\n")[0])
     ap.add_argument("source", nargs="?", default="spamassassin", help="mail for `seqlab prepare`")
     ap.add_argument("--out", default="out/bench_bpe")
     ap.add_argument("--bytes", type=int, default=2_000_000, help="training bytes each run reads")
@@ -203,11 +205,17 @@ def main() -> None:
                     help="runs with these comma-separated config overrides, named with the suffix -NAME")
     ap.add_argument("--minutes", type=float, default=None,
                     help="equal quiet time instead of equal bytes: the steps a quiet N-minute run reaches")
-    ap.add_argument("--ref-tokens-per-s", type=float, default=REF_TOKENS_PER_S,
-                    help="the anchor's quiet training tokens/s (make demo's attention model on bytes)")
+    ap.add_argument("--ref-tokens-per-s", type=float, default=None,
+                    help="the anchor's quiet training tokens/s (make demo's attention model on bytes; default: "
+                         "its fastest round measured here)")
     ap.add_argument("--jobs", type=int, default=2, help="runs side by side")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare a DATA_DIR per tokenizer, train every run and write the table (module doc)."""
+    args = parse_args(argv)
     out = Path(args.out)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     if unknown := [f for f in families if f not in RECIPES]:
@@ -219,7 +227,7 @@ def main() -> None:
     jobs = [(f"{fam}-{'bpe' + str(v) if v else 'byte'}{suffix}{vsuffix}", fam, (*size, *extra), str(datas[v]), bpts[v])
             for fam in families for suffix, size in _sizes(args.widths, args.layers) for v in vocabs
             for vsuffix, extra in _variants(args.variant)]
-    steps = _steps(jobs, datas, args)
+    steps, ref_rate = _steps(jobs, datas, args)
     tag = str(args.bytes) if args.minutes is None else f"{args.minutes:g}min"
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         results = list(pool.imap(run_one, [(*j, str(out), steps[j[0]], tag, args.threads) for j in jobs]))
@@ -228,13 +236,14 @@ def main() -> None:
     else:
         head = (f"the steps a quiet {args.minutes:g}-minute run of each model reaches (speeds relative to make "
                 f"demo's attention model on bytes measured interleaved in one process, {args.threads} thread(s), "
-                f"anchored at its quiet {args.ref_tokens_per_s:,.0f} tokens/s)")
+                f"anchored at its quiet {ref_rate:,.0f} tokens/s)")
     text = (f"{head}, `small` preset recipes + {' '.join(BASE)}, {args.jobs} runs side by side, {args.threads} "
             f"thread(s) each; val bits per byte on the whole val split.\n\n"
             + table(results, None if args.minutes is None else args.minutes * 60))
     (out / ("table.md" if args.minutes is None else f"table-{tag}.md")).write_text(text)
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from seqlab.bench.bf16 import default_precision
-from seqlab.bench.common import Step, row, time_steps
+from seqlab.bench.harness import Step, row, time_steps
 from seqlab.bench.throughput import family_config, seqlab_step
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
@@ -64,8 +64,9 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
         score_heldout(model, iter_windows(store, cfg.block_size, EVAL_BATCH, tok.pad_id, 0), token_byte_lengths(tok),
                       CPU)
 
-    # A training step (~0.1 s) is timed as TRAIN_BURST steps in a row, so that each sample is about as long
-    # as an evaluation (~1 s): one step alone varied by +-20% from round to round at 2 threads.
+    # A training step is much shorter than an evaluation of the split, and one step alone varies a lot from
+    # round to round on shared cores: it is timed as TRAIN_BURST steps in a row, so that each sample is
+    # about as long as an evaluation.
     burst, burst16 = _burst(step), _burst(step16)
     steps = [burst, evaluate, *([burst16, evaluate16] if bf16 else []), *([windows] if plan.kind == "sliding" else [])]
     secs = time_steps(steps, 5, 1)
@@ -75,7 +76,7 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     nan = float("nan")
     times = {"train_fp32": secs.pop(0), "eval": secs.pop(0), "train_bf16": secs.pop(0) if bf16 else nan,
              "eval_bf16": secs.pop(0) if bf16 else nan, "windows": secs.pop(0) if secs else nan}
-    return _rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
+    return speed_rows(family, split, plan.kind, batch * cfg.block_size, fed, result, times)
 
 
 TRAIN_BURST = 8  # training steps per timed sample
@@ -91,7 +92,7 @@ def _burst(step: Step) -> Step:
     return run
 
 
-def _rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
+def speed_rows(family: str, split: str, kind: str, step_tokens: int, fed: int, result: dict[str, Any],
           times: dict[str, float]) -> list[dict[str, Any]]:
     """The rows from the medians `times` (seconds of each timed thing) and the evaluation's `result`."""
     rate = {p: step_tokens / times[f"train_{p}"] for p in ("fp32", "bf16")}

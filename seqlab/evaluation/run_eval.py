@@ -11,52 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from seqlab.data.store import TokenStore
-from seqlab.data.tokenizer import Tokenizer, load_tokenizer
+from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes, split_texts
+from seqlab.evaluation.calibration import served_gate
+from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes
 from seqlab.evaluation.context_scores import by_context, email_scores, totals
 from seqlab.evaluation.exact_match import COVERAGES, completion_quality
 from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
 from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, saved_report, type_emails
-from seqlab.generation.gate import DEFAULT_RULE, FIRST_WORD, check_rule
+from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.phrases import PhraseModel
-from seqlab.models.context import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 from seqlab.runs.precision import autocast_for, resolve_precision
-
-
-def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
-    """The run must have been trained on ids from this DATA_DIR's tokenizer, or the numbers are noise."""
-    data_tok = load_tokenizer(data_dir / "tokenizer.json")
-    if data_tok.sha256() != tok.sha256():
-        raise UserError(f"{run_dir} was trained with a different tokenizer than {data_dir / 'tokenizer.json'}; "
-                        f"evaluate it on the data folder it was trained on.")
-
-
-def completion_picks(store: TokenStore, emails: int, seed: int) -> np.ndarray:
-    """Indices of up to `emails` emails of the split, drawn with `seed`: the emails completions are scored on."""
-    rng = np.random.default_rng([seed])
-    return np.sort(rng.choice(store.num_emails, size=min(emails, store.num_emails), replace=False))
-
-
-def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) -> list[str]:
-    """Texts of the emails of `completion_picks`.
-
-    `seqlab eval` and `seqlab calibrate` share it, so the same seed and count score the same emails.
-    """
-    return split_texts(store, tok, completion_picks(store, emails, seed))
-
-
-def completion_contexts(model: Any, store: TokenStore, emails: int, seed: int) -> list[Any] | None:
-    """The contexts of the emails of `completion_picks` for a model that reads them, else None."""
-    if not getattr(model.cfg, "cross_attention", False) or store.contexts is None:
-        return None
-    limit = model.cfg.ctx_block_size
-    return [ContextBatch.from_lists([store.contexts.context(int(i), limit).tolist()])
-            for i in completion_picks(store, emails, seed)]
 
 
 def evaluate_run(
@@ -84,6 +51,39 @@ def evaluate_run(
     `threshold` (default: the run's calibration.json, else the default rule with no threshold) under "at",
     and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`.
     """
+    saved_emails = _check_options(split, completion_threshold, coverages, target_coverage, completion_emails,
+                                  positions_per_email, saved_emails, saved_words, max_wrong_per_100)
+    gate = served_gate(run_dir, rule, threshold)
+    run_dir = Path(run_dir)
+    dev = resolve_device(device)
+    model, tok, cfg = load_run(run_dir, dev)
+    # the held-out pass in the number format the run trained in (runs/precision.py), unless told otherwise
+    numbers = resolve_precision(cfg.train.precision if precision == "run" else precision, dev)
+    data = run_data_dir(run_dir, data_dir)
+    check_same_tokenizer(tok, data, run_dir)
+    store = TokenStore(data, split)
+    result = _heldout(model, tok, cfg, store, batch_size, dev, numbers,
+                      where={"run_dir": str(run_dir), "data_dir": str(data)})
+    if completions:
+        texts = completion_texts(store, tok, completion_emails, seed)
+        quality = completion_quality(model, tok, texts, max_words=max_words,
+                                     threshold=completion_threshold, positions_per_email=positions_per_email,
+                                     seed=seed, target_coverage=target_coverage, coverages=coverages,
+                                     phrases=phrases,
+                                     contexts=completion_contexts(model, store, completion_emails, seed))
+        result.update(_completion_keys(quality, len(texts), phrases))
+    if completions and saved:
+        typed = type_emails(model, tok, completion_texts(store, tok, saved_emails, seed), words=saved_words,
+                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed))
+        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words}
+    return result
+
+
+def _check_options(split: str, completion_threshold: float, coverages: Sequence[float],
+                   target_coverage: float | None, completion_emails: int, positions_per_email: int,
+                   saved_emails: int | None, saved_words: int, max_wrong_per_100: float) -> int:
+    """`evaluate_run`'s options checked before any file is read (a `UserError` names the bad one); returns
+    the emails typed for saved characters."""
     if split not in ("train", "val", "test"):
         raise UserError(f"split must be train, val or test, not {split!r}.")
     if not 0.0 <= completion_threshold <= 1.0:
@@ -95,69 +95,43 @@ def evaluate_run(
         saved_emails = min(100, completion_emails)  # typing costs a proposal per word: fewer emails suffice
     if completion_emails < 1 or positions_per_email < 1 or saved_emails < 1 or saved_words < 1:
         raise UserError("the completion emails, positions per email, emails and words typed must be at least 1.")
-    gate = served_gate(run_dir, rule, threshold)
     if not max_wrong_per_100 >= 0:
         raise UserError(f"the cap on wrong suggestions per 100 words must be 0 or more, not {max_wrong_per_100}.")
-    run_dir = Path(run_dir)
-    dev = resolve_device(device)
-    model, tok, cfg = load_run(run_dir, dev)
-    # the held-out pass in the number format the run trained in (runs/precision.py), unless told otherwise
-    numbers = resolve_precision(cfg.train.precision if precision == "run" else precision, dev)
+    return saved_emails
+
+
+def _heldout(model: Any, tok: Tokenizer, cfg: Any, store: TokenStore, batch_size: int, dev: Any,
+             numbers: str, where: dict[str, str]) -> dict[str, Any]:
+    """The held-out keys of `evaluate_run`: loss, bits per byte, the compressors on the same bytes, `where`
+    (the run and data folders), and, when the split has contexts, the emails with and without one apart
+    (scored per email)."""
     autocast = autocast_for(numbers, dev)
-    data = run_data_dir(run_dir, data_dir)
-    check_same_tokenizer(tok, data, run_dir)
-    store = TokenStore(data, split)
     scores = None
-    if store.contexts is not None:  # per email, so that emails with and without a context are reported apart
+    if store.contexts is not None:
         scores = email_scores(model, store, cfg.model.block_size, batch_size, dev, tok, autocast=autocast)
         lm = totals(scores)
     else:
         lm = evaluate_lm(model, store, cfg.model.block_size, batch_size, dev, tok, autocast=autocast)
-    raw = split_bytes(store, tok)
     result: dict[str, Any] = {
-        "split": split, "loss": lm["loss"], "ppl": lm["ppl"], "bpb": lm["bpb"], "tokens": lm["tokens"],
-        "bytes": lm["bytes"], "compressor_bpb": compressor_bpb_bytes(raw),
+        "split": store.split, "loss": lm["loss"], "ppl": lm["ppl"], "bpb": lm["bpb"], "tokens": lm["tokens"],
+        "bytes": lm["bytes"], "compressor_bpb": compressor_bpb_bytes(split_bytes(store, tok)),
         "params": sum(p.numel() for p in model.parameters()), "mixer": cfg.model.mixer,
-        "run_dir": str(run_dir), "data_dir": str(data), "emails": store.num_emails, "precision": numbers,
+        **where, "emails": store.num_emails, "precision": numbers,
     }
     if scores is not None:
         result["by_context"] = by_context(scores)
-    if completions:
-        texts = completion_texts(store, tok, completion_emails, seed)
-        quality = completion_quality(model, tok, texts, max_words=max_words,
-                                     threshold=completion_threshold, positions_per_email=positions_per_email,
-                                     seed=seed, target_coverage=target_coverage, coverages=coverages,
-                                     phrases=phrases,
-                                     contexts=completion_contexts(model, store, completion_emails, seed))
-        result.update(exact_match=quality["exact_match"], coverage=quality["coverage"],
-                      threshold=quality["threshold"], completion_positions=quality["positions"],
-                      exact_match_ci95=quality["exact_match_ci95"], completion_emails=len(texts),
-                      phrases=phrases.meta if phrases is not None else None)
-        for key in ("at_coverage", "by_coverage", "by_coverage_phrase"):
-            if key in quality:
-                result[key] = quality[key]
-    if completions and saved:
-        typed = type_emails(model, tok, completion_texts(store, tok, saved_emails, seed), words=saved_words,
-                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed))
-        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words}
     return result
 
 
-def served_gate(run_dir: Path | str, rule: str | None, threshold: float | None) -> tuple[str, float | None]:
-    """The rule and threshold suggestions are shown at: the given ones, else the run's calibration.json,
-    else the default rule with no threshold. A bad pair is a `UserError`."""
-    from seqlab.evaluation.calibration import load_calibration  # it imports this module
-
-    if rule is None and threshold is None:
-        calibration = load_calibration(run_dir)
-        if calibration is not None:
-            return calibration.get("rule", FIRST_WORD), float(calibration["threshold"])
-    rule = rule or DEFAULT_RULE
-    try:
-        check_rule(rule, threshold)
-    except ValueError as exc:
-        raise UserError(f"{exc}.") from None
-    return rule, threshold
+def _completion_keys(quality: dict[str, Any], emails: int, phrases: PhraseModel | None) -> dict[str, Any]:
+    """The completion keys of `evaluate_run` from a `completion_quality` result."""
+    keys = dict(exact_match=quality["exact_match"], coverage=quality["coverage"], threshold=quality["threshold"],
+                completion_positions=quality["positions"], exact_match_ci95=quality["exact_match_ci95"],
+                completion_emails=emails, phrases=phrases.meta if phrases is not None else None)
+    for key in ("at_coverage", "by_coverage", "by_coverage_phrase"):
+        if key in quality:
+            keys[key] = quality[key]
+    return keys
 
 
 def _pct(x: float | None) -> str:

@@ -3,7 +3,7 @@
 
 Every variant is the `small` preset turned into a recipe of `studies/recipes.py` plus overrides, trained
 for the same number of token positions (steps = tokens / (batch_size * block_size)), then scored on the
-WHOLE val split by `evaluation.run.evaluate_run` (attention: windows of its block_size; recurrent and
+WHOLE val split by `evaluation.run_eval.evaluate_run` (attention: windows of its block_size; recurrent and
 hybrid models: each email read whole). Wall-clock is unreliable on shared cores, so the budget is tokens;
 each variant's training tokens/s is reported too, measured with `--jobs` runs side by side (the
 variants of one comparison are queued next to each other so they share the same load).
@@ -21,19 +21,22 @@ block 128, batch 16):
   family     attention | gru | hybrid (gru, local attention over 64 tokens)
   stack      the winners together: wsd, wsd + batch 8, the GRU + wsd
 
-    python benchmarks/bench_recipe.py DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
-                                      [--only schedule,ema,...] [--threads 1]
-                                      [--minutes N [--ref-tokens-per-s 23600]]
+    python -m seqlab.studies.recipe_study DATA_DIR [--out out/bench_recipe] [--tokens 768000] [--jobs 2]
+                                               [--only schedule,ema,...] [--threads 1]
+                                               [--minutes N [--ref-tokens-per-s R]]
 
 Equal time (`--minutes N`): each variant gets the steps a QUIET N-minute run of it reaches (its speed
-relative to the baseline "attn", measured interleaved in this process, anchored at attn's quiet rate;
-`benchmarks/equal_time.py`). The ratio is also given beside the ratio of model FLOPs per token
-(`training/flops.py`), which ignores how efficient each size's matmuls are. Results of an equal-time run
-go to OUT/results-Nmin/.
+relative to the baseline "attn", measured interleaved in this process, anchored at attn's quiet rate R:
+given, or else attn's fastest measured round here; `seqlab.studies.equal_time`). The ratio is also given
+beside the ratio of model FLOPs per token (`training/flops.py`), which ignores how efficient each size's
+matmuls are. Results of an equal-time run go to OUT/results-Nmin/.
+
+This study chose the `small` preset's training recipe (the experiments index, experiments/README.md, has
+its tables); a recipe table at equal quiet time is remade with `--minutes N`.
 
 Writes one JSON per run (OUT/results/NAME.json, the run itself in OUT/results/runs/NAME) and the table
 (OUT/table.md; OUT/results-Nmin/table.md for equal time); a finished run is not trained again, so an
-interrupted benchmark continues where it stopped.
+interrupted study continues where it stopped.
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from equal_time import REF_TOKENS_PER_S, equal_time_steps, step_rates
+from seqlab.studies.equal_time import equal_time_steps, reference_tokens_per_s, step_rates
 
-REF = "attn"  # the baseline whose quiet rate (REF_TOKENS_PER_S) anchors an equal-time budget
+REF = "attn"  # the baseline whose quiet rate anchors an equal-time budget
 
 # a few hundred steps: a short warmup; fp32, as attn's quiet anchor rate and the comparisons measured before
 # train.precision existed (a bf16 variant overrides it)
@@ -87,26 +90,35 @@ def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: 
     return apply_recipe(get_preset("small"), recipe_name, [*BASE, *overrides, *budget])
 
 
+def train_scored(data: Path, run: Path, cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train `cfg` into a fresh `run` on DATA_DIR `data` and score its best checkpoint on the whole val split:
+    (the trainer's summary, `evaluate_run`'s held-out keys). Shared with `tokenizer_study`."""
+    from seqlab.evaluation.run_eval import evaluate_run
+    from seqlab.training.trainer import train
+
+    shutil.rmtree(run, ignore_errors=True)
+    summary = train(data, run, cfg, progress=False)
+    return summary, evaluate_run(run, data, "val", device="cpu", completions=False)
+
+
+def save_result(path: Path, result: dict[str, Any]) -> None:
+    """One run's JSON, written once it is finished (a continued study skips it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def run_one(job: tuple[str, str, tuple[str, ...], str, str, int, int]) -> dict[str, Any]:
     """Train one variant and score it on the whole val split (in a worker process); `out` is the folder of
     this budget's results (OUT/results, or OUT/results-Nmin for equal time)."""
     name, recipe_name, overrides, data, out, tokens, threads = job
-    from seqlab.evaluation.run import evaluate_run
-    from seqlab.training.trainer import train
-
     result_path = Path(out) / f"{name}.json"
     if result_path.exists():
         return json.loads(result_path.read_text())
-    cfg = _config(recipe_name, overrides, tokens, threads)
-    run = Path(out) / "runs" / name
-    shutil.rmtree(run, ignore_errors=True)
-    summary = train(Path(data), run, cfg, progress=False)
-    val = evaluate_run(run, data, "val", device="cpu", completions=False)
+    summary, val = train_scored(Path(data), Path(out) / "runs" / name, _config(recipe_name, overrides, tokens, threads))
     result = {"name": name, "recipe": recipe_name, "overrides": list(overrides), "params": summary["params"],
               "steps": summary["steps"], "tokens": summary["tokens"], "tokens_per_s": summary["tokens_per_s"],
               "elapsed_s": summary["elapsed_s"], "val_bpb": val["bpb"], "val_loss": val["loss"]}
-    result_path.parent.mkdir(parents=True, exist_ok=True)
-    result_path.write_text(json.dumps(result, indent=2) + "\n")
+    save_result(result_path, result)
     print(f"{name:14} bpb {val['bpb']:.4f}  {summary['tokens_per_s']:8.0f} tok/s  {summary['elapsed_s']:.0f} s",
           flush=True)
     return result
@@ -134,27 +146,31 @@ def table(results: dict[str, dict[str, Any]], chosen: list[str],
 
 
 def _equal_time_budgets(variants: list[tuple[str, str, tuple[str, ...]]], args: argparse.Namespace,
-                        results_dir: Path) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
-    """Token budgets (steps x tokens per step) of a quiet --minutes run of each variant, and the measured
-    rates; both kept in results_dir/rates.json so that a continued benchmark keeps its step counts."""
+                        results_dir: Path) -> tuple[dict[str, int], dict[str, dict[str, float]], float]:
+    """Token budgets (steps x tokens per step) of a quiet --minutes run of each variant, the measured rates
+    and the reference's quiet tokens/s; all kept in results_dir/rates.json so that a continued study keeps
+    its step counts."""
     path = results_dir / "rates.json"
     if path.exists():
-        rates = json.loads(path.read_text())["rates"]
+        kept = json.loads(path.read_text())
+        rates, ref_rate = kept["rates"], args.ref_tokens_per_s or kept["ref_tokens_per_s"]
     else:
         rates = step_rates({name: _config(recipe_name, overrides, 1, args.threads)
                             for name, recipe_name, overrides in variants}, args.threads)
-    steps = equal_time_steps(rates, args.minutes, args.ref_tokens_per_s, REF)
+        ref_rate = reference_tokens_per_s(rates, REF, args.ref_tokens_per_s)
+    steps = equal_time_steps(rates, args.minutes, ref_rate, REF)
     results_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": args.ref_tokens_per_s,
+    path.write_text(json.dumps({"minutes": args.minutes, "ref_tokens_per_s": ref_rate,
+                                "ref_rate_given": args.ref_tokens_per_s is not None,
                                 "threads": args.threads, "rates": rates, "steps": steps}, indent=2) + "\n")
     for name, r in rates.items():
         print(f"{name:14} {r['steps_per_s']:.3f} steps/s here, {steps[name]} steps for a quiet "
               f"{args.minutes:g} minutes", flush=True)
-    return {name: int(steps[name] * rates[name]["tokens_per_step"]) for name in rates}, rates
+    return {name: int(steps[name] * rates[name]["tokens_per_step"]) for name in rates}, rates, ref_rate
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m seqlab.studies.recipe_study", description=__doc__.split("\n")[0])
     ap.add_argument("data_dir")
     ap.add_argument("--out", default="out/bench_recipe")
     ap.add_argument("--tokens", type=int, default=768_000, help="token positions each variant trains on")
@@ -163,9 +179,15 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(COMPARISONS), help="comma-separated comparisons")
     ap.add_argument("--minutes", type=float, default=None,
                     help="equal quiet time instead of equal tokens: the steps a quiet N-minute run reaches")
-    ap.add_argument("--ref-tokens-per-s", type=float, default=REF_TOKENS_PER_S,
-                    help="the baseline's quiet training tokens/s that anchors --minutes")
-    args = ap.parse_args()
+    ap.add_argument("--ref-tokens-per-s", type=float, default=None,
+                    help="the baseline's quiet training tokens/s that anchors --minutes (default: its fastest "
+                         "round measured here)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train every variant of the chosen comparisons and write the table (module doc)."""
+    args = parse_args(argv)
     chosen = [c.strip() for c in args.only.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in COMPARISONS]
     if unknown:
@@ -183,10 +205,10 @@ def main() -> None:
     else:
         results_dir = Path(args.out) / f"results-{args.minutes:g}min"
         timed = [variants.get(REF, (REF, "attn-rope", ())), *(v for n, v in variants.items() if n != REF)]
-        budgets, rates = _equal_time_budgets(timed, args, results_dir)
+        budgets, rates, ref_rate = _equal_time_budgets(timed, args, results_dir)
         head = (f"the steps a quiet {args.minutes:g}-minute run of each variant reaches (speeds relative to attn "
                 f"measured interleaved in one process, {args.threads} thread(s), anchored at attn's quiet "
-                f"{args.ref_tokens_per_s:,.0f} tokens/s)")
+                f"{ref_rate:,.0f} tokens/s, {'given' if args.ref_tokens_per_s else 'measured here'})")
     jobs = [(name, recipe_name, overrides, args.data_dir, str(results_dir), budgets[name], args.threads)
             for name, recipe_name, overrides in variants.values()]
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
@@ -195,7 +217,8 @@ def main() -> None:
             f"each; val bpb on the whole val split.\n\n" + table(results, chosen, rates))
     (Path(args.out) / "table.md" if rates is None else results_dir / "table.md").write_text(text)
     print(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -27,7 +27,10 @@ peak per kept email between the smallest and largest run is what stays in memory
 `run(...)` returns the rows and `figures(...)`: a list of {name, value, unit, goal, pass} for a
 benchmark table (`seqlab bench`).
 
-    python benchmarks/bench_prepare.py [--messages N | --big] [--quick] [--workers W] [--json PATH] [--cache DIR]
+    python -m seqlab.bench.prepare_speed [--messages N | --big] [--quick] [--workers W] [--json PATH] [--cache DIR]
+
+Each measured `prepare` is a fresh `python -m seqlab.bench.prepare_speed --child` process, so its memory is
+its own and torch is never loaded in it, whatever the parent (`seqlab bench` has torch loaded).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from seqlab.bench.results import write_json  # no torch: prepare never needs it
 
 MB = 1e6
 STAGES = (("read+parse", "parse_s"), ("dedupe+spool", "dedupe_spool_s"), ("thread+split", "thread_split_s"),
@@ -227,8 +232,8 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
     shutil.rmtree(out, ignore_errors=True)
     spec = {"source": str(source), "out": str(out), "tokenizer": tokenizer, "workers": workers}
     load = os.getloadavg()[0]
-    proc = subprocess.Popen([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "seqlab.bench.prepare_speed", "--child", json.dumps(spec)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with TreeMemory(proc.pid) as tree:
         stdout, stderr = proc.communicate()
     shutil.rmtree(out, ignore_errors=True)
@@ -297,7 +302,7 @@ def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-GOAL_MB_PER_S = 10.0  # on 2 cores (issues 13 and 14)
+GOAL_MB_PER_S = 10.0  # on 2 cores: a large mailbox prepared while one waits
 GOAL_GROWTH_BYTES_PER_EMAIL = 256  # tables of ~100 B an email, and their copies while threads are found
 
 
@@ -409,8 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(child(json.loads(args.child))))
         return 0
-    from seqlab.bench.results import write_json  # no torch: prepare never needs it
-
     result = run(messages=args.messages, big=args.big, quick=args.quick, workers=args.workers, cache=args.cache)
     print(report(result))
     write_json(args.json, result)

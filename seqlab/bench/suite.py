@@ -5,11 +5,11 @@ Sections, in order (each a module of this package; `--only` picks some):
   throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`)
   bf16        on a CPU with bf16 instructions: the bf16 matmul peak, each family's training step under bf16
               autocast against fp32, minGRU against the GRU in bf16 (`bf16`); one "skipped" row elsewhere
-  evaluation  evaluation of a whole split against training tokens/s (`heldout`)
+  evaluation  evaluation of a whole split against training tokens/s (`eval_speed`)
   compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
   threads     the default thread policy beside a busy process (`contention`)
-  prepare     `benchmarks/bench_prepare.py` in a child process (a source checkout only; its figures
-              become rows)
+  prepare     `seqlab prepare`'s MB/s and memory on synthetic mboxes, each run a fresh process
+              (`prepare_speed`)
   latency     per-keystroke latency of the server, kept state against recompute (`latency`)
   gpu         on a CUDA device: its bf16 matmul peak, the `base` preset's training tokens/s and MFU, the
               attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
@@ -22,9 +22,6 @@ recorded with its error and the others still run.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -34,12 +31,10 @@ from typing import Any
 import torch
 
 from seqlab.bench import SECTIONS
-from seqlab.bench.common import machine_info, row
+from seqlab.bench.harness import machine_info, row
 from seqlab.bench.results import markdown, write_json
 from seqlab.runs.precision import cpu_has_native_bf16
 from seqlab.training.flops import matmul_peak_gflops
-
-PREPARE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_prepare.py"
 
 
 def _layers(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
@@ -63,10 +58,10 @@ def _bf16(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
 
 
 def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
-    from seqlab.bench import heldout
+    from seqlab.bench import eval_speed
     from seqlab.bench.latency import ensure_data
 
-    return heldout.rows(ensure_data(out / "cache"), threads)
+    return eval_speed.rows(ensure_data(out / "cache"), threads)
 
 
 def _compile(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
@@ -82,13 +77,12 @@ def _threads(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
 
 
 def _prepare(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
-    """bench_prepare.py's largest byte/mbox run as rows: MB/s (goal >= 10) and the workers' speedup."""
-    if not PREPARE_SCRIPT.is_file():
-        raise RuntimeError(f"{PREPARE_SCRIPT} is not here (an installed package has no benchmarks/ folder)")
-    path = out / "prepare.json"
-    cmd = [sys.executable, str(PREPARE_SCRIPT), "--json", str(path), "--cache", str(out / "cache" / "prepare")]
-    subprocess.run(cmd + (["--messages", "2000"] if quick else []), check=True)
-    payload = json.loads(path.read_text())
+    """prepare_speed's largest byte/mbox run as rows: MB/s (goal >= 10) and the workers' speedup."""
+    from seqlab.bench import prepare_speed
+
+    payload = prepare_speed.run(**({"messages": 2000} if quick else {}), cache=out / "cache" / "prepare")
+    print(prepare_speed.report(payload))
+    write_json(out / "prepare.json", payload)
     runs = [r for r in payload["rows"] if r["name"].startswith("mbox-byte-") and r["workers"] != 1]
     largest = max(runs, key=lambda r: r["messages"])
     detail = {"messages": largest["messages"], "raw_bytes": largest["raw_bytes"], "wall_s": largest["wall_s"]}

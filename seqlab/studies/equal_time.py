@@ -1,5 +1,5 @@
 """Equal QUIET time on busy cores: the steps a quiet N-minute run of each model reaches (shared by
-`bench_recipe.py --minutes N` and `bench_bpe.py --minutes N`).
+`recipe_study --minutes N` and `tokenizer_study --minutes N`).
 
 On 2 cores shared by other work a wall-clock budget would measure the load, not the model, so each model
 gets the number of steps a QUIET N-minute run of it reaches:
@@ -9,13 +9,15 @@ gets the number of steps a QUIET N-minute run of it reaches:
 rate_v / rate_ref is the model's training speed relative to the reference (`step_rates`, measured in
 this process): every model and optimizer is built, then in each of a few rounds each model runs a few
 training steps in turn (random tokens of its batch x window and vocabulary; a step's cost does not depend
-on the values), so every model sees the same load, and the fastest round of each is compared: under load a round's time
-is its own cost plus whatever the other work took from it, so the fastest of many rounds is the closest
-to the quiet cost (the median was tried first and timed two copies of one model 1.4x apart).
-ref_tokens_per_s is the reference's measured quiet rate: 23,600 tokens/s for `make demo`'s attention model
-on bytes (the `small` preset at 2 threads did 2,428 steps of 2,048 tokens in 210 s on the quiet machine),
-in fp32: so the reference is timed with train.precision=fp32 (REF_PRECISION), and every other model with
-its own train.precision (bf16 autocast around the forward pass, as the trainer does; `runs/precision.py`).
+on the values), so every model sees the same load, and the fastest round of each is compared: under load a
+round's time is its own cost plus whatever the other work took from it, so the fastest of many rounds is
+the closest to the quiet cost (a median would carry the load into the ratio).
+ref_tokens_per_s is the reference's quiet rate: given (`--ref-tokens-per-s`, e.g. the tokens/s a `seqlab
+train` run of the reference reached on the quiet machine, in its run.json), or else the reference's
+fastest round here (`reference_tokens_per_s`), which is the quiet rate only on a quiet machine. The
+reference is timed with train.precision=fp32 (REF_PRECISION), the number format the reference rates of the
+experiments index were measured in, and every other model with its own train.precision (bf16 autocast
+around the forward pass, as the trainer does; `runs/precision.py`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ import statistics
 import time
 from typing import Any
 
-REF_TOKENS_PER_S = 23_600.0  # make demo's attention model on bytes, quiet: 2,428 steps x 2,048 tokens / 210 s
-REF_PRECISION = "train.precision=fp32"  # the override that times the reference as its quiet rate was measured
+REF_PRECISION = "train.precision=fp32"  # the override that times the reference in the format of its quiet rate
 
 
 def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: int = 3) -> dict[str, dict[str, float]]:
@@ -33,7 +34,7 @@ def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: i
     the vocabulary it is timed with), measured interleaved in this process (module doc), with its tokens
     per step and model FLOPs per token. A model that reads reply contexts (model.cross_attention) gets a
     context of model.ctx_block_size random tokens in every row, as a batch of long replies does: an upper
-    bound on its cost (`bench_context.py`)."""
+    bound on its cost."""
     import torch
     import torch.nn.functional as F
 
@@ -89,3 +90,12 @@ def equal_time_steps(rates: dict[str, dict[str, float]], minutes: float, ref_tok
     ref_steps_per_s = ref_tokens_per_s / base["tokens_per_step"]
     return {name: max(1, round(minutes * 60 * ref_steps_per_s * r["steps_per_s"] / base["steps_per_s"]))
             for name, r in rates.items()}
+
+
+def reference_tokens_per_s(rates: dict[str, dict[str, float]], ref: str, given: float | None) -> float:
+    """The reference's quiet training tokens/s: `given`, else its fastest round in `step_rates` (module doc)."""
+    if given is not None:
+        if not given > 0:
+            raise ValueError(f"the reference's tokens/s must be positive, not {given}")
+        return given
+    return rates[ref]["steps_per_s"] * rates[ref]["tokens_per_step"]
