@@ -103,14 +103,24 @@ def test_the_docs_check_fails_on_a_made_up_flag() -> None:
     assert doc_problems("good.md", good) == ([], {"seqlab": 4, "make": 1, "module": 1})
 
 
-def test_doc_links_point_at_files_that_exist() -> None:
-    """Relative Markdown links of README.md and docs/*.md name files of the repository."""
+def _anchors(path: Path) -> set[str]:
+    """The heading anchors of a Markdown file, spelled as GitHub spells them."""
+    headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_doc_links_point_at_files_and_headings_that_exist() -> None:
+    """Relative Markdown links of README.md and docs/*.md name files of the repository, and their #anchors
+    headings of those files."""
     missing = []
     for doc in DOCS:
-        for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", (ROOT / doc).read_text()):
-            if "://" not in target and not ((ROOT / doc).parent / target).exists():
-                missing.append(f"{doc}: {target}")
-    assert not missing, f"links to files that do not exist: {missing}"
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)(?:#([^)\s]*))?\)", (ROOT / doc).read_text()):
+            path = (ROOT / doc).parent / target if target else ROOT / doc
+            if "://" in target:
+                continue
+            if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+                missing.append(f"{doc}: {target}#{anchor}" if anchor else f"{doc}: {target}")
+    assert not missing, f"links to files or headings that do not exist: {missing}"
 
 
 def test_readme_python_block_runs(tmp_path: Path) -> None:
