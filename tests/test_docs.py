@@ -1,19 +1,19 @@
-"""README.md and ARCHITECTURE.md stay true to the code: every file, test and command they name exists."""
+"""README.md, docs/*.md and ARCHITECTURE.md stay true to the code: every file, test, link and command they name
+exists or parses."""
 
 from __future__ import annotations
 
 import ast
 import re
-import shlex
 from pathlib import Path
 
 import pytest
-
-from seqlab.cli.main import build_parser
+from docs_commands import doc_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 ARCHITECTURE = (ROOT / "ARCHITECTURE.md").read_text()
+DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 
 
 def _test_names(path: Path) -> set[str]:
@@ -41,12 +41,12 @@ def test_readme_cites_tests_that_exist() -> None:
     assert not missing, f"README cites tests that do not exist: {missing}"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "ARCHITECTURE.md"])
+@pytest.mark.parametrize("doc", ["ARCHITECTURE.md", *DOCS])
 def test_docs_name_modules_that_exist(doc: str) -> None:
     text = (ROOT / doc).read_text()
-    rooms = "data|models|runs|generation|evaluation|training|studies|cli"
-    paths = set(re.findall(rf"(?<![\w/])((?:{rooms})/[\w/]+\.py)", text))
-    assert paths, f"{doc} should name the modules it describes"
+    rooms = "data|models|runs|generation|evaluation|training|studies|cli|serving|bench|api"
+    paths = set(re.findall(rf"(?<![\w/])(?:seqlab/)?((?:{rooms})/[\w/]+\.py)", text))
+    assert paths or doc not in ("README.md", "ARCHITECTURE.md"), f"{doc} should name the modules it describes"
     missing = sorted(p for p in paths if not (ROOT / "seqlab" / p).exists())
     assert not missing, f"{doc} names modules that do not exist: {missing}"
 
@@ -58,28 +58,69 @@ def test_architecture_describes_every_room() -> None:
     assert not missing, f"ARCHITECTURE.md has no paragraph for {missing}"
 
 
-def _readme_commands() -> list[list[str]]:
-    """The `seqlab ...` lines of README's code blocks, as argv lists (comments dropped)."""
-    # fences paired with their language tag, so a ```python block's closing fence opens nothing
-    blocks = [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", README, flags=re.S) if not lang]
-    commands = []
-    for block in blocks:
-        for line in block.splitlines():
-            words = shlex.split(line, comments=True)
-            if words and words[0].endswith("seqlab"):
-                commands.append(words[1:])
-    return commands
+@pytest.mark.parametrize("doc", DOCS)
+def test_doc_commands_parse(doc: str) -> None:
+    """Every seqlab command a doc shows parses with the real CLI parser and config (tests/docs_commands.py),
+    every `python -m seqlab.X` module and script exists, every `make` target is in the Makefile."""
+    problems, counts = doc_problems(doc, (ROOT / doc).read_text())
+    assert not problems, "commands in the docs that the code does not accept:\n" + "\n".join(problems)
+    if doc == "README.md":
+        assert counts.get("seqlab", 0) >= 5 and counts.get("make", 0) >= 2, counts
 
 
-def test_readme_commands_parse() -> None:
-    """Every command README shows is accepted by the parser (running them is the demo's and the tests' job)."""
-    commands = _readme_commands()
-    assert len(commands) >= 8
-    parser = build_parser()
-    for argv in commands:
-        args, extra = parser.parse_known_args(argv)
-        assert args.command == argv[0]
-        assert all("=" in e and not e.startswith("-") for e in extra), f"README command does not parse: {argv}"
+def test_the_docs_check_fails_on_a_made_up_flag() -> None:
+    """The checker itself: a bad snippet fails with the doc, line and argparse's message; a good one passes."""
+    bad = "\n".join([
+        "Intro with `seqlab serve RUN --no-such-flag` inline.",  # line 1
+        "```",
+        "OMP_NUM_THREADS=1 .venv/bin/seqlab train DATA_DIR --out RUN \\",  # line 3, continued
+        "    --preset tiny --made-up-flag 3   # a comment",
+        "seqlab train DATA_DIR --out RUN model.nonsense=1",  # line 5
+        "seqlab train DATA_DIR --out RUN --preset huge",  # line 6
+        "python -m seqlab.no_such_module",  # line 7
+        "make no-such-target",  # line 8
+        "seqlab serve RUN --port eighty",  # line 9
+        "```",
+    ])
+    problems, _ = doc_problems("bad.md", bad)
+    expected = [("bad.md:1:", "--no-such-flag"), ("bad.md:3:", "--made-up-flag"),
+                ("bad.md:5:", "unknown config field 'model.nonsense'"), ("bad.md:6:", "unknown preset 'huge'"),
+                ("bad.md:7:", "no module seqlab.no_such_module"), ("bad.md:8:", "no make target no-such-target"),
+                ("bad.md:9:", "--port")]
+    assert len(problems) == len(expected), problems
+    for problem, (where, what) in zip(problems, expected, strict=True):
+        assert problem.startswith(where) and what in problem, problem
+    good = "\n".join([
+        "Run `seqlab calibrate --coverage` or `make demo`; `seqlab serve: loading` is output.",
+        "```sh",
+        "OMP_NUM_THREADS=1 .venv/bin/seqlab train DATA_DIR --out RUN \\",
+        "    --preset tiny model.mixer=gru train.max_steps=60   # a comment",
+        "PYTHONPATH=. python3 -m seqlab bench --only gpu --out \"$OUT\"",
+        "seqlab serve RUN --port N | tee log.txt",
+        "python -m seqlab.api.reference > docs/api.md",
+        "```",
+    ])
+    assert doc_problems("good.md", good) == ([], {"seqlab": 4, "make": 1, "module": 1})
+
+
+def _anchors(path: Path) -> set[str]:
+    """The heading anchors of a Markdown file, spelled as GitHub spells them."""
+    headings = re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_doc_links_point_at_files_and_headings_that_exist() -> None:
+    """Relative Markdown links of README.md and docs/*.md name files of the repository, and their #anchors
+    headings of those files."""
+    missing = []
+    for doc in DOCS:
+        for target, anchor in re.findall(r"\]\(([^)\s#]*)(?:#([^)\s]*))?\)", (ROOT / doc).read_text()):
+            path = (ROOT / doc).parent / target if target else ROOT / doc
+            if "://" in target:
+                continue
+            if not path.exists() or (anchor and path.suffix == ".md" and anchor not in _anchors(path)):
+                missing.append(f"{doc}: {target}#{anchor}" if anchor else f"{doc}: {target}")
+    assert not missing, f"links to files or headings that do not exist: {missing}"
 
 
 def test_readme_python_block_runs(tmp_path: Path) -> None:

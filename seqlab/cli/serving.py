@@ -14,6 +14,7 @@ from typing import Any
 
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 from seqlab.errors import UserError
+from seqlab.printed_command import printed_command
 
 _RUN_PHRASES = "RUN_DIR/phrases.npz"  # --phrases without FILE: the run's own phrase cache
 
@@ -67,7 +68,7 @@ def run_forget(args: argparse.Namespace) -> int:
     running = _running_server(args.run_dir / "serve" / SERVER_FILE)
     if running is not None:
         raise UserError(f"a server (pid {running}) is serving {args.run_dir} and would keep learning: stop it, "
-                        "then run `seqlab forget` again")
+                        f"then run `{printed_command('forget', args.run_dir)}` again")
     removed = forget(args.run_dir)
     if removed:
         print(f"seqlab forget: deleted {args.run_dir / 'personal'} ({', '.join(removed)}); "

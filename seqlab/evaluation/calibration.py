@@ -39,6 +39,7 @@ from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
+from seqlab.printed_command import printed_command
 from seqlab.runs.files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
@@ -120,16 +121,16 @@ def load_calibration(run_dir: Path | str) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{path} is not a readable calibration file ({exc}); "
-                        f"run `seqlab calibrate {run_dir}` again.") from None
+                        f"run `{printed_command('calibrate', run_dir)}` again.") from None
     threshold = data.get("threshold") if isinstance(data, dict) else None
     rule = data.get("rule", FIRST_WORD) if isinstance(data, dict) else FIRST_WORD
     if rule not in RULES:
-        raise UserError(f"{path} names no known suggestion rule; run `seqlab calibrate {run_dir}` again.")
+        raise UserError(f"{path} names no known suggestion rule; run `{printed_command('calibrate', run_dir)}` again.")
     top = 1.0 if rule == FIRST_WORD else math.inf  # a probability, or expected saved characters
     if (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
             or not math.isfinite(threshold) or not 0.0 <= threshold <= top):
         raise UserError(f"{path} has no threshold " + ("between 0 and 1" if rule == FIRST_WORD else "of 0 or more")
-                        + f"; run `seqlab calibrate {run_dir}` again.")
+                        + f"; run `{printed_command('calibrate', run_dir)}` again.")
     return data
 
 

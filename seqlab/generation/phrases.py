@@ -39,6 +39,7 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.generation.decode import context_limit
+from seqlab.printed_command import printed_command
 
 PHRASES = "phrases.npz"
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit multiplier (the golden ratio's): a polynomial hash
@@ -85,7 +86,7 @@ class PhraseModel:
         """The tables in `path`; `UserError` when missing, unreadable or made with another tokenizer."""
         path = Path(path)
         if not path.is_file():
-            raise UserError(f"{path} does not exist; fit it with `seqlab phrases {path.parent}`.")
+            raise UserError(f"{path} does not exist; fit it with `{printed_command('phrases', path.parent)}`.")
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(str(z["meta"]))

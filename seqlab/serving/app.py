@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from torch import nn
 
+from seqlab.printed_command import printed_command
 from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog
@@ -53,7 +54,7 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
             rule = calibration.get("rule", FIRST_WORD)
         else:  # no threshold, but never lone punctuation (seqlab.generation.gate)
             threshold, rule = 0.0, DEFAULT_RULE
-            source = "none (run `seqlab calibrate` to choose one for a target coverage)"
+            source = f"none (run `{printed_command('calibrate', config.run_dir)}` to choose one for a target coverage)"
     engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions,
                               max_session_bytes=config.max_session_bytes, rule=rule)
     info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir), "phrases": phrases}

@@ -31,6 +31,7 @@ from seqlab.evaluation.calibration import calibrate_run, load_calibration
 from seqlab.evaluation.run_eval import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.gate import FIRST_WORD
+from seqlab.printed_command import printed_command
 from seqlab.runs.load import load_run
 from seqlab.studies.recipes import apply_recipe
 from seqlab.training.trainer import train
@@ -171,5 +172,6 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
     best = min(rows, key=lambda r: r["test_bpb"])["model"]
     print(f"\neverything is under {out.resolve()}")
     print(f"write an email with the better model (suggestions as you type, Tab accepts):\n"
-          f"  seqlab serve {out / 'runs' / best}    # then open the URL it prints (it carries this launch's token)")
+          f"  {printed_command('serve', out / 'runs' / best)}    # then open the URL it prints (it carries this "
+          "launch's token)")
     return result
