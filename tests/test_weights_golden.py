@@ -31,11 +31,9 @@ CASES: dict[str, list[str]] = {
     "mingru": ["model.mixer=mingru", "model.pos=none"],
     "attention-rope": ["model.mixer=attention", "model.pos=rope"],
     "hybrid": ["model.mixer=hybrid", "model.n_layer=2", "model.pos=none", "model.attn_window=8"],
-    "attention-cross-copy": ["model.cross_attention=true", "model.copy=true"],
-    "gru-init-state": ["model.mixer=gru", "model.pos=none", "model.cross_attention=true",
-                       "model.ctx_mode=init_state"],
-    "mingru-pointer": ["model.mixer=mingru", "model.pos=none", "model.cross_attention=true",
-                       "model.ctx_mode=pointer", "model.copy=true", "model.ctx_layers=0"],
+    "attention-cross-copy": ["model.context=cross+copy"],
+    "gru-init-state": ["model.mixer=gru", "model.pos=none", "model.context=init_state"],
+    "mingru-pointer": ["model.mixer=mingru", "model.pos=none", "model.context=pointer", "model.ctx_layers=0"],
 }
 
 

@@ -39,7 +39,7 @@ from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.run import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, type_emails
 from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, RULES
-from seqlab.runs.files import atomic_write_text
+from seqlab.runs.checkpoint_files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 CALIBRATION = "calibration.json"

@@ -23,7 +23,7 @@ from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
 from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, saved_report, type_emails
 from seqlab.generation.gate import DEFAULT_RULE, FIRST_WORD, check_rule
 from seqlab.generation.phrases import PhraseModel
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 from seqlab.runs.precision import autocast_for, resolve_precision
 
@@ -52,7 +52,7 @@ def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) 
 
 def completion_contexts(model: Any, store: TokenStore, emails: int, seed: int) -> list[Any] | None:
     """The contexts of the emails of `completion_picks` for a model that reads them, else None."""
-    if not getattr(model.cfg, "cross_attention", False) or store.contexts is None:
+    if not getattr(model.cfg, "reads_context", False) or store.contexts is None:
         return None
     limit = model.cfg.ctx_block_size
     return [ContextBatch.from_lists([store.contexts.context(int(i), limit).tolist()])
