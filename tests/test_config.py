@@ -113,3 +113,37 @@ def test_a_rule_applied_is_printed_and_kept_in_run_json(tiny_data_dir: Path, tmp
     assert code == 0 and "set model.pos=none (was rope) for model.mixer=gru" in out
     info = json.loads((run / "run.json").read_text())
     assert [n.split(" ")[0] for n in info["summary"]["derived_settings"]] == ["model.pos=none"]
+
+
+def _as_saved_before_context(run: Path) -> None:
+    """Rewrite every config.json of RUN_DIR `run` as a run saved before model.context (the three old fields),
+    with its manifest's size and sha256 to match: what an old RUN_DIR holds."""
+    import hashlib
+
+    configs = list(run.rglob("config.json"))
+    assert len(configs) >= 2  # the run's own and its checkpoints'
+    for config in configs:
+        body = json.loads(config.read_text())
+        assert body["model"].pop("context") == "cross+copy"
+        body["model"].update(cross_attention=True, ctx_mode="cross", copy=True)
+        data = (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
+        config.write_bytes(data)
+        manifest = config.parent / "manifest.json"
+        if manifest.exists():
+            m = json.loads(manifest.read_text())
+            m["files"]["config.json"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            manifest.write_text(json.dumps(m))
+
+
+def test_an_old_run_dir_loads_and_resumes(tiny_data_dir: Path, tmp_path: Path) -> None:
+    from seqlab.runs.load import load_run
+    from seqlab.training.trainer import train
+
+    run = tmp_path / "old"
+    over = ["model.context=cross+copy", "model.ctx_block_size=32", "train.max_steps=2", "train.eval_every=2",
+            "train.ckpt_every=2", "train.threads=1"]
+    train(tiny_data_dir, run, apply_overrides(get_preset("tiny"), over), progress=False)
+    _as_saved_before_context(run)
+    model, _, cfg = load_run(run, "cpu")
+    assert cfg.model.context == "cross+copy" and model.copy_head is not None
+    assert train(tiny_data_dir, run, None, resume=True, overrides=["train.max_steps=3"], progress=False)["steps"] == 3
