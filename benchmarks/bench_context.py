@@ -2,8 +2,8 @@
 
 For each corpus (prepared DATA_DIRs given with --data NAME=DIR, e.g. the synthetic corpus and the
 SpamAssassin ham), the same model (the family and size given by the overrides, attention by default)
-is trained without a context ("plain") and once per --modes entry with `model.cross_attention=true`
-and that `model.ctx_mode`: `cross` (a cross-attention in every block) or, for a recurrent family,
+is trained without a context ("plain") and once per --modes entry, the `model.context` it reads:
+`cross` (a cross-attention in every block) or, for a recurrent family,
 `init_state` (each recurrent layer starts an email from a state projected from the pooled context), or
 `pointer` (only a copy head reads it: models/copy.py, See et al. 2017's pointer-generator). `MODE+copy`
 adds the copy head to cross or init_state; `MODE+embed` sets model.ctx_layers=0, so the context's rows are
@@ -67,7 +67,7 @@ from seqlab.evaluation.compressors import split_texts
 from seqlab.evaluation.context_scores import EmailScores, email_scores, paired_bootstrap
 from seqlab.evaluation.exact_match import Proposal, collect_proposals, score_proposals, word_boundaries
 from seqlab.generation.complete import complete, split_words
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.runs.load import load_run
 from seqlab.training.trainer import train
 
@@ -112,13 +112,12 @@ COPY_FLAGS = ("copy", "embed")  # MODE+copy: a copy head too; MODE+embed: no enc
 
 
 def mode_overrides(mode: str) -> list[str]:
-    """A --modes entry as overrides: the ctx_mode, then `+copy` (a copy head, models/copy.py; implied by
+    """A --modes entry as overrides: the model.context, then `+copy` (a copy head, models/copy.py; implied by
     `pointer`, where it alone reads the context) and `+embed` (the context's rows are its embeddings and
     positions, no encoder layer: the cheap keys)."""
     base, *flags = mode.split("+")
-    over = ["model.cross_attention=true", f"model.ctx_mode={base}"]
-    if base == "pointer" or "copy" in flags:
-        over.append("model.copy=true")
+    copy = "+copy" if base != "pointer" and "copy" in flags else ""
+    over = [f"model.context={base}{copy}"]
     if "embed" in flags:
         over.append("model.ctx_layers=0")
     return over
@@ -135,7 +134,7 @@ def _proposals(run: Path, store: TokenStore, emails: np.ndarray, seed: int, use_
     model, tok, cfg = load_run(run, "cpu")
     texts = split_texts(store, tok, emails)
     contexts = None
-    if cfg.model.cross_attention and use_context:
+    if cfg.model.reads_context and use_context:
         assert store.contexts is not None
         contexts = [ContextBatch.from_lists([store.contexts.context(int(i), cfg.model.ctx_block_size).tolist()])
                     for i in emails]
@@ -176,7 +175,7 @@ def _proposals_at(run: Path, store: TokenStore, emails: np.ndarray, texts: list[
     out = []
     for e, i in positions:
         ctx = None
-        if cfg.model.cross_attention and use_context:
+        if cfg.model.reads_context and use_context:
             assert store.contexts is not None
             ctx = ContextBatch.from_lists([store.contexts.context(int(emails[e]), cfg.model.ctx_block_size).tolist()])
         c = complete(model, tok, texts[e][:i], max_words=MAX_WORDS, temperature=0.0, context=ctx)
@@ -230,7 +229,7 @@ def greeting_names(runs: dict[str, Path], store: TokenStore) -> dict:
                 if m := GREETING.search(text):
                     items.append((int(i), text[:m.start(1)], m.group(1)))
         got = {}
-        for use in (False, True) if cfg.model.cross_attention else (False,):
+        for use in (False, True) if cfg.model.reads_context else (False,):
             words = []
             for i, prefix, _ in items:
                 ctx = (ContextBatch.from_lists([store.contexts.context(i, cfg.model.ctx_block_size).tolist()])

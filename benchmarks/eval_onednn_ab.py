@@ -11,6 +11,7 @@ machine disturbs less than wall time; more threads use wall time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg, batch = family_config(args.family)
     tok = load_tokenizer(args.data / "tokenizer.json")
-    cfg.vocab_size = tok.vocab_size
+    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
     model, step32 = seqlab_step(cfg, batch)
     _, step16 = seqlab_step(cfg, batch, precision="bf16")
     store = TokenStore(args.data, "val")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,7 +100,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cfg, batch = family_config(args.family)
     tok = load_tokenizer(args.data / "tokenizer.json")
-    cfg.vocab_size = tok.vocab_size
+    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
     model, step = seqlab_step(cfg, batch)
     store = TokenStore(args.data, args.split)
     scored = int(evaluate_lm(model, store, cfg.block_size, batch, torch.device("cpu"), tok)["tokens"])
