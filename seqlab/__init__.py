@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "soft_lookup": "seqlab.api.lessons", "attention_weights": "seqlab.api.lessons",
     "self_attention_layer": "seqlab.api.lessons", "state_numbers": "seqlab.api.lessons",
     "LessonResult": "seqlab.studies.lessons.common", "LookupMath": "seqlab.studies.inspection.probes",
-    "preset": "seqlab.api.config", "RunConfig": "seqlab.config", "ModelConfig": "seqlab.config",
+    "preset": "seqlab.api.presets", "RunConfig": "seqlab.config", "ModelConfig": "seqlab.config",
     "DataConfig": "seqlab.config", "TrainConfig": "seqlab.config",
     "build_model": "seqlab.models", "LM": "seqlab.models", "LMState": "seqlab.models",
     "lm_loss": "seqlab.evaluation.heldout",
@@ -49,7 +49,6 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and editors only; at run time `__getattr__` imports on use
-    from seqlab.api.config import preset
     from seqlab.api.data import DataDir, prepare
     from seqlab.api.lessons import (
         attention_weights,
@@ -60,6 +59,7 @@ if TYPE_CHECKING:  # for type checkers and editors only; at run time `__getattr_
         softmax,
         state_numbers,
     )
+    from seqlab.api.presets import preset
     from seqlab.api.runs import Run, load
     from seqlab.api.training import train
     from seqlab.api.views import Attention, Inspection, NextToken, Score

@@ -1,30 +1,50 @@
-"""Configuration: plain dataclasses validated on construction, presets as functions, `key=value` overrides.
+"""Configuration: frozen dataclasses validated on construction, presets as functions, `key=value` overrides.
 
 `RunConfig` groups `model`, `data` and `train`; the whole of it is saved to a run's `config.json`, so a
 model can always be rebuilt from its run folder. Every field is reachable from the command line as
 `section.field=value` (for example `model.mixer=gru train.lr=3e-3`), so the CLI does not grow with the
-config.
+config. A field with a fixed set of values is typed `Literal[...]`, and `__post_init__` checks every such
+field against its type, so the allowed values are written once. A config never changes after validation:
+a derived one is `dataclasses.replace(cfg, ...)`, validated again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-MIXERS = ("rnn", "gru", "mingru", "attention", "hybrid")
+Mixer = Literal["rnn", "gru", "mingru", "attention", "hybrid"]
+Position = Literal["none", "learned", "sinusoidal", "rope", "alibi"]
+HybridCell = Literal["gru", "mingru"]
+# What the model reads of a context (the message answered) and how; the one choice of four readers:
+#   none             no context
+#   cross            its encoder, read by cross-attention after every mixer
+#   cross+copy       the same, and a copy head (pointer-generator, models/copy.py) over its tokens
+#   init_state       recurrent families: each recurrent layer starts an email from a state projected from
+#                    the pooled context (models/context_encoder.py)
+#   init_state+copy  the same, and the copy head
+#   pointer          only the copy head reads it (no cross-attention, no initial state)
+Context = Literal["none", "cross", "cross+copy", "init_state", "init_state+copy", "pointer"]
+DataMode = Literal["auto", "windows", "stream"]
+Device = Literal["auto", "cpu", "cuda", "mps"]
+Schedule = Literal["cosine", "wsd"]
+Optimizer = Literal["adamw", "muon"]
+Precision = Literal["auto", "fp32", "bf16"]
+
+MIXERS: tuple[str, ...] = typing.get_args(Mixer)
 # mixers that carry a recurrent state (the hybrid's recurrent layers too): trained on streams, and given
 # only additive positions (their attention, if any, is local and reads order from the recurrence)
 RECURRENT_MIXERS = ("rnn", "gru", "mingru", "hybrid")
-HYBRID_CELLS = ("gru", "mingru")
-# how a model with model.cross_attention reads its context; pointer: only the copy head (model.copy) reads it
-CTX_MODES = ("cross", "init_state", "pointer")
-POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")
+HYBRID_CELLS: tuple[str, ...] = typing.get_args(HybridCell)
+CONTEXTS: tuple[str, ...] = typing.get_args(Context)
+POSITIONS: tuple[str, ...] = typing.get_args(Position)
 # Positions added to the token embedding work for any mixer; rotary and ALiBi act inside attention.
 ADDITIVE_POSITIONS = ("none", "learned", "sinusoidal")
 MAX_THREADS = 1024  # torch takes a C int; far more threads than cores only thrashes
@@ -35,36 +55,51 @@ def _check(cond: bool, message: str) -> None:
         raise ValueError(message)
 
 
-@dataclass
+def _spoken(choices: tuple[str, ...]) -> str:
+    """("a", "b", "c") -> "a, b or c": the allowed values as an error message says them."""
+    return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
+@functools.cache
+def _choices(cls: type) -> dict[str, tuple[str, ...]]:
+    """The `Literal[...]` fields of a config class and their allowed values."""
+    return {name: typing.get_args(hint) for name, hint in typing.get_type_hints(cls).items()
+            if typing.get_origin(hint) is Literal}
+
+
+def _check_choices(cfg: Any, section: str) -> None:
+    """Each `Literal[...]` field of `cfg` holds one of its values: the one check of every choice field."""
+    for name, allowed in _choices(type(cfg)).items():
+        value = getattr(cfg, name)
+        _check(value in allowed, f"{section}.{name} must be {_spoken(allowed)}, not {value!r}")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything `build_model` needs; saved verbatim in `config.json`."""
 
     vocab_size: int = 259
     block_size: int = 256  # longest window (attention) / truncated-BPTT chunk (recurrent) in tokens
-    mixer: str = "attention"  # rnn | gru | mingru | attention | hybrid
+    mixer: Mixer = "attention"
     n_layer: int = 2
     n_embd: int = 128
     n_head: int = 4  # attention heads; d_k = n_embd / n_head
-    pos: str = "rope"  # none | learned | sinusoidal | rope | alibi
+    pos: Position = "rope"
     dropout: float = 0.0
     bias: bool = False  # biases in attention/MLP projections
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio * n_embd; 0 disables the MLP
-    cross_attention: bool = False  # read a context (the message answered): its encoder, read as ctx_mode says
-    ctx_layers: int = 1  # non-causal attention blocks of the context encoder (models/context.py); 0: none
+    context: Context = "none"  # what the model reads of the message answered, and how (the table above)
+    ctx_layers: int = 1  # non-causal attention blocks of the context encoder (models/context_encoder.py); 0: none
     ctx_block_size: int = 256  # longest context in tokens (the end of a longer one is kept)
-    # how the blocks read the context: cross (cross-attention after every mixer) or init_state (recurrent
-    # families: each recurrent layer starts every email from a state projected from the pooled context)
-    ctx_mode: str = "cross"
-    # a copy head (pointer-generator, models/copy.py): the next token may be copied from the context;
-    # with ctx_mode=pointer it is the only reader of the context (no cross-attention, no initial state)
-    copy: bool = False
+    # kept for the lecture's parameter count with and without the tie (tests/test_lm.py); tied by default
     tie_weights: bool = True  # output head shares the token embedding matrix
+    # off: the gate-by-gate loop, for the lessons that compare it with PyTorch's kernel (studies/lessons)
     fused_rnn: bool = True  # run RNN/GRU through torch.nn.RNN/GRU when no per-step inspection is asked
-    qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys before the dot product (a recipe option)
     # hybrid: one letter per layer, r = recurrent (hybrid_cell), a = local attention over attn_window
     # tokens; a pattern shorter than n_layer repeats (Griffin's "rra" is two recurrent, one attention)
     hybrid_pattern: str = "ra"
-    hybrid_cell: str = "gru"  # gru | mingru
+    hybrid_cell: HybridCell = "gru"
     attn_window: int = 64  # tokens a hybrid's local attention sees, itself included
 
     def layer_kinds(self) -> str:
@@ -72,38 +107,40 @@ class ModelConfig:
         p = self.hybrid_pattern
         return (p * (-(-self.n_layer // len(p))))[: self.n_layer] if p else ""
 
+    @property
+    def reads_context(self) -> bool:
+        """Whether the model has a context encoder and is fed the contexts (any `context` but none)."""
+        return self.context != "none"
+
+    @property
+    def cross_attends(self) -> bool:
+        """Whether every block reads the context by cross-attention after its mixer."""
+        return self.context in ("cross", "cross+copy")
+
+    @property
+    def context_init(self) -> bool:
+        """Whether each recurrent layer starts an email from a state projected from the pooled context."""
+        return self.context in ("init_state", "init_state+copy")
+
+    @property
+    def copies(self) -> bool:
+        """Whether a copy head mixes a pointer over the context's tokens into the next-token distribution."""
+        return self.context in ("cross+copy", "init_state+copy", "pointer")
+
     def __post_init__(self) -> None:
-        _check(self.mixer in MIXERS, f"model.mixer must be one of {', '.join(MIXERS)}, not {self.mixer!r}")
-        _check(self.pos in POSITIONS, f"model.pos must be one of {', '.join(POSITIONS)}, not {self.pos!r}")
+        _check_choices(self, "model")
         for name in ("vocab_size", "block_size", "n_layer", "n_embd", "n_head"):
             _check(getattr(self, name) >= 1, f"model.{name} must be at least 1, not {getattr(self, name)}")
         _check(self.mlp_ratio >= 0, f"model.mlp_ratio must be 0 or more, not {self.mlp_ratio}")
         _check(self.ctx_layers >= 0, f"model.ctx_layers must be 0 or more, not {self.ctx_layers}")
         _check(self.ctx_block_size >= 1, f"model.ctx_block_size must be at least 1, not {self.ctx_block_size}")
         _check(0.0 <= self.dropout < 1.0, f"model.dropout must be in [0, 1), not {self.dropout}")
-        _check(self.ctx_mode in CTX_MODES,
-               f"model.ctx_mode must be one of {', '.join(CTX_MODES)}, not {self.ctx_mode!r}")
-        _check(self.ctx_mode != "init_state" or self.mixer in RECURRENT_MIXERS,
-               f"model.ctx_mode=init_state gives recurrent layers their initial state; model.mixer={self.mixer} "
-               "has none (use model.ctx_mode=cross)")
-        _check(self.ctx_mode == "cross" or self.cross_attention,
-               f"model.ctx_mode={self.ctx_mode} says how a context is read; it needs model.cross_attention=true, "
-               "which gives the model its context encoder and feeds it the contexts")
-        _check(not self.copy or self.cross_attention,
-               "model.copy=true copies tokens from the context (the message answered); it needs "
-               "model.cross_attention=true, which gives the model its context encoder and feeds it the contexts")
-        _check(self.ctx_mode != "pointer" or self.copy,
-               "model.ctx_mode=pointer leaves the context to the copy head alone; it needs model.copy=true")
+        _check(not self.context_init or self.mixer in RECURRENT_MIXERS,
+               f"model.context={self.context} gives recurrent layers their initial state; model.mixer={self.mixer} "
+               "has none (use model.context=cross)")
         if self.mixer == "hybrid":
-            _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},
-                   f"model.hybrid_pattern must be letters r (recurrent) and a (attention), not {self.hybrid_pattern!r}")
-            _check(set(self.layer_kinds()) == {"r", "a"},
-                   f"model.hybrid_pattern={self.hybrid_pattern} over model.n_layer={self.n_layer} gives "
-                   f"{self.layer_kinds()!r}: a hybrid needs at least one r and one a layer")
-            _check(self.hybrid_cell in HYBRID_CELLS,
-                   f"model.hybrid_cell must be one of {', '.join(HYBRID_CELLS)}, not {self.hybrid_cell!r}")
-            _check(self.attn_window >= 1, f"model.attn_window must be at least 1, not {self.attn_window}")
-        if self.mixer in ("attention", "hybrid") or self.cross_attention:
+            self._check_hybrid()
+        if self.mixer in ("attention", "hybrid") or self.reads_context:
             _check(
                 self.n_embd % self.n_head == 0,
                 f"model.n_embd={self.n_embd} must be divisible by model.n_head={self.n_head}",
@@ -119,25 +156,32 @@ class ModelConfig:
                 f"model.pos=rope needs an even head width, but n_embd/n_head = {self.n_embd // self.n_head}",
             )
 
+    def _check_hybrid(self) -> None:
+        _check(bool(self.hybrid_pattern) and set(self.hybrid_pattern) <= {"r", "a"},
+               f"model.hybrid_pattern must be letters r (recurrent) and a (attention), not {self.hybrid_pattern!r}")
+        _check(set(self.layer_kinds()) == {"r", "a"},
+               f"model.hybrid_pattern={self.hybrid_pattern} over model.n_layer={self.n_layer} gives "
+               f"{self.layer_kinds()!r}: a hybrid needs at least one r and one a layer")
+        _check(self.attn_window >= 1, f"model.attn_window must be at least 1, not {self.attn_window}")
+
     @property
     def head_dim(self) -> int:
         """Width of one attention head, n_embd // n_head (d_k of the lecture)."""
         return self.n_embd // self.n_head
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """How training examples are formed from a prepared DATA_DIR."""
 
     # windows: independent windows inside one email (attention); stream: each batch lane reads emails
     # consecutively with a reset flag at email starts (truncated BPTT); auto: stream for recurrent mixers.
-    mode: str = "auto"
+    mode: DataMode = "auto"
     # keep an email's padding-only tail out of the windows of an attention model
     min_window_tokens: int = 2
 
     def __post_init__(self) -> None:
-        _check(self.mode in ("auto", "windows", "stream"),
-               f"data.mode must be auto, windows or stream, not {self.mode!r}")
+        _check_choices(self, "data")
         _check(self.min_window_tokens >= 2, f"data.min_window_tokens must be at least 2, not {self.min_window_tokens}")
 
     def resolved_mode(self, mixer: str) -> str:
@@ -147,16 +191,16 @@ class DataConfig:
         return "stream" if mixer in RECURRENT_MIXERS else "windows"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation, schedule, evaluation and checkpoint cadence."""
 
     max_steps: int = 2000
     max_minutes: float = 0.0  # wall-clock budget; 0 means no budget
     batch_size: int = 16
-    grad_accum: int = 1
+    grad_accum: int = 1  # a batch larger than memory holds, as micro-batches summed into one step
     lr: float = 3e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    min_lr_ratio: float = 0.1  # both schedules end at lr * min_lr_ratio, not 0: the last steps still learn
     warmup_steps: int = 100
     weight_decay: float = 0.1  # applied to matrices only
     beta1: float = 0.9
@@ -166,23 +210,26 @@ class TrainConfig:
     eval_batches: int = 16  # validation: fixed whole emails of about eval_batches x batch_size x block_size targets
     ckpt_every: int = 200
     log_every: int = 10
+    # a long run on a small corpus stops once it overfits instead of spending its budget; off by default
     early_stop: int = 0  # stop after this many evaluations without improvement; 0 disables
     max_bad_steps: int = 5  # stop after this many steps in a row with a non-finite loss or gradient
     seed: int = 1337
-    device: str = "auto"  # auto | cpu | cuda | mps
+    device: Device = "auto"
     # cosine | wsd (warmup, constant, linear cooldown; training/optim.py). The presets choose wsd; the
     # default stays cosine so a run saved before this field existed resumes on its own schedule
-    schedule: str = "cosine"
+    schedule: Schedule = "cosine"
     cooldown_frac: float = 0.2  # wsd: share of the budget (steps or minutes) spent cooling down
     ema: float = 0.0  # decay of the weight average used for validation and saved; 0 = off (training/ema.py)
-    optimizer: str = "adamw"  # adamw | muon (Muon for the hidden matrices, AdamW for the rest)
-    compile: bool = False  # off: on CPU it did not pay over a 10-minute run (seqlab bench, compile rows)
-    threads: int = 0  # torch intra-op threads; 0: the cores actually free (training/threads.py)
-    # auto | fp32 | bf16: the forward pass under bf16 autocast or not; auto takes bf16 where the device has
-    # native bf16 arithmetic (a CUDA GPU, a CPU with AVX512_BF16 / AMX; runs/precision.py)
-    precision: str = "auto"
+    optimizer: Optimizer = "adamw"  # muon: Muon for the hidden matrices, AdamW for the rest (training/optim.py)
+    # torch.compile for a GPU run; off by default because on the CPU it did not pay (seqlab bench, compile rows)
+    compile: bool = False
+    threads: int = 0  # torch intra-op threads; 0: the cores actually free (training/cpu_threads.py)
+    # the forward pass under bf16 autocast or not; auto takes bf16 where the device has native bf16
+    # arithmetic (a CUDA GPU, a CPU with AVX512_BF16 / AMX; runs/precision.py)
+    precision: Precision = "auto"
 
     def __post_init__(self) -> None:
+        _check_choices(self, "train")
         for name in ("max_steps", "batch_size", "grad_accum", "eval_every", "eval_batches", "ckpt_every", "log_every",
                      "max_bad_steps"):
             _check(getattr(self, name) >= 1, f"train.{name} must be at least 1, not {getattr(self, name)}")
@@ -198,17 +245,45 @@ class TrainConfig:
             _check(0.0 <= getattr(self, name) < 1.0, f"train.{name} must be in [0, 1), not {getattr(self, name)}")
         _check(self.seed < 2**64, f"train.seed must be below 2**64 (torch.manual_seed takes 64 bits), not {self.seed}")
         _check(self.threads <= MAX_THREADS, f"train.threads must be at most {MAX_THREADS}, not {self.threads}")
-        _check(self.device in ("auto", "cpu", "cuda", "mps"),
-               f"train.device must be auto, cpu, cuda or mps, not {self.device!r}")
-        _check(self.schedule in ("cosine", "wsd"), f"train.schedule must be cosine or wsd, not {self.schedule!r}")
         _check(0.0 < self.cooldown_frac <= 1.0, f"train.cooldown_frac must be in (0, 1], not {self.cooldown_frac}")
         _check(self.ema == 0.0 or 0.0 < self.ema < 1.0, f"train.ema must be 0 (off) or in (0, 1), not {self.ema}")
-        _check(self.optimizer in ("adamw", "muon"), f"train.optimizer must be adamw or muon, not {self.optimizer!r}")
-        _check(self.precision in ("auto", "fp32", "bf16"),
-               f"train.precision must be auto, fp32 or bf16, not {self.precision!r}")
 
 
-@dataclass
+# ---------------------------------------------------------------- the context fields before model.context
+
+OLD_CONTEXT_KEYS = ("cross_attention", "ctx_mode", "copy")
+
+
+def _old_context(cross_attention: bool = False, ctx_mode: str = "cross", copy: bool = False) -> str:
+    """The `model.context` of a config.json written with the three fields it replaced, which allowed
+    exactly six combinations (ctx_mode and copy needed cross_attention; pointer needed copy)."""
+    if not cross_attention:
+        _check(ctx_mode == "cross" and not copy,
+               f"model.ctx_mode={ctx_mode} model.copy={str(copy).lower()} needs model.cross_attention=true")
+        return "none"
+    _check(ctx_mode in ("cross", "init_state", "pointer"), f"model.ctx_mode must be cross, init_state or "
+           f"pointer, not {ctx_mode!r}")
+    _check(ctx_mode != "pointer" or copy, "model.ctx_mode=pointer needs model.copy=true")
+    return ctx_mode if ctx_mode == "pointer" or not copy else f"{ctx_mode}+copy"
+
+
+def migrate_model_dict(model: dict[str, Any]) -> dict[str, Any]:
+    """A config.json's model section with `cross_attention`, `ctx_mode` and `copy` (runs saved before
+    `model.context`) as `context`: the one place an old RUN_DIR's config is read into the new field."""
+    old = {k: model[k] for k in OLD_CONTEXT_KEYS if k in model}
+    if not old:
+        return model
+    _check("context" not in model, f"model.context cannot be given with the fields it replaced ({', '.join(old)})")
+    return {**{k: v for k, v in model.items() if k not in old}, "context": _old_context(**old)}
+
+
+def _old_key_message(name: str) -> str:
+    return (f"model.{name} is now part of model.context, one of {_spoken(CONTEXTS)} (cross_attention=true "
+            "is model.context=cross; with ctx_mode=init_state, model.context=init_state; with copy=true, add "
+            "+copy; ctx_mode=pointer is model.context=pointer)")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """The whole configuration of a training run."""
 
@@ -226,8 +301,8 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
-        """The config `to_dict` gave (a missing section or field takes its default); ValueError naming an
-        unknown section or field, or a bad value."""
+        """The config `to_dict` gave (a missing section or field takes its default; the model's old context
+        fields are migrated); ValueError naming an unknown section or field, or a bad value."""
         sections = {f.name: f for f in dataclasses.fields(cls)}
         unknown = set(d) - set(sections)
         _check(not unknown, f"unknown config section(s): {', '.join(sorted(unknown))}")
@@ -235,6 +310,8 @@ class RunConfig:
         for name in sections:
             sub_cls = typing.get_type_hints(cls)[name]
             sub = d.get(name, {})
+            if name == "model":
+                sub = migrate_model_dict(sub)
             known = {g.name for g in dataclasses.fields(sub_cls)}
             bad = set(sub) - known
             _check(not bad, f"unknown config field(s): {', '.join(f'{name}.{b}' for b in sorted(bad))}")
@@ -256,11 +333,11 @@ def preset_tiny() -> RunConfig:
 
 
 def preset_small() -> RunConfig:
-    """A useful model in about 10-30 minutes on 2 CPU cores."""
+    """A useful model from a CPU run of minutes."""
     return RunConfig(
         model=ModelConfig(block_size=128, n_layer=2, n_embd=128, n_head=4, pos="rope", dropout=0.0),
-        # wsd: at equal tokens (640k) on SpamAssassin, val 3.13 bits per byte against cosine's 3.21 for
-        # attention and 2.92 against 3.02 for the GRU (benchmarks/bench_recipe.py --only schedule,stack)
+        # wsd: lower validation loss than cosine at equal tokens, for attention and the GRU alike
+        # (the schedule study, experiments index)
         train=TrainConfig(max_steps=3000, batch_size=16, lr=3e-3, warmup_steps=100, eval_every=250,
                           eval_batches=32, ckpt_every=250, log_every=25, schedule="wsd"),
     )
@@ -284,11 +361,12 @@ def get_preset(name: str) -> RunConfig:
     return PRESETS[name]()
 
 
-# ---------------------------------------------------------------- key=value overrides
+# ---------------------------------------------------------------- key=value overrides and the rules they follow
 
 
 def _parse_value(text: str, annotation: Any, key: str) -> Any:
-    """Turn the text of an override into the field's declared type, or raise ValueError naming the key."""
+    """Turn the text of an override into the field's declared type, or raise ValueError naming the key
+    (a `Literal[...]` field keeps the text: its value is checked when the config is built)."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -310,37 +388,65 @@ def _parse_value(text: str, annotation: Any, key: str) -> Any:
     return text
 
 
-def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
-    """Return a new config with `section.field=value` overrides applied and everything re-validated."""
+@dataclass(frozen=True)
+class MixerRule:
+    """A model field that follows an override of model.mixer when the overrides leave it unset."""
+
+    field: str
+    applies: Callable[[dict[str, Any]], bool]  # on the model section after the overrides
+    value: Callable[[dict[str, Any]], Any]
+    why: str
+
+
+# The only fields an override sets without being asked, so that `--preset small model.mixer=gru` and
+# `--preset tiny model.mixer=hybrid` work. Each applies when the overrides change model.mixer and do not
+# set the field; set it explicitly and an impossible pair is an error as usual. The trainer records each
+# rule it applied in run.json ("derived_settings") and prints it (ARCHITECTURE.md, the config contract).
+MIXER_RULES = (
+    MixerRule("pos", lambda m: m["mixer"] in RECURRENT_MIXERS and m["pos"] not in ADDITIVE_POSITIONS,
+              lambda m: "none", "rotary and ALiBi positions act inside attention; a recurrent mixer gets no "
+              "position input, as every recurrent recipe has"),
+    MixerRule("n_layer", lambda m: m["mixer"] == "hybrid" and m["n_layer"] < 2,
+              lambda m: max(2, len(m["hybrid_pattern"])), "a hybrid needs a recurrent and an attention layer: "
+              "the pattern's length in layers, at least 2"),
+)
+
+
+def _apply_mixer_rules(model: dict[str, Any], before: ModelConfig, given: set[str]) -> list[str]:
+    """Apply `MIXER_RULES` to the overridden model section in place; one sentence per rule applied."""
+    if model["mixer"] == before.mixer:
+        return []
+    notes = []
+    for rule in MIXER_RULES:
+        if rule.field not in given and rule.applies(model):
+            was, model[rule.field] = model[rule.field], rule.value(model)
+            notes.append(f"model.{rule.field}={model[rule.field]} (was {was}) for model.mixer={model['mixer']}: "
+                         f"{rule.why}")
+    return notes
+
+
+def resolve_overrides(cfg: RunConfig, overrides: list[str]) -> tuple[RunConfig, list[str]]:
+    """`apply_overrides`, and the sentences of the `MIXER_RULES` it applied (empty when none did)."""
     d = cfg.to_dict()
     hints = {name: typing.get_type_hints(sub) for name, sub in typing.get_type_hints(RunConfig).items()}
+    given = set()
     for item in overrides:
         key, sep, value = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot:
             raise ValueError(f"override {item!r} must look like section.field=value (for example model.mixer=gru)")
+        if section == "model" and name in OLD_CONTEXT_KEYS:
+            raise ValueError(_old_key_message(name))
         if section not in hints or name not in hints[section]:
             raise ValueError(f"unknown config field {key!r}")
         d[section][name] = _parse_value(value.strip(), hints[section][name], key)
-    _fit_positions_to_mixer(d["model"], cfg.model, overrides)
-    _fit_depth_to_hybrid(d["model"], cfg.model, overrides)
-    return RunConfig.from_dict(d)
+        if section == "model":
+            given.add(name)
+    notes = _apply_mixer_rules(d["model"], cfg.model, given)
+    return RunConfig.from_dict(d), notes
 
 
-def _fit_positions_to_mixer(model: dict[str, Any], before: ModelConfig, overrides: list[str]) -> None:
-    """A preset's rotary or ALiBi positions act inside attention; choosing a recurrent mixer over such a
-    preset (`--preset small model.mixer=gru`) gives it no position input instead, as every recurrent
-    recipe has, unless model.pos is set explicitly (then an impossible pair is still an error)."""
-    set_pos = any(item.partition("=")[0].strip() == "model.pos" for item in overrides)
-    if (not set_pos and model["mixer"] in RECURRENT_MIXERS and model["pos"] not in ADDITIVE_POSITIONS
-            and model["mixer"] != before.mixer):
-        model["pos"] = "none"
-
-
-def _fit_depth_to_hybrid(model: dict[str, Any], before: ModelConfig, overrides: list[str]) -> None:
-    """A hybrid needs a recurrent and an attention layer: choosing it over a one-layer preset
-    (`--preset tiny model.mixer=hybrid`) gives it the pattern's length in layers (at least 2), unless
-    model.n_layer is set explicitly (then a too-shallow hybrid is still an error)."""
-    set_depth = any(item.partition("=")[0].strip() == "model.n_layer" for item in overrides)
-    if not set_depth and model["mixer"] == "hybrid" and before.mixer != "hybrid" and model["n_layer"] < 2:
-        model["n_layer"] = max(2, len(model["hybrid_pattern"]))
+def apply_overrides(cfg: RunConfig, overrides: list[str]) -> RunConfig:
+    """Return a new config with `section.field=value` overrides applied and everything re-validated.
+    Changing model.mixer may also set model.pos or model.n_layer, by the rules in `MIXER_RULES` only."""
+    return resolve_overrides(cfg, overrides)[0]

@@ -5,6 +5,7 @@ No speed is asserted. The step under `autocast_for("bf16")` is compared with exp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 from pathlib import Path
@@ -52,7 +53,7 @@ def test_bf16_training_step_is_close_to_fp32_and_not_equal(family: str) -> None:
     """The bench's bf16 step (forward under autocast, loss float32, fp32 weights) moves the weights as the
     fp32 step does to bf16 accuracy, and not identically (it did compute in bf16)."""
     cfg, _ = family_config(family, "tiny")
-    cfg.block_size, cfg.n_layer = 16, 1
+    cfg = dataclasses.replace(cfg, block_size=16, n_layer=1)
     moved = []
     for prec in ("fp32", "bf16"):
         model, step = seqlab_step(cfg, 2, seed=0, precision=prec)

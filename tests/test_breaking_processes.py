@@ -112,13 +112,13 @@ def test_a_run_refused_before_it_starts_leaves_no_folder(tiny_data_dir: Path, tm
     left behind); a folder that was there before stays, and the next run into it trains."""
     run = tmp_path / "new"
     r = subprocess.run(_cli("train", str(tiny_data_dir), "--out", str(run), "--preset", "tiny", "--quiet",
-                            "model.ctx_mode=init_state"), env=_env(), capture_output=True, text=True, timeout=120)
+                            "model.context=init_state"), env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert not run.exists()
     kept = tmp_path / "kept"
     kept.mkdir()
-    with pytest.raises(UserError, match="ctx_mode"):
-        Trainer(tiny_data_dir, kept, get_preset("tiny"), overrides=["model.ctx_mode=init_state"], progress=False)
+    with pytest.raises(UserError, match="context=init_state"):
+        Trainer(tiny_data_dir, kept, get_preset("tiny"), overrides=["model.context=init_state"], progress=False)
     assert kept.is_dir() and not any(p.name != ".lock" for p in kept.iterdir())
     assert _trainer(tiny_data_dir, kept, "train.max_steps=1").run()["steps"] == 1
 

@@ -6,7 +6,7 @@ when it fails instead. The tests check what the writer sees and what the keys do
 Ctrl+Right, Esc, typing through a suggestion, Tab moving the focus on when nothing is suggested, and the
 "why?" panel.
 The "replying to" box is checked against a second server whose tiny GRU reads a context
-(model.cross_attention=true): its text goes with the request, and the page shows what a direct call with
+(model.context=cross): its text goes with the request, and the page shows what a direct call with
 that context answers; for the first model the box stays closed and says the model does not read it.
 The last test saves out/screenshots/compose.png for the README.
 """
@@ -69,14 +69,14 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
 @pytest.fixture(scope="module")
 def reply_server(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """`seqlab serve` on a tiny GRU that reads the message being answered (model.cross_attention=true)."""
+    """`seqlab serve` on a tiny GRU that reads the message being answered (model.context=cross)."""
     require_browser()
     from seqlab.config import apply_overrides, get_preset
     from seqlab.training.trainer import train
 
     run = tmp_path_factory.mktemp("runs") / "browser-reply"
     cfg = apply_overrides(get_preset("tiny"), [
-        "model.mixer=gru", "model.pos=none", "model.cross_attention=true", "model.ctx_layers=1",
+        "model.mixer=gru", "model.pos=none", "model.context=cross", "model.ctx_layers=1",
         "train.max_steps=120", "train.eval_every=60", "train.ckpt_every=60", "train.threads=1",
     ])
     train(tiny_data_dir, run, cfg, progress=False)

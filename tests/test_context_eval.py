@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def ctx_run_dir(tiny_data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("runs") / "ctx"
-    cfg = apply_overrides(get_preset("tiny"), ["model.cross_attention=true", "model.ctx_block_size=64",
+    cfg = apply_overrides(get_preset("tiny"), ["model.context=cross", "model.ctx_block_size=64",
                                                "train.max_steps=30", "train.threads=1"])
     train(tiny_data_dir, run, cfg, progress=False)
     return run

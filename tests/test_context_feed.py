@@ -98,7 +98,7 @@ def test_each_rank_reads_the_contexts_of_its_own_rows(tiny_data_dir: Path) -> No
 
 def test_training_with_context(tiny_data_dir: Path, tmp_path: Path) -> None:
     for mixer in ("attention", "gru"):
-        cfg = apply_overrides(get_preset("tiny"), [f"model.mixer={mixer}", "model.cross_attention=true",
+        cfg = apply_overrides(get_preset("tiny"), [f"model.mixer={mixer}", "model.context=cross",
                                                    "model.ctx_block_size=48", "train.max_steps=4",
                                                    "train.eval_every=2", "train.threads=1"])
         summary = train(tiny_data_dir, tmp_path / mixer, cfg, progress=False)
@@ -113,7 +113,7 @@ def test_context_model_needs_contexts(tiny_data_dir: Path, tmp_path: Path) -> No
     for p in tiny_data_dir.iterdir():
         if ".ctx." not in p.name:
             (old / p.name).write_bytes(p.read_bytes())
-    cfg = apply_overrides(get_preset("tiny"), ["model.cross_attention=true", "train.max_steps=1"])
+    cfg = apply_overrides(get_preset("tiny"), ["model.context=cross", "train.max_steps=1"])
     with pytest.raises(UserError, match="prepare"):
         train(old, tmp_path / "run", cfg, progress=False)
     plain = apply_overrides(get_preset("tiny"), ["train.max_steps=1", "train.threads=1"])
@@ -124,7 +124,7 @@ def test_resume_with_context_is_exact(tiny_data_dir: Path, tmp_path: Path) -> No
     """A GRU reading contexts on streams (the carried state drops the cached context keys) resumes exactly."""
     from safetensors.torch import load_file
 
-    over = ["model.mixer=gru", "model.pos=none", "model.cross_attention=true", "model.ctx_block_size=32",
+    over = ["model.mixer=gru", "model.pos=none", "model.context=cross", "model.ctx_block_size=32",
             "train.ckpt_every=3", "train.eval_every=3", "train.threads=1"]
     ref, run = tmp_path / "ref", tmp_path / "run"
     train(tiny_data_dir, ref, apply_overrides(get_preset("tiny"), [*over, "train.max_steps=6"]), progress=False)

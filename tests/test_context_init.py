@@ -1,4 +1,4 @@
-"""The recurrent families' second way of reading a context (`model.ctx_mode=init_state`, models/context.py
+"""The recurrent families' second way of reading a context (`model.context=init_state`, models/context_encoder.py
 `ContextInit`): each recurrent layer starts an email from a state projected from the pooled context.
 
 Compared: incremental decoding and the full pass; the fused GRU kernel and the gate-by-gate loop, and
@@ -20,14 +20,14 @@ from tiny_models import token_ids as _ids
 from seqlab.cli.main import main
 from seqlab.config import ModelConfig, apply_overrides, get_preset
 from seqlab.models import build_model
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.training.trainer import train
 
 FAMILIES = [("gru", "none"), ("rnn", "none"), ("mingru", "learned"), ("hybrid", "none")]
 
 
 def _init_model(mixer: str, pos: str, seed: int = 0, **kw: object):  # noqa: ANN202 (an LM)
-    model = _model(mixer, pos, seed=seed, cross_attention=True, ctx_mode="init_state", **kw)
+    model = _model(mixer, pos, seed=seed, context="init_state", **kw)
     with torch.no_grad():  # trained-sized projections: GPT-2's N(0, 0.02) init would barely move the state
         for proj in model.ctx_init.proj.values():
             proj.weight.normal_(0.0, 0.5)
@@ -144,14 +144,12 @@ def test_fused_and_explicit_paths_agree_with_an_initial_state() -> None:
 
 def test_init_state_needs_a_recurrent_mixer_and_a_context(tiny_data_dir: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(ValueError, match="ctx_mode=init_state"):
-        ModelConfig(mixer="attention", cross_attention=True, ctx_mode="init_state")
-    with pytest.raises(ValueError, match="cross_attention=true"):
-        ModelConfig(mixer="gru", pos="none", ctx_mode="init_state")
-    with pytest.raises(ValueError, match="ctx_mode must be one of"):
-        ModelConfig(mixer="gru", pos="none", cross_attention=True, ctx_mode="both")
+    with pytest.raises(ValueError, match="context=init_state"):
+        ModelConfig(mixer="attention", context="init_state")
+    with pytest.raises(ValueError, match="model.context must be none, cross, "):
+        ModelConfig(mixer="gru", pos="none", context="both")  # type: ignore[arg-type]
     code = main(["train", str(tiny_data_dir), "--out", str(tmp_path / "run"), "--preset", "tiny",
-                 "model.cross_attention=true", "model.ctx_mode=init_state"])
+                 "model.context=init_state"])
     assert code == 2 and "model.mixer=attention has none" in capsys.readouterr().err
 
 
@@ -159,7 +157,7 @@ def test_resume_with_initial_states_is_exact(tiny_data_dir: Path, tmp_path: Path
     """A GRU starting emails from its contexts' states, trained on streams, resumes bit for bit."""
     from safetensors.torch import load_file
 
-    over = ["model.mixer=gru", "model.pos=none", "model.cross_attention=true", "model.ctx_mode=init_state",
+    over = ["model.mixer=gru", "model.pos=none", "model.context=init_state",
             "model.ctx_block_size=32", "train.ckpt_every=3", "train.eval_every=3", "train.threads=1"]
     ref, run = tmp_path / "ref", tmp_path / "run"
     summary = train(tiny_data_dir, ref, apply_overrides(get_preset("tiny"), [*over, "train.max_steps=6"]),
@@ -183,7 +181,7 @@ def test_a_reply_is_completed_from_the_originals_state_and_has_no_cross_weights(
     tok = ByteTokenizer()
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="gru", pos="none", n_layer=2, n_embd=16,
-                                    n_head=2, cross_attention=True, ctx_mode="init_state")).eval()
+                                    n_head=2, context="init_state")).eval()
     original = "Shall we meet in room 5 on Tuesday?"
     ctx = reply_context(model, tok, original)
     prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room")]])

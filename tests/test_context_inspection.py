@@ -13,7 +13,7 @@ from seqlab.config import ModelConfig, apply_overrides, get_preset
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
 from seqlab.models import build_model, record_attention
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.studies.inspection.cross import cross_attention_maps, read_most
 from seqlab.training.trainer import train
 
@@ -24,7 +24,7 @@ ORIGINAL = "Shall we meet in room 5 on Tuesday?"
 def test_maps_are_the_recorded_cross_weights_per_head() -> None:
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=TOK.vocab_size, mixer="gru", pos="none", n_layer=2, n_embd=16,
-                                    n_head=2, cross_attention=True)).eval()
+                                    n_head=2, context="cross")).eval()
     maps = cross_attention_maps(model, TOK, "Yes, room 5", ORIGINAL)
     assert maps.layers == [0, 1] and maps.heads == [0, 1]
     assert maps.context_labels[:5] == list("Shall") and maps.labels[0] == "<bos>"
@@ -42,7 +42,7 @@ def test_maps_are_the_recorded_cross_weights_per_head() -> None:
 
 def test_attention_command_with_reply_to(tiny_data_dir: Path, tiny_run_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    cfg = apply_overrides(get_preset("tiny"), ["model.cross_attention=true", "model.ctx_block_size=32",
+    cfg = apply_overrides(get_preset("tiny"), ["model.context=cross", "model.ctx_block_size=32",
                                                "train.max_steps=2", "train.threads=1"])
     train(tiny_data_dir, run, cfg, progress=False)
     original = tmp_path / "original.eml"
@@ -64,6 +64,6 @@ def test_attention_command_with_reply_to(tiny_data_dir: Path, tiny_run_dir: Path
 @pytest.mark.parametrize("layer,head", [(5, None), (None, 9)])
 def test_bad_layer_or_head(layer: int | None, head: int | None) -> None:
     model = build_model(ModelConfig(vocab_size=TOK.vocab_size, n_layer=1, n_embd=16, n_head=2,
-                                    cross_attention=True)).eval()
+                                    context="cross")).eval()
     with pytest.raises(UserError):
         cross_attention_maps(model, TOK, "Yes", ORIGINAL, layer, head)

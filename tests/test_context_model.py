@@ -1,4 +1,4 @@
-"""The context path of the model (models/context.py): the encoder read through cross-attention, computed
+"""The context path of the model (models/context_encoder.py): the encoder read through cross-attention, computed
 once and kept in the state; empty contexts; per-email contexts inside one recurrent chunk."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tiny_models import tiny_lm as _model
 from tiny_models import token_ids as _ids
 
 from seqlab.models import record_attention
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 
 FAMILIES = [("attention", "rope"), ("gru", "none"), ("mingru", "learned"), ("rnn", "none")]
 
@@ -24,7 +24,7 @@ def _contexts() -> ContextBatch:
 
 @pytest.mark.parametrize("mixer,pos", FAMILIES)
 def test_incremental_decoding_with_context_equals_the_full_pass(mixer: str, pos: str) -> None:
-    model = _model(mixer, pos, cross_attention=True, ctx_layers=2)
+    model = _model(mixer, pos, context="cross", ctx_layers=2)
     idx, ctx = _ids(3, 10, seed=2), _contexts()
     with torch.no_grad():
         full, _ = model(idx, context=ctx)
@@ -38,7 +38,7 @@ def test_incremental_decoding_with_context_equals_the_full_pass(mixer: str, pos:
 def test_context_acts_only_through_cross_attention(mixer: str, pos: str) -> None:
     """With every cross-attention output projection zeroed the model with a context equals the model
     without one; an empty context equals no context even with the projections in place."""
-    model = _model(mixer, pos, cross_attention=True)
+    model = _model(mixer, pos, context="cross")
     idx, ctx = _ids(3, 8, seed=3), _contexts()
     with torch.no_grad():
         with_ctx, _ = model(idx, context=ctx)
@@ -52,7 +52,7 @@ def test_context_acts_only_through_cross_attention(mixer: str, pos: str) -> None
 
 
 def test_empty_contexts_train_without_nan() -> None:
-    model = _model("attention", "rope", cross_attention=True).train()
+    model = _model("attention", "rope", context="cross").train()
     ctx = ContextBatch.from_lists([[], []])
     logits, _ = model(_ids(2, 8), context=ctx)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), _ids(16, seed=9))
@@ -65,7 +65,7 @@ def test_empty_contexts_train_without_nan() -> None:
 def test_each_email_of_a_chunk_reads_its_own_context(mixer: str, pos: str) -> None:
     """A stream chunk holding two emails (a reset between them), each position reading its own email's
     context through `segment`, equals the two emails fed apart, each with its context."""
-    model = _model(mixer, pos, cross_attention=True)
+    model = _model(mixer, pos, context="cross")
     first, second = _ids(1, 5, seed=4), _ids(1, 7, seed=5)
     ca, cb = _ids(4, seed=6).tolist(), _ids(3, seed=7).tolist()
     idx = torch.cat([first, second], dim=1)  # (1, 12)
@@ -84,7 +84,7 @@ def test_each_email_of_a_chunk_reads_its_own_context(mixer: str, pos: str) -> No
 
 
 def test_cross_weights_are_recorded_per_head_over_context_tokens() -> None:
-    model = _model("attention", "rope", cross_attention=True)
+    model = _model("attention", "rope", context="cross")
     ctx = _contexts()
     with torch.no_grad(), record_attention() as rec:
         model(_ids(3, 5), context=ctx)
@@ -97,7 +97,7 @@ def test_cross_weights_are_recorded_per_head_over_context_tokens() -> None:
 
 
 def test_long_context_keeps_its_end() -> None:
-    model = _model("attention", "rope", cross_attention=True, ctx_block_size=4)
+    model = _model("attention", "rope", context="cross", ctx_block_size=4)
     long = _ids(1, 9, seed=8)
     with torch.no_grad():
         a, _ = model(_ids(1, 5), context=long)

@@ -26,7 +26,7 @@ TYPED = "Hi Dana, sure, I will send the report"
 def _model(mixer: str, pos: str) -> torch.nn.Module:
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=TOK.vocab_size, block_size=24, mixer=mixer, n_layer=2, n_embd=32, n_head=2,
-                      pos=pos, mlp_ratio=2, cross_attention=True, ctx_block_size=64)
+                      pos=pos, mlp_ratio=2, context="cross", ctx_block_size=64)
     model = build_model(cfg).eval()
     with torch.no_grad():
         model.head.weight.mul_(8.0)  # clear argmax winners (as in test_serving_sessions)

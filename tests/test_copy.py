@@ -19,19 +19,23 @@ from tiny_models import token_ids as _ids
 from seqlab.cli.main import main
 from seqlab.config import ModelConfig, apply_overrides, get_preset
 from seqlab.models import build_model, record_attention
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.models.copy import CopyHead, PointerKeys
 from seqlab.training.trainer import train
 
-# (mixer, pos, ctx_mode, ctx_layers): the pointer beside cross-attention or initial states, or alone
-# on encoded rows or on the cheap keys (embeddings + positions, no encoder layer)
+# (mixer, pos, the context read besides the copy head, ctx_layers): the pointer beside cross-attention or
+# initial states, or alone on encoded rows or on the cheap keys (embeddings + positions, no encoder layer)
 VARIANTS = [("attention", "rope", "cross", 1), ("attention", "rope", "pointer", 0), ("gru", "none", "init_state", 1),
             ("gru", "none", "pointer", 1), ("mingru", "learned", "pointer", 0)]
 
 
+def _with_copy(mode: str) -> str:
+    """The model.context of a copy head beside `mode` (cross, init_state), or alone (pointer)."""
+    return mode if mode == "pointer" else f"{mode}+copy"
+
+
 def _copy_model(mixer: str, pos: str, mode: str, layers: int, **kw: object):  # noqa: ANN202 (an LM)
-    return _model(mixer, pos, cross_attention=True, ctx_mode=mode, ctx_layers=layers, copy=True,
-                  ctx_block_size=8, **kw).double()
+    return _model(mixer, pos, context=_with_copy(mode), ctx_layers=layers, ctx_block_size=8, **kw).double()
 
 
 def _contexts() -> ContextBatch:
@@ -69,11 +73,10 @@ def test_the_mixture_is_a_distribution_and_reads_the_context(mixer: str, pos: st
 @pytest.mark.parametrize("mixer,pos,mode,layers", VARIANTS)
 def test_the_gate_at_one_gives_the_model_without_copy(mixer: str, pos: str, mode: str, layers: int) -> None:
     """Same weights, copy head removed: with g forced to 1 the copy model's log p is the plain model's
-    log_softmax (for ctx_mode=pointer the plain model reads no context; otherwise it reads it as the
+    log_softmax (for model.context=pointer the plain model reads no context; otherwise it reads it as the
     copy model's blocks do)."""
     model = _copy_model(mixer, pos, mode, layers)
-    plain_mode = "cross" if mode == "pointer" else mode
-    plain = _model(mixer, pos, cross_attention=mode != "pointer", ctx_mode=plain_mode, ctx_layers=layers,
+    plain = _model(mixer, pos, context="none" if mode == "pointer" else mode, ctx_layers=layers,
                    ctx_block_size=8).double()
     weights = {k: v for k, v in model.state_dict().items()
                if not k.startswith("copy_head.") and (mode != "pointer" or not k.startswith("ctx_encoder."))}
@@ -90,7 +93,7 @@ def test_a_hand_built_pointer_gives_the_mixture_worked_by_hand() -> None:
     """Zero queries: the pointer spreads evenly over the 3 real context tokens [3, 5, 3] (the fourth is
     padding), so p_c(3) = 2/3, p_c(5) = 1/3; zero logits give p_v = 1/8; the gate's bias log 3 gives
     g = 3/4. Then p(3) = 3/32 + 1/6, p(5) = 3/32 + 1/12, any other token 3/32."""
-    cfg = ModelConfig(vocab_size=8, n_embd=4, n_head=1, cross_attention=True, copy=True)
+    cfg = ModelConfig(vocab_size=8, n_embd=4, n_head=1, context="cross+copy")
     head = CopyHead(cfg).double()
     with torch.no_grad():
         head.query.weight.zero_()
@@ -127,14 +130,16 @@ def test_each_email_of_a_chunk_copies_only_from_its_own_context() -> None:
     assert torch.equal(out[0, 6:], plain[0, 6:])
 
 
-def test_copy_needs_a_context_and_pointer_needs_copy(tiny_data_dir: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(ValueError, match="model.copy=true"):
-        ModelConfig(copy=True)
-    with pytest.raises(ValueError, match="ctx_mode=pointer"):
-        ModelConfig(cross_attention=True, ctx_mode="pointer")
+def test_an_old_context_override_names_the_new_spelling(tiny_data_dir: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """model.copy, model.cross_attention and model.ctx_mode became model.context: a user error says so."""
     code = main(["train", str(tiny_data_dir), "--out", str(tmp_path / "run"), "--preset", "tiny", "model.copy=true"])
-    assert code == 2 and "needs model.cross_attention=true" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "model.copy is now part of model.context" in err and "cross+copy" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_copy_head_reads_token_ids() -> None:
     model = _copy_model("attention", "rope", "pointer", 0)
     with pytest.raises(ValueError, match="token ids"):
         model(_ids(1, 3), context=torch.randn(1, 4, 16, dtype=torch.float64))
@@ -145,8 +150,8 @@ def test_a_copy_model_trains_and_its_loss_falls(tiny_data_dir: Path, tmp_path: P
     """Windows (attention) and streams with per-email contexts (GRU) through the trainer: finite, falling."""
     import json
 
-    over = [f"model.mixer={mixer}", "model.pos=none", "model.cross_attention=true", "model.ctx_mode=pointer",
-            "model.copy=true", "model.ctx_layers=0", "model.ctx_block_size=32", "train.max_steps=12",
+    over = [f"model.mixer={mixer}", "model.pos=none", "model.context=pointer", "model.ctx_layers=0",
+            "model.ctx_block_size=32", "train.max_steps=12",
             "train.eval_every=6", "train.threads=1"]
     summary = train(tiny_data_dir, tmp_path / mixer, apply_overrides(get_preset("tiny"), over), progress=False)
     assert summary["steps"] == 12 and not summary["failed"]
@@ -167,7 +172,7 @@ def test_the_attention_view_shows_the_pointer(tmp_path: Path, mode: str) -> None
     tok, original = ByteTokenizer(), "Shall we meet in room 5 on Tuesday?"
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="gru", pos="none", n_layer=2, n_embd=16,
-                                    n_head=2, cross_attention=True, ctx_mode=mode, copy=True)).eval()
+                                    n_head=2, context=_with_copy(mode))).eval()
     maps = cross_attention_maps(model, tok, "Yes, room 5", original)
     assert maps.pointer == 2 and maps.layers == ([0, 1, 2] if mode == "cross" else [2])
     w = maps.weights[(2, 0)]
@@ -191,7 +196,7 @@ def test_the_decoder_steps_a_copy_model_through_its_forward() -> None:
     tok = ByteTokenizer()
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, mixer="attention", n_layer=2, n_embd=16, n_head=2,
-                                    cross_attention=True, ctx_mode="pointer", copy=True, ctx_layers=0)).eval()
+                                    context="pointer", ctx_layers=0)).eval()
     assert FastStep.of(model) is None
     ctx = reply_context(model, tok, "Shall we meet in room 5 on Tuesday?")
     prompt = torch.tensor([[tok.bos_id, *tok.encode("Yes, room 5 on Tue")]])
@@ -210,7 +215,7 @@ def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str,
     tok, original = ByteTokenizer(), "Could you send me the budget report before Friday? Room 5."
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=64, mixer=mixer, pos=pos, n_layer=2,
-                                    n_embd=32, n_head=2, cross_attention=True, ctx_mode=mode, copy=True)).eval()
+                                    n_embd=32, n_head=2, context=_with_copy(mode))).eval()
     with torch.no_grad():
         model.copy_head.gate.bias.fill_(-2.0)  # mostly copy: the original decides the suggestion
     kept, fresh = CompletionEngine(model, tok), CompletionEngine(model, tok)
@@ -234,7 +239,7 @@ def test_under_bf16_autocast_the_mixture_is_float32_and_normalized(mode: str) ->
     """train.precision=bf16 runs the forward under CPU autocast: the copy head still returns a float32
     log-distribution (sums to 1 to float32 rounding), close to the fp32 one, with finite gradients."""
     torch.manual_seed(0)
-    model = _model("attention", "rope", cross_attention=True, ctx_mode=mode, copy=True, ctx_block_size=8).train()
+    model = _model("attention", "rope", context=_with_copy(mode), ctx_block_size=8).train()
     idx, ctx = _ids(3, 9, seed=4), _contexts()
     want, _ = model(idx, context=ctx)
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -40,7 +40,7 @@ from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.data.batches import WindowSampler, shard_rows
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
-from seqlab.runs.files import load_trainer_state
+from seqlab.runs.checkpoint_files import load_trainer_state
 from seqlab.training.distributed import World
 from seqlab.training.trainer import Trainer, train
 

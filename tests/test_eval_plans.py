@@ -24,7 +24,7 @@ from seqlab.evaluation.context_scores import email_scores
 from seqlab.evaluation.heldout import evaluate_lm, score_heldout, token_byte_lengths
 from seqlab.evaluation.plans import iter_lanes, iter_windows, plan_kind, slide_chunk, split_plan
 from seqlab.models import build_model
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.models.kv_cache import SlidingKVCache
 from seqlab.models.lm import LMState
 
@@ -53,7 +53,7 @@ def make_store(path: Path, n_targets: list[int], contexts: list[int] | None = No
 def tiny_model(pos: str, mixer: str = "attention", cross: bool = False) -> torch.nn.Module:
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=TOK.vocab_size, block_size=W, n_layer=2, n_embd=16, n_head=2, mlp_ratio=2,
-                      mixer=mixer, pos=pos, cross_attention=cross, ctx_block_size=CTX, ctx_layers=1)
+                      mixer=mixer, pos=pos, context="cross" if cross else "none", ctx_block_size=CTX, ctx_layers=1)
     return build_model(cfg).double().eval()  # float64: the paths below differ only in summation order
 
 

@@ -18,7 +18,7 @@ from seqlab.generation.complete import complete
 from seqlab.generation.fast_step import FastStep
 from seqlab.generation.phrases import PhraseBlend
 from seqlab.models import build_model, record_attention
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.models.kv_cache import KVCache
 from tests.tiny_models import tiny_lm, token_ids
 
@@ -30,11 +30,11 @@ KNOWN = {
     "attn-none-bias-qknorm": dict(mixer="attention", pos="none", bias=True, qk_norm=True),
     "attn-rope-qknorm": dict(mixer="attention", pos="rope", qk_norm=True),
     "attn-no-mlp": dict(mixer="attention", pos="rope", mlp_ratio=0),
-    "attn-cross": dict(mixer="attention", pos="rope", cross_attention=True),
+    "attn-cross": dict(mixer="attention", pos="rope", context="cross"),
     "rnn": dict(mixer="rnn", pos="none"),
     "gru": dict(mixer="gru", pos="none"),
     "gru-learned": dict(mixer="gru", pos="learned"),
-    "gru-cross": dict(mixer="gru", pos="none", cross_attention=True),
+    "gru-cross": dict(mixer="gru", pos="none", context="cross"),
 }
 
 
@@ -61,7 +61,7 @@ def test_fast_step_equals_the_model_step_by_step(name: str, prompt_len: int) -> 
     model = _model(name)
     fast = FastStep.of(model)
     assert fast is not None
-    ctx = ContextBatch.from_lists([[3, 4, 5], [6], [7, 8, 9, 10]]) if model.cfg.cross_attention else None
+    ctx = ContextBatch.from_lists([[3, 4, 5], [6], [7, 8, 9, 10]]) if model.cfg.reads_context else None
     prompt = token_ids(3, prompt_len)  # (B, T): three lanes
     with torch.inference_mode():
         _, state = model(prompt, context=ctx) if ctx is not None else model(prompt)

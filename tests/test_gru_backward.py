@@ -86,19 +86,3 @@ def test_the_mixer_trains_through_it_and_still_equals_the_kernel() -> None:
     inputs = [x, *mixer.parameters()]
     for got, want in zip(torch.autograd.grad(y.sum(), inputs), torch.autograd.grad(y_ref.sum(), inputs)):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
-
-
-def test_force_kernel_keeps_pytorchs_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The benchmarks' "fused GRU" baseline: with force_kernel the mixer never enters the recurrence."""
-    from seqlab.models import rnn
-
-    cfg = ModelConfig(vocab_size=16, n_embd=8, n_head=2, n_layer=1, block_size=8, mixer="gru", pos="none")
-    mixer = RecurrentMixer(cfg, "gru")
-    calls = []
-    monkeypatch.setattr(rnn, "gru_sequence", lambda *a, **k: calls.append(1) or gru_sequence(*a, **k))
-    x = torch.randn(2, 5, 8, requires_grad=True)
-    mixer(x)
-    assert calls == [1]
-    mixer.force_kernel = True
-    mixer(x)
-    assert calls == [1]

@@ -158,7 +158,7 @@ def _feed(model: LM, idx: Tensor, chunks: list[int], context: Tensor | None = No
 
 @pytest.mark.parametrize("mixer,pos,cross", [(*c, False) for c in COMBOS] + [(*c, True) for c in CROSS])
 def test_model_is_causal_and_in_pieces_equals_full_pass(mixer: str, pos: str, cross: bool) -> None:
-    model = _model(mixer, pos, cross_attention=cross)
+    model = _model(mixer, pos, context="cross" if cross else "none")
     idx = _ids(2, T)
     ctx = _ids(2, 5, seed=7) if cross else None
     with torch.no_grad():

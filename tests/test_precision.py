@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -53,9 +54,8 @@ def test_bad_precision_is_a_user_error() -> None:
 def test_bf16_step_matches_fp32(mixer: str) -> None:
     """The same weights and batch: under bf16 autocast the loss and every gradient stay within bf16's
     rounding of the fp32 ones, the weights and gradients stay float32, and a matmul really ran in bf16."""
-    cfg = get_preset("tiny").model
-    cfg.vocab_size, cfg.mixer, cfg.n_embd, cfg.n_head = 259, mixer, 64, 4
-    cfg.pos = "rope" if mixer == "attention" else "none"
+    cfg = dataclasses.replace(get_preset("tiny").model, vocab_size=259, mixer=mixer, n_embd=64, n_head=4,
+                              pos="rope" if mixer == "attention" else "none")
     torch.manual_seed(0)
     model = build_model(cfg)
     x, y = torch.randint(0, 259, (4, 32)), torch.randint(0, 259, (4, 32))

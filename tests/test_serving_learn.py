@@ -179,7 +179,7 @@ def test_a_reply_is_learned_with_the_message_it_answered(tmp_path: Path) -> None
     tok = ByteTokenizer()
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=64, mixer="gru", pos="none", n_layer=1,
-                                    n_embd=32, n_head=2, cross_attention=True, ctx_block_size=64)).eval()
+                                    n_embd=32, n_head=2, context="cross", ctx_block_size=64)).eval()
     xattn = [n for n, _ in model.named_parameters() if "xattn" in n]
     assert xattn
     for context, moves in ((None, False), ("Could you send the freight totals?", True)):

@@ -1,4 +1,4 @@
-"""The thread count chosen from the free cores (`seqlab.training.threads`): the estimate from a pair of
+"""The thread count chosen from the free cores (`seqlab.training.cpu_threads`): the estimate from a pair of
 synthetic /proc/stat readings against the shares worked out by hand, the re-check while training, and
 who wins (train.threads, then OMP_NUM_THREADS, then the free cores)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqlab.training.threads import CpuTimes, ThreadChooser, idle_cores, read_cpu_times, threads_for
+from seqlab.training.cpu_threads import CpuTimes, ThreadChooser, idle_cores, read_cpu_times, threads_for
 
 STAT = """cpu  300 0 100 500 100 0 0 0 0 0
 cpu0 100 0 50 300 50 0 0 0 0 0

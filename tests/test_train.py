@@ -59,14 +59,14 @@ def test_tiny_model_loss_drops(tiny_data_dir: Path, tmp_path: Path, mixer: str) 
 
 
 @pytest.mark.parametrize("extra", [["model.mixer=gru", "model.pos=none"],
-                                   ["model.mixer=gru", "model.pos=none", "model.cross_attention=true",
-                                    "model.ctx_mode=init_state", "model.ctx_block_size=64"]], ids=["gru", "init_state"])
+                                   ["model.mixer=gru", "model.pos=none", "model.context=init_state",
+                                    "model.ctx_block_size=64"]], ids=["gru", "init_state"])
 def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Path, tmp_path: Path,
                                                                 extra: list[str]) -> None:
     """The trainer's val_loss / val_bpb against a per-target computation by hand on its fixed emails, each
     read whole in one call from its first token (with its context): the state a recurrent model has there.
     Side-by-side windows started fresh mid-email (the old validation) fail this."""
-    from seqlab.models.context import ContextBatch
+    from seqlab.models.context_encoder import ContextBatch
 
     cfg = apply_overrides(get_preset("tiny"), [*TINY, *extra])
     trainer = Trainer(tiny_data_dir, tmp_path / "run", cfg, progress=False)
@@ -77,7 +77,7 @@ def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Pa
         for i in trainer.eval_emails.tolist():
             ids = torch.from_numpy(store.tokens[store.starts[i]:store.ends[i]].astype("int64"))[None]  # (1, L)
             ctx = ({"context": ContextBatch.from_lists([store.contexts.context(i, 64).tolist()])}
-                   if cfg.model.cross_attention else {})
+                   if cfg.model.reads_context else {})
             logp = torch.log_softmax(trainer.model.eval()(ids[:, :-1], **ctx)[0].double(), dim=-1)[0]  # (L-1, V)
             for t, target in enumerate(ids[0, 1:].tolist()):
                 nll -= float(logp[t, target])

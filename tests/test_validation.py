@@ -17,10 +17,9 @@ from seqlab.training.trainer import Trainer
 FAMILIES = {
     "attn-rope": [],  # sliding lanes
     "attn-learned": ["model.pos=learned"],  # windows overlapping by half
-    "attn-cross": ["model.cross_attention=true", "model.ctx_block_size=64"],
+    "attn-cross": ["model.context=cross", "model.ctx_block_size=64"],
     "gru": ["model.mixer=gru", "model.pos=none"],  # lanes, state carried
-    "gru-init_state": ["model.mixer=gru", "model.pos=none", "model.cross_attention=true",
-                       "model.ctx_mode=init_state", "model.ctx_block_size=64"],
+    "gru-init_state": ["model.mixer=gru", "model.pos=none", "model.context=init_state", "model.ctx_block_size=64"],
 }
 
 

@@ -97,7 +97,7 @@ class Run:
         P(words) * (characters - 1) reaches it, under "first-word" when its first word's probability does;
         below it the suggestion comes back empty. `phrases` blends RUN_DIR/phrases.npz (`Run.fit_phrases`)
         in at `phrase_weight`. `reply_to` is the message being answered (its text, or a Path to a message
-        file) for a model trained with model.cross_attention=true. The result has `.text`, `.confidence` and `.words`.
+        file) for a model trained with a model.context. The result has `.text`, `.confidence` and `.words`.
         """
         from seqlab.generation.complete import complete
         from seqlab.generation.reply import read_reply_to, reply_context

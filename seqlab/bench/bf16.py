@@ -90,15 +90,14 @@ def family_rows(repeats: int, preset: str = "small", peak_n: int = PEAK_N) -> li
     return out
 
 
-def _mixers(C: int) -> tuple[MinGRUMixer, RecurrentMixer, RecurrentMixer]:
-    """(minGRU mixer in scan mode, fused GRU mixer (PyTorch's kernel), explicit-loop GRU mixer), width C."""
+def _mixers(C: int) -> tuple[MinGRUMixer, torch.nn.GRU, RecurrentMixer]:
+    """(minGRU mixer in scan mode, torch.nn.GRU (PyTorch's fused kernel), explicit-loop GRU mixer), width C."""
     torch.manual_seed(0)
     mingru = MinGRUMixer(ModelConfig(mixer="mingru", n_embd=C, n_head=1, pos="none"))
     mingru.mode = "scan"
-    fused = RecurrentMixer(ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none"), "gru")
-    fused.force_kernel = True  # "the fused GRU": PyTorch's kernel, not the trainer's gru_backward loop
+    fused = torch.nn.GRU(C, C, batch_first=True)  # "the fused GRU": PyTorch's kernel, not the trainer's loop
     loop = RecurrentMixer(ModelConfig(mixer="gru", n_embd=C, n_head=1, pos="none", fused_rnn=False), "gru")
-    assert fused.uses_fused() and not loop.uses_fused()
+    assert not loop.uses_fused()
     return mingru, fused, loop
 
 

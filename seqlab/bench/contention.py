@@ -6,7 +6,7 @@ tokens/s, for attention and for the GRU (whose many small per-step parallel regi
 
   quiet 1 thread / 2 threads   torch.set_num_threads(1 or 2), nothing else started
   quiet default                seqlab's default when train.threads is not set: the free cores
-                               (`seqlab.training.threads.ThreadChooser`, as the trainer uses it: chosen at
+                               (`seqlab.training.cpu_threads.ThreadChooser`, as the trainer uses it: chosen at
                                start, re-checked after steps)
   busy default                 the default beside one busy process (a Python loop, `while True: pass`)
   busy 2 threads / 1 thread    fixed counts beside it (2 = torch's own default on 2 cores, the old one)
@@ -51,7 +51,7 @@ def child(family: str, seconds: float, threads: str, skip: float) -> dict[str, A
     import torch
 
     from seqlab.bench.throughput import family_config, seqlab_step
-    from seqlab.training.threads import EVERY_S, ThreadChooser
+    from seqlab.training.cpu_threads import EVERY_S, ThreadChooser
 
     chooser = None
     if threads.startswith("auto"):
@@ -80,7 +80,7 @@ def child(family: str, seconds: float, threads: str, skip: float) -> dict[str, A
 
 def measure(family: str, name: str, seconds: float) -> dict[str, Any]:
     """Run one case in a fresh process (and the busy loop beside it where the case says)."""
-    from seqlab.training.threads import EVERY_S
+    from seqlab.training.cpu_threads import EVERY_S
 
     busy, threads = CASES[name]
     env = dict(os.environ)

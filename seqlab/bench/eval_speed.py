@@ -23,6 +23,7 @@ second half of a window is new.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def family_rows(family: str, data: Path, split: str) -> list[dict[str, Any]]:
     """The evaluation rows of one family's `small` preset on `split` (module docstring)."""
     cfg, batch = family_config(family)
     tok = load_tokenizer(data / "tokenizer.json")
-    cfg.vocab_size = tok.vocab_size
+    cfg = dataclasses.replace(cfg, vocab_size=tok.vocab_size)
     model, step = seqlab_step(cfg, batch)
     _, step16 = seqlab_step(cfg, batch, precision="bf16")
     bf16 = cpu_has_native_bf16()

@@ -18,6 +18,7 @@ MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed in ro
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +41,8 @@ SECTION = "throughput"
 def family_config(family: str, preset: str = "small") -> tuple[ModelConfig, int]:
     """(model config, batch size) of a preset for one mixer family; recurrent mixers take pos=none."""
     cfg = get_preset(preset)
-    m = cfg.model
-    m.vocab_size, m.mixer = 259, family  # the byte tokenizer's vocabulary
-    if family != "attention":
-        m.pos = "none"
+    pos = cfg.model.pos if family == "attention" else "none"
+    m = dataclasses.replace(cfg.model, vocab_size=259, mixer=family, pos=pos)  # the byte tokenizer's vocabulary
     return m, cfg.train.batch_size
 
 

@@ -175,7 +175,7 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     _add_phrase_options(p)
     p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",
                    help="the message being answered (a message file or plain text), read through "
-                   "cross-attention by a model trained with model.cross_attention=true")
+                   "cross-attention by a model trained with a model.context")
     p.add_argument("--device", default="auto")
 
 

@@ -36,7 +36,7 @@ def add_attention(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--query", type=int, default=None, help="token position of the soft-lookup (default: last)")
     p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",
                    help="the message TEXT answers (a message file or plain text): draw instead the "
-                   "cross-attention weights of TEXT's tokens over it (a run trained with model.cross_attention)")
+                   "cross-attention weights of TEXT's tokens over it (a run trained with a model.context)")
 
 
 def run_attention(args: argparse.Namespace) -> int:

@@ -35,6 +35,8 @@ def run_train(args: argparse.Namespace) -> int:
     if launched_rank() != 0:  # under torchrun rank 0 alone reports
         return 0
     summary = run.summary
+    for note in summary.get("derived_settings") or []:  # what an override of model.mixer set besides
+        print(f"set {note}")
     if summary.get("resumed_at") is not None:
         print(f"resumed {args.out} at step {summary['resumed_at']}")
     print(f"{summary['stopped']}: {summary['steps']} steps, best val loss {summary['best_val_loss']:.4f} "

@@ -1,6 +1,6 @@
 """Context batches beside the token batches: for each window or stream lane, the context of its email.
 
-The model reads a reply's context through cross-attention (`seqlab.models.context`); this module cuts
+The model reads a reply's context through cross-attention (`seqlab.models.context_encoder`); this module cuts
 those contexts out of a split's `ContextStore` (`seqlab.data.reply_store`) for the same rows as the token
 batches of `batches.py` and `streams.py`:
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class ContextRows(NamedTuple):
-    """Contexts for one token batch (module docstring); `seqlab.models.context.ContextBatch(*rows)`."""
+    """Contexts for one token batch (module docstring); `seqlab.models.context_encoder.ContextBatch(*rows)`."""
 
     ids: torch.Tensor
     keep: torch.Tensor

@@ -40,7 +40,7 @@ from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, typ
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 from seqlab.printed_command import printed_command
-from seqlab.runs.files import atomic_write_text
+from seqlab.runs.checkpoint_files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 CALIBRATION = "calibration.json"

@@ -2,7 +2,7 @@
 
 `email_scores` scores every target of a split exactly once through the loop `heldout.evaluate_lm` uses
 (`heldout.score_split`, cut into calls by `seqlab.evaluation.plans`), and adds each row's NLL and bytes
-to the email it belongs to; a model with `model.cross_attention` reads each email's context
+to the email it belongs to; a model with a `model.context` reads each email's context
 (`seqlab.data.reply_batches`). `by_context` sums them over the emails that have a
 context and those that do not. `paired_bootstrap` gives an interval for the difference in bits per
 byte between two models scored on the same emails (Efron & Tibshirani 1993, ch. 6: resample emails,

@@ -56,7 +56,7 @@ from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_pic
 from seqlab.generation.complete import complete, split_words
 from seqlab.generation.decode import context_limit, model_device
 from seqlab.generation.gate import FIRST_WORD
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 METHODS = ("sgd", "rms")
@@ -302,7 +302,7 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
         positions.setdefault(exact_picks[k], []).append(i)
     typed_picks = completion_picks(store, saved_emails, seed) if saved_emails > 0 else []
     typed_texts = {int(e): tok.decode(store.email(int(e)).tolist()) for e in typed_picks}
-    reads = bool(getattr(cfg.model, "cross_attention", False))
+    reads = bool(getattr(cfg.model, "reads_context", False))
     initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     step = (RMSStep(model, TokenStore(data, "train"), ms_emails, decay, seed=seed, contexts=reads)
             if method == "rms" and lr > 0 else None)

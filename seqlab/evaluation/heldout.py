@@ -158,7 +158,7 @@ def context_rows(model: nn.Module, store: TokenStore, use_context: bool = True) 
     """How many context tokens each email gives a model that reads reply contexts (model.ctx_block_size),
     or 0: a model without cross-attention, `use_context=False`, or a DATA_DIR without contexts."""
     cfg = getattr(model, "cfg", None)
-    if not use_context or store.contexts is None or not getattr(cfg, "cross_attention", False):
+    if not use_context or store.contexts is None or not getattr(cfg, "reads_context", False):
         return 0
     return int(cfg.ctx_block_size)
 

@@ -2,7 +2,7 @@
 
 Every plan scores every target of the split exactly once, and every target is predicted from tokens of
 its own email only (an email is `[bos] + text + [eos]`; its targets are `text + [eos]`). A model that
-reads reply contexts (`model.cross_attention`) gets each email's context beside its tokens. The plan is
+reads reply contexts (a `model.context` other than none) gets each email's context beside its tokens. The plan is
 chosen from the model (`plan_kind`):
 
 - `lanes` (recurrent models: no context limit, `seqlab.generation.decode.context_limit`): emails are
@@ -47,7 +47,7 @@ from seqlab.data.batches import IGNORE_INDEX, eval_windows, gather_windows
 from seqlab.data.reply_batches import gather_contexts, window_contexts
 from seqlab.data.store import TokenStore
 from seqlab.generation.decode import context_limit
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.models.kv_cache import RingKVCache
 from seqlab.models.lm import LM, LMState
 

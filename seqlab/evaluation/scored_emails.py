@@ -15,7 +15,7 @@ from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.compressors import split_texts
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 
 
 def check_same_tokenizer(tok: Tokenizer, data_dir: Path, run_dir: Path) -> None:
@@ -42,7 +42,7 @@ def completion_texts(store: TokenStore, tok: Tokenizer, emails: int, seed: int) 
 
 def completion_contexts(model: Any, store: TokenStore, emails: int, seed: int) -> list[Any] | None:
     """The contexts of the emails of `completion_picks` for a model that reads them, else None."""
-    if not getattr(model.cfg, "cross_attention", False) or store.contexts is None:
+    if not getattr(model.cfg, "reads_context", False) or store.contexts is None:
         return None
     limit = model.cfg.ctx_block_size
     return [ContextBatch.from_lists([store.contexts.context(int(i), limit).tolist()])

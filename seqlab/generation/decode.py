@@ -86,7 +86,7 @@ class IncrementalDecoder:
     """
 
     def __init__(self, model: nn.Module, prompts: Tensor, limit: int | None = None, context: Any = None) -> None:
-        """context: what the model reads through cross-attention (a `seqlab.models.context.ContextBatch`
+        """context: what the model reads through cross-attention (a `seqlab.models.context_encoder.ContextBatch`
         for one lane or for each), given again whenever the window is re-encoded; None without one."""
         if prompts.ndim != 2 or prompts.shape[1] == 0:
             raise ValueError(f"prompts must be a non-empty (B, T) tensor of token ids, "

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.kv_cache import KVCache
 from seqlab.models.lm import LM, LMState
-from seqlab.models.positional import PositionHandler, RotaryPositions, _rotate_half  # _rotate_half: the model's formula
+from seqlab.models.positional import PositionHandler, RotaryPositions, rotate_half  # rotate_half: the model's formula
 from seqlab.models.recorder import active_recorder
 
 Norm = tuple[Tensor, "Tensor | None", float]  # a LayerNorm's weight, bias and eps
@@ -196,7 +196,7 @@ class FastStep:
         cos = rope.cos if rope is not None else None  # (L, D/2), regrown by the module when L is too short
         if cos is not None and offset < cos.size(0):
             # RoPE on queries and keys at once, with the position's own table row: (B, 2, H, 1, D)
-            qk = _rotate_half(qkv[:, :2], cos[offset], rope.sin[offset])
+            qk = rotate_half(qkv[:, :2], cos[offset], rope.sin[offset])
             q, k, v = qk[:, 0], qk[:, 1], qkv[:, 2]
         else:
             q, k, v = qkv.unbind(1)  # 3 x (B, H, 1, D)

@@ -2,7 +2,7 @@
 
 `reply_context` turns the original's text (`seqlab.data.mail.reader.original_text` reads a message
 file or plain text and cleans it as `prepare` cleans a context) into the `ContextBatch` a model with
-`model.cross_attention` reads: the same tokenizer, its last `model.ctx_block_size` tokens. A model
+`model.context` reads: the same tokenizer, its last `model.ctx_block_size` tokens. A model
 without cross-attention cannot read one: a UserError says so rather than silently ignoring it.
 """
 
@@ -15,13 +15,13 @@ from torch import nn
 from seqlab.data.mail.reader import original_text
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 
 
 def reads_context(model: nn.Module) -> bool:
     """True when the model has cross-attention over a context."""
     cfg = getattr(model, "cfg", None)
-    return bool(cfg is not None and cfg.cross_attention)
+    return bool(cfg is not None and cfg.reads_context)
 
 
 def reply_context(model: nn.Module, tokenizer: Tokenizer, text: str | None) -> ContextBatch | None:
@@ -30,7 +30,7 @@ def reply_context(model: nn.Module, tokenizer: Tokenizer, text: str | None) -> C
     if text is None:
         return None
     if not reads_context(model):
-        raise UserError("this run's model reads no context (it was trained without model.cross_attention=true); "
+        raise UserError("this run's model reads no context (it was trained with model.context=none); "
                         "leave out the message being replied to")
     ids = tokenizer.encode(text)[-model.cfg.ctx_block_size:] if text else []
     return ContextBatch.from_lists([ids])

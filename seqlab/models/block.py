@@ -1,7 +1,7 @@
 """One block of the LM and the sequence mixer inside it (`seqlab.models.lm` stacks the blocks).
 
 Each block is pre-norm residual (GPT-2, Radford et al. 2019): x = x + mixer(ln(x)), then cross-attention
-over the context (model.cross_attention with ctx_mode=cross), then x = x + mlp(ln(x)). `MIXERS` maps
+over the context (model.context=cross or cross+copy), then x = x + mlp(ln(x)). `MIXERS` maps
 ModelConfig.mixer to the constructor of a block's mixer; the hybrid chooses per layer (models/hybrid.py).
 """
 
@@ -84,7 +84,7 @@ class Block(nn.Module):
         self.mixer = make_mixer(cfg, layer)
         if isinstance(self.mixer, MultiHeadAttention):
             self.mixer.layer = layer
-        cross = cfg.cross_attention and cfg.ctx_mode == "cross"
+        cross = cfg.cross_attends
         self.ln_x = nn.LayerNorm(cfg.n_embd, bias=cfg.bias) if cross else None
         self.xattn = MultiHeadAttention(cfg.n_embd, cfg.n_head, cfg.bias, cfg.dropout) if cross else None
         if self.xattn is not None:
@@ -103,7 +103,7 @@ class Block(nn.Module):
         context_mask: Tensor | None,
         init: Tensor | None = None,
     ) -> tuple[Tensor, Any, CrossKV | None]:
-        extra = {"init": init} if init is not None else {}  # only a recurrent mixer under ctx_mode=init_state
+        extra = {"init": init} if init is not None else {}  # only a recurrent mixer under model.context=init_state
         h, state = self.mixer(self.ln_1(x), state=state, reset=reset, **extra)
         x = x + self.drop(h)
         # without any context (none given, none cached) the cross-attention branch is skipped

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.attention import stable_softmax
-from seqlab.models.context import ContextBatch, ContextEncoder, cross_mask
+from seqlab.models.context_encoder import ContextBatch, ContextEncoder, cross_mask
 from seqlab.models.recorder import active_recorder
 
 TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach 1.2e-38)
@@ -147,7 +147,7 @@ def read_context(head: CopyHead | None, encoder: ContextEncoder | None, wte: nn.
     assert head is not None and encoder is not None
     if isinstance(context, Tensor):
         if context.dim() != 2 or context.is_floating_point():
-            raise ValueError("a model with model.copy copies context tokens: give (B, Lc) token ids or a "
+            raise ValueError("a model with a copy head copies context tokens: give (B, Lc) token ids or a "
                              f"ContextBatch, not a tensor of shape {tuple(context.shape)}")
         context = ContextBatch.single(context, context_mask)
     if context.segment is not None and context.segment.size(1) != t:

@@ -3,15 +3,14 @@
 `linear(x, w, b, gelu=False)` is `F.linear` (then `F.gelu`, the exact erf form) everywhere, except for a
 float32 CPU tensor with autograd off (held-out scoring, validation, decoding, serving: all run under
 `torch.inference_mode()` or `torch.no_grad()`) and no autocast: there it calls oneDNN's inference linear,
-`torch.ops.mkldnn._linear_pointwise`, with GELU as a fused post-op. On this project's CPU (AMD EPYC, 1
-thread) that ran the `small` attention model's whole-split evaluation 1.20x faster than the F.linear path
-(`seqlab bench`, "evaluation"), because aten's float32 linear takes a slower kernel at these shapes
-(2048 rows against 128 or 512 inputs: 62-74 against 78-91 GFLOP/s; the 259-wide byte head: 40-51 against
-78) and GELU then costs a pass of its own.
+`torch.ops.mkldnn._linear_pointwise`, with GELU as a fused post-op. It is there because at the shapes a
+CPU evaluates (a few thousand rows against 128 or 512 inputs, and the byte head) aten's float32 linear
+takes a slower kernel than oneDNN's, and GELU then costs a pass of its own (`seqlab bench`, "evaluation";
+the experiments index).
 
 The result is the same float32 arithmetic: no lower precision, only the order of the additions may
-differ (bitwise equal at 128 inputs here, about 1e-7 relative at 512), so bits per byte agree with the
-F.linear path to about 1e-9 (tests/test_cpu_linear.py). Training never takes this path (it needs
+differ, so bits per byte agree with the F.linear path to rounding (tests/test_cpu_linear.py holds the
+tolerance). Training never takes this path (it needs
 gradients), so its numerics do not change. `use_onednn(False)` turns the path off (tests, A/B timing).
 """
 

@@ -4,7 +4,7 @@ PyTorch's `aten::gru` on the CPU, when a gradient is needed, runs as a chain of 
 per time step: about 20 in the forward pass and as many backward nodes, each with its dispatch cost, plus
 a bf16 cast of the state at every step under autocast, and a separate (3H, B) @ (B, H) weight-gradient
 matmul per step. At the widths a CPU trains (192, 32 lanes) those overheads, not the arithmetic, are most
-of the step (`benchmarks/profile_gru_loop.py`).
+of the step (a profile of the step; the experiments index).
 
 Here the input projection of every step is one matmul outside (autograd's, under autocast), and
 `GRURecurrence` runs the time loop itself in float32: forward, keeping r, z, n, W_hn h + b_hn and the
@@ -60,7 +60,7 @@ class GRURecurrence(torch.autograd.Function):
         wt = w.t()  # (H, 3H)
         bias = b_hh.to(work) if b_hh is not None else None
         keep_t = keep.to(work).t().unsqueeze(-1).contiguous() if keep is not None else None  # (T, B, 1)
-        # every buffer is contiguous per step: elementwise operators on strided (B, H) slices ran ~5x slower
+        # every buffer is contiguous per step: elementwise operators on strided (B, H) slices are far slower
         hp = g.new_empty(T, B, H)  # the state each step read (after the reset)
         gh = g.new_empty(T, B, 3 * H)  # W_hh h + b_hh
         rz = g.new_empty(T, B, 2 * H)  # r and z

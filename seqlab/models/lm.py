@@ -5,16 +5,17 @@
 Each block (models/block.py) is pre-norm residual (GPT-2, Radford et al. 2019):
     x = x + mixer(ln(x))                     attention, RNN, GRU or minGRU (the `MIXERS` registry),
                                              or per layer for the hybrid (`make_mixer`)
-    x = x + xattn(ln(x), context)            only with cfg.cross_attention (and ctx_mode=cross)
+    x = x + xattn(ln(x), context)            only with cfg.context=cross or cross+copy
     x = x + mlp(ln(x))                       only with cfg.mlp_ratio > 0
-With cfg.copy the head's distribution is mixed with a pointer's over the context tokens and the model
-returns the mixture's log-probabilities as its logits (models/copy.py, See et al. 2017).
+With a copy head (cfg.context=...+copy or pointer) the head's distribution is mixed with a pointer's
+over the context tokens and the model returns the mixture's log-probabilities as its logits
+(models/copy.py, See et al. 2017).
 The head shares its matrix with the token embedding by default (Press & Wolf 2017). The loss is
 computed outside the model. Every mixer follows one contract:
     mixer(x (B, T, C), state=None, reset=None (B, T) bool) -> (y (B, T, C), new state)
 so that feeding tokens one at a time with the returned state equals one full forward pass. With
-cfg.ctx_mode=init_state the recurrent mixers also take init (B, T, C), the state an email starts from
-(models/context.py `ContextInit`), in place of the cross-attention.
+cfg.context=init_state the recurrent mixers also take init (B, T, C), the state an email starts from
+(models/context_encoder.py `ContextInit`), in place of the cross-attention.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.block import MIXERS, Block
-from seqlab.models.context import ContextBatch, ContextEncoder, ContextInit, cross_mask
+from seqlab.models.context_encoder import ContextBatch, ContextEncoder, ContextInit, cross_mask
 from seqlab.models.copy import CopyHead, PointerKeys, read_context
 from seqlab.models.cpu_linear import linear
 from seqlab.models.kv_cache import CrossKV, KVCache
@@ -60,7 +61,7 @@ class LMState:
         for the hybrid's local attention: models/hybrid.py);
     cross: one CrossKV per block (context keys/values computed once), or None entries;
     pos: (B,) long, the position of the next token in each lane (restarts at reset flags);
-    copy: what the copy head reads of the context (model.copy), computed once, or None.
+    copy: what the copy head reads of the context (a copy head), computed once, or None.
     """
 
     layers: list[Any]
@@ -116,12 +117,12 @@ class LM(nn.Module):
         self.pos = build_positions(cfg)  # learned / sinusoidal vectors added here; rope / alibi live in attention
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
-        self.ctx_encoder = ContextEncoder(cfg) if cfg.cross_attention else None  # models/context.py
+        self.ctx_encoder = ContextEncoder(cfg) if cfg.reads_context else None  # models/context_encoder.py
         self.ctx_init = (ContextInit(cfg, [i for i, b in enumerate(self.blocks) if _recurrent(b.mixer)])
-                         if cfg.cross_attention and cfg.ctx_mode == "init_state" else None)
+                         if cfg.context_init else None)
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.copy_head = CopyHead(cfg) if cfg.copy else None  # models/copy.py
+        self.copy_head = CopyHead(cfg) if cfg.copies else None  # models/copy.py
         self._init_weights()
         if cfg.tie_weights:
             self.head.weight = self.wte.weight  # one (V, C) matrix reads tokens in and scores them out
@@ -160,11 +161,11 @@ class LM(nn.Module):
         """Context rows for cross-attention and the mask of what each query may read.
 
         A ContextBatch, or (B, Lc) token ids (with context_mask (B, Lc): False on padding), go through
-        the context encoder (models/context.py) -> rows (B, S, C) and a (B, S) or per-query (B, T, S)
+        the context encoder (models/context_encoder.py) -> rows (B, S, C) and a (B, S) or per-query (B, T, S)
         bool mask; a float (B, Lc, C) tensor is taken as already-encoded rows (context_mask as given).
-        `encoded`: the encoder's output for this context when the caller has it already (model.copy)."""
+        `encoded`: the encoder's output for this context when the caller has it already (a copy head)."""
         if self.ctx_encoder is None:
-            raise ValueError("a context was given but model.cross_attention is false")
+            raise ValueError("a context was given but model.context is none")
         if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
             if context.size(-1) != self.cfg.n_embd:
                 raise ValueError(f"context rows must be (B, Lc, {self.cfg.n_embd}), got {tuple(context.shape)}")
@@ -182,7 +183,7 @@ class LM(nn.Module):
     def context_inits(self, context: Tensor | ContextBatch, context_mask: Tensor | None, reset: Tensor | None,
                       fresh: bool, t: int, encoded: tuple[Tensor, Tensor, Tensor] | None = None
                       ) -> list[Tensor | None]:
-        """ctx_mode=init_state: per block, the (B, T, C) state its recurrent mixer adds where an email
+        """model.context=init_state: per block, the (B, T, C) state its recurrent mixer adds where an email
         starts (at resets, and at t = 0 when the call starts from no state), or None (ContextInit)."""
         assert self.ctx_init is not None and self.ctx_encoder is not None
         if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
@@ -218,8 +219,8 @@ class LM(nn.Module):
         reset: (B, T) bool, True where an email starts: recurrent mixers zero their hidden state and
             additive positions restart at 0 (attention ignores it: its windows lie inside one email).
         """
-        if context is not None and not self.cfg.cross_attention:
-            raise ValueError("a context was given but model.cross_attention is false")
+        if context is not None and not self.cfg.reads_context:
+            raise ValueError("a context was given but model.context is none")
         b, t = idx.shape
         start = state.pos if state is not None else torch.zeros(b, dtype=torch.long, device=idx.device)
         positions = position_ids(t, start, reset)  # (B, T)
@@ -239,7 +240,7 @@ class LM(nn.Module):
         if context is not None and self.ctx_init is not None:  # read through the initial states only
             inits = self.context_inits(context, context_mask, reset, state is None, t, encoded)
             context = None
-        if self.cfg.ctx_mode == "pointer":  # no block reads the context: the copy head alone
+        if self.cfg.context == "pointer":  # no block reads the context: the copy head alone
             context = None
         ctx, context_mask = (self.encode_context(context, context_mask, t, encoded) if context is not None
                              else (None, None))
@@ -265,10 +266,9 @@ def _recurrent(mixer: nn.Module) -> bool:
 
 
 def build_model(cfg: ModelConfig) -> LM:
-    """Validate the config (again: a dataclass can be edited after construction) and build the LM."""
+    """Build the LM of a `ModelConfig` (frozen, so validated once, when it was made)."""
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"build_model needs a ModelConfig, not {type(cfg).__name__}")
-    dataclasses.replace(cfg)  # re-runs ModelConfig.__post_init__: ValueError naming a bad value/combination
     if cfg.mixer not in MIXERS and cfg.mixer != "hybrid":
         raise ValueError(f"model.mixer={cfg.mixer!r} has no implementation; known: {', '.join(MIXERS)}")
     return LM(cfg)

@@ -291,7 +291,7 @@ class MinGRUMixer(nn.Module):
                 init: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (B, T, C), state = last h (B, C) or None, reset (B, T) bool or None -> y (B, T, C), h_T (B, C).
 
-        init (B, T, C) or None: the state added where an email starts (`model.ctx_mode=init_state`)."""
+        init (B, T, C) or None: the state added where an email starts (`model.context=init_state`)."""
         check_mixer_inputs("minGRU", x, state, reset, init)
         h, h_last = self.rnn(x, state, reset, mode=self.mode, init=init)
         return self.proj(h), h_last

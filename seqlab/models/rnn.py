@@ -107,7 +107,7 @@ def run_cell(
 
     `reset[b, t]` True zeroes lane b's state before step t (an email starts at t); `init` (B, T, H), zero
     except where an email starts (a reset, or t = 0), is then added: the state the email starts from
-    (`model.ctx_mode=init_state`). When `gate_log` is a list and the cell is a GRU, the (r, z) gates of
+    (`model.context=init_state`). When `gate_log` is a list and the cell is a GRU, the (r, z) gates of
     every step, each (B, H), are appended to it.
     """
     B, T, _ = x.shape
@@ -186,7 +186,7 @@ class RecurrentMixer(nn.Module):
 
     The fused path is used when `cfg.fused_rnn` is true and nothing asks for per-step inspection: PyTorch's
     kernel, except that a GRU computing a gradient on the CPU runs `gru_backward.gru_sequence` (its time loop
-    with a hand-written backward, ~1.5x faster to train; `force_kernel = True` keeps PyTorch's kernel);
+    with a hand-written backward, faster to train there: `seqlab bench`, layers);
     `force_explicit` (or `with mixer.explicit():`) selects the gate-by-gate loop, and
     `record_gates = True` (GRU only) also stores the last forward's gates in `last_gates`
     as {'r': (B, T, C), 'z': (B, T, C)} (detached).
@@ -200,9 +200,6 @@ class RecurrentMixer(nn.Module):
         self.cell: Cell = RNNCell(cfg.n_embd, cfg.n_embd) if cell == "rnn" else GRUCell(cfg.n_embd, cfg.n_embd)
         self.fused_rnn = cfg.fused_rnn
         self.force_explicit = False
-        # True: train through PyTorch's fused kernel (cut at resets) rather than `gru_backward`: the
-        # baseline the benchmarks call "the fused GRU"
-        self.force_kernel = False
         self.record_gates = False
         self.last_gates: dict[str, Tensor] | None = None
 
@@ -224,7 +221,7 @@ class RecurrentMixer(nn.Module):
 
         init (B, T, C) or None: added to the state where an email starts (`run_cell`)."""
         check_mixer_inputs(self.kind, x, state, reset, init)
-        if self.uses_fused() and self.kind == "gru" and not self.force_kernel and init is None \
+        if self.uses_fused() and self.kind == "gru" and init is None \
                 and torch.is_grad_enabled() and x.device.type == "cpu":
             # training on the CPU: the time loop with a hand-written backward, resets applied in place
             # (gru_backward.py); on a GPU cuDNN's fused kernel stays far ahead of any Python-level loop

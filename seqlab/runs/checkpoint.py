@@ -15,7 +15,7 @@ Every checkpoint directory (a step directory, `best/`, and RUN_DIR itself as the
     {"format": "seqlab-checkpoint", "version": 1, "step": 123,
      "files": {"model.safetensors": {"size": 4096, "sha256": "..."}, ...}}
 
-Every file is written atomically (`seqlab.runs.files.atomic_write_bytes`), and the manifest last: the
+Every file is written atomically (`seqlab.runs.checkpoint_files.atomic_write_bytes`), and the manifest last: the
 manifest is the commit marker, so a directory whose manifest is missing, or whose files do not match their
 listed size and sha256, is an incomplete or damaged checkpoint. Before a directory is rewritten its
 manifest is removed first, so a crash in the middle never leaves a manifest vouching for mixed files.
@@ -44,7 +44,7 @@ from typing import Any
 
 from torch import nn
 
-from seqlab.runs.files import (
+from seqlab.runs.checkpoint_files import (
     apply_weights,
     atomic_write_bytes,
     atomic_write_text,

@@ -5,10 +5,10 @@ float32; everything autocast leaves alone (norms, softmax, the loss, the optimiz
 stays float32, and the minGRU scan promotes its gates to float32 itself (`models/mingru._scan_dtype`).
 
 `auto` takes bf16 where the hardware has native bf16 arithmetic: a CUDA device that supports it, or a CPU
-whose instruction set has bf16 dot products (x86 AVX512_BF16 or AMX-BF16). On such a CPU a bf16 matmul
-runs 2-3x faster than fp32 (an AMD EPYC at 1 thread: 2048 x 128 x 384, 75 against 211 GFLOP/s), and a
-whole training step of the `small` presets 1.2x (attention, GRU) to 1.8x (minGRU) faster. A CPU without
-them would convert in software and lose, so there `auto` keeps fp32, and asking for bf16 is allowed but slow.
+whose instruction set has bf16 dot products (x86 AVX512_BF16 or AMX-BF16). On such a CPU bf16 matmuls,
+and so whole training steps, run faster than fp32 (`seqlab bench`, bf16; the experiments index). A CPU
+without them would convert in software and lose, so there `auto` keeps fp32, and asking for bf16 is
+allowed but slow.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The layout and the write order are in `seqlab.runs.checkpoint`. A checkpoint dir
 `manifest.json` (the commit marker, written last) is there and every file it lists has the listed size
 and sha256. `load_latest` considers every step directory, the mirror, `best/` (and `best.old/`), newest
 step first, and returns the first that verifies; each one skipped is reported on stderr in one line
-naming the bad file (`seqlab.runs.files.warn`), and the reasons are handed back to a caller that asks, so
+naming the bad file (`seqlab.runs.checkpoint_files.warn`), and the reasons are handed back to a caller that asks, so
 that "no usable checkpoint" can say why. `trainer_state.pt` is read with `torch.load(weights_only=True)`
 and no fallback: a file that needs pickle is refused with a `UserError` and none of its code runs.
 """
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from seqlab.errors import UserError
-from seqlab.runs.files import apply_weights, trainer_state_from_bytes, warn, weights_from_bytes
+from seqlab.runs.checkpoint_files import apply_weights, trainer_state_from_bytes, warn, weights_from_bytes
 
 WEIGHTS = "model.safetensors"
 TRAINER_STATE = "trainer_state.pt"

@@ -32,7 +32,7 @@ from seqlab.generation.complete import complete_encoded, encode_prompt
 from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device
 from seqlab.generation.gate import FIRST_WORD, check_rule
 from seqlab.generation.reply import reads_context, reply_context
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.serving.sessions import MAX_SESSION_BYTES, PromptEncoder, SessionStore
 
 
@@ -140,7 +140,7 @@ class CompletionEngine:
 
     @property
     def reads_context(self) -> bool:
-        """Whether the model reads the message being answered (trained with model.cross_attention)."""
+        """Whether the model reads the message being answered (trained with a model.context)."""
         return reads_context(self.model)
 
     def describe(self) -> dict[str, Any]:
@@ -152,5 +152,5 @@ class CompletionEngine:
                                 "rule": self.rule}
         if cfg is not None:
             info.update(mixer=cfg.mixer, pos=cfg.pos, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
-                        block_size=cfg.block_size, cross_attention=cfg.cross_attention)
+                        block_size=cfg.block_size, cross_attention=cfg.reads_context)
         return info

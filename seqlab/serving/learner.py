@@ -40,7 +40,7 @@ from seqlab.errors import UserError
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.generation.decode import context_limit
 from seqlab.generation.reply import reads_context, reply_context
-from seqlab.runs.files import apply_weights, weights_from_bytes, weights_to_bytes
+from seqlab.runs.checkpoint_files import apply_weights, weights_from_bytes, weights_to_bytes
 from seqlab.serving.credentials import write_private, write_private_bytes
 from seqlab.serving.engine import prompt_text
 from seqlab.serving.personal import LEARNED, LEARNED_META, PersonalStore

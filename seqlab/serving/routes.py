@@ -58,7 +58,7 @@ class CompleteRequest(BaseModel):
     beam: int = Field(1, ge=1, le=8)
     context: str | None = Field(None, max_length=MAX_BODY_BYTES,
                                 description="the message being answered (plain text or a whole message); "
-                                "read by a model trained with model.cross_attention=true")
+                                "read by a model trained with a model.context")
 
 
 class CompleteResponse(BaseModel):
@@ -153,7 +153,7 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
         return error(503, f"more than {s.config.max_queue} requests are waiting; try again", retry_after=1)
     engine = s.engine
     if req.context and not engine.reads_context:
-        return error(422, "this model reads no context (it was trained without model.cross_attention=true)",
+        return error(422, "this model reads no context (it was trained with model.context=none)",
                      field="context")
 
     # the store's key joins the caller and the session: a name is only good to the caller it was issued to

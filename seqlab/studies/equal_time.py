@@ -32,14 +32,14 @@ REF_PRECISION = "train.precision=fp32"  # the override that times the reference 
 def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: int = 3) -> dict[str, dict[str, float]]:
     """Training steps per second of each RunConfig in `configs` (name -> config; its model.vocab_size is
     the vocabulary it is timed with), measured interleaved in this process (module doc), with its tokens
-    per step and model FLOPs per token. A model that reads reply contexts (model.cross_attention) gets a
+    per step and model FLOPs per token. A model that reads reply contexts (model.context) gets a
     context of model.ctx_block_size random tokens in every row, as a batch of long replies does: an upper
     bound on its cost."""
     import torch
     import torch.nn.functional as F
 
     from seqlab.models import build_model
-    from seqlab.models.context import ContextBatch
+    from seqlab.models.context_encoder import ContextBatch
     from seqlab.runs.precision import autocast_for
     from seqlab.training.flops import flops_per_token
     from seqlab.training.optim import make_optimizer
@@ -54,7 +54,7 @@ def step_rates(configs: dict[str, Any], threads: int, rounds: int = 12, steps: i
         opt = make_optimizer(model, t.lr, t.weight_decay, (t.beta1, t.beta2), torch.device("cpu"), t.optimizer)
         x = torch.randint(0, cfg.model.vocab_size, (t.batch_size, cfg.model.block_size + 1), generator=gen)  # (B, T+1)
         extra = {}
-        if cfg.model.cross_attention:  # (B, 1, Lc) context ids, all real
+        if cfg.model.reads_context:  # (B, 1, Lc) context ids, all real
             ids = torch.randint(0, cfg.model.vocab_size, (t.batch_size, 1, cfg.model.ctx_block_size), generator=gen)
             extra["context"] = ContextBatch(ids, torch.ones_like(ids, dtype=torch.bool))
         extra["autocast"] = autocast_for(t.precision, torch.device("cpu"))  # bf16 or nothing, as the trainer

@@ -1,4 +1,4 @@
-"""The contexts the trainer feeds with each batch when the model reads one (`model.cross_attention`).
+"""The contexts the trainer feeds with each batch when the model reads one (`model.context` other than none).
 
 Each training window or stream chunk gets the contexts of its emails (`seqlab.data.reply_batches`), cut
 to `model.ctx_block_size` tokens (their end); validation reads each email's context through
@@ -19,7 +19,7 @@ from seqlab.data.reply_batches import ContextRows, stream_contexts, window_conte
 from seqlab.data.store import TokenStore
 from seqlab.data.streams import StreamSampler
 from seqlab.errors import UserError
-from seqlab.models.context import ContextBatch
+from seqlab.models.context_encoder import ContextBatch
 from seqlab.models.lm import LMState
 
 
@@ -33,13 +33,13 @@ class ContextFeed:
 
     def __init__(self, cfg: RunConfig, sampler: WindowSampler | StreamSampler, eval_store: TokenStore,
                  device: torch.device) -> None:
-        self.on = cfg.model.cross_attention
+        self.on = cfg.model.reads_context
         self.sampler, self.device, self.limit = sampler, device, cfg.model.ctx_block_size
         if not self.on:
             return
         for store in (sampler.store, eval_store):
             if store.contexts is None:
-                raise UserError(f"model.cross_attention=true needs the contexts of {store.data_dir} "
+                raise UserError(f"model.context={cfg.model.context} needs the contexts of {store.data_dir} "
                                 f"({store.split}.ctx.bin), which was prepared before they existed; run "
                                 "`seqlab prepare` again")
 

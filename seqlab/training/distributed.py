@@ -30,7 +30,7 @@ What data parallelism changes, and where it is kept equal to one process with th
   processes as it was started on (`own_state`).
 
 Bytes between ranks travel as `torch.save` blobs of tensors and primitives, read back with
-`weights_only=True` (`seqlab.runs.files.trainer_state_from_bytes`): nothing is unpickled here either.
+`weights_only=True` (`seqlab.runs.checkpoint_files.trainer_state_from_bytes`): nothing is unpickled here either.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from seqlab.data.batches import IGNORE_INDEX
 from seqlab.errors import UserError
 from seqlab.evaluation.heldout import HeldOut, lm_loss
 from seqlab.runs.checkpoint import LoadedCheckpoint
-from seqlab.runs.files import trainer_state_from_bytes, trainer_state_to_bytes
+from seqlab.runs.checkpoint_files import trainer_state_from_bytes, trainer_state_to_bytes
 from seqlab.training.guards import NONFINITE_GRAD, NONFINITE_LOSS
 from seqlab.training.progress import Progress, StopFlag
 

@@ -3,7 +3,7 @@ evaluation) and `run.json` (where the data is, what ran it, the final summary).
 
 Both are written by rank 0 alone (`is_main`); neither is needed to rebuild the model (the checkpoint's
 config.json is). Writes are whole or absent: a line is appended in one write, run.json replaced atomically,
-so a SIGKILL never leaves a half line that a resume would read as a record (`seqlab.runs.files`).
+so a SIGKILL never leaves a half line that a resume would read as a record (`seqlab.runs.checkpoint_files`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from seqlab.runs.files import append_text, atomic_write_text
+from seqlab.runs.checkpoint_files import append_text, atomic_write_text
 from seqlab.training.guards import finite_or_none
 from seqlab.version import __version__
 

@@ -16,6 +16,7 @@ on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `Wor
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seqlab.config import RunConfig, apply_overrides
+from seqlab.config import RunConfig, resolve_overrides
 from seqlab.data.batches import WindowSampler
 from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
@@ -43,6 +44,7 @@ from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.runs.precision import autocast_for, resolve_precision
 from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
+from seqlab.training.cpu_threads import ThreadChooser
 from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
@@ -50,7 +52,6 @@ from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, ProgressBar, StepReport, StopFlag
 from seqlab.training.run_log import RunLog
 from seqlab.training.saving import SavesState
-from seqlab.training.threads import ThreadChooser
 
 __all__ = ["StepReport", "Trainer", "train"]
 
@@ -116,10 +117,11 @@ class Trainer(SavesState):
         if base is None:
             raise ValueError("Trainer needs a RunConfig unless it resumes")
         try:
-            new = apply_overrides(base, list(overrides))
+            new, self.derived = resolve_overrides(base, list(overrides))
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        new.model.vocab_size = self.tok.vocab_size  # the data decides the vocabulary
+        # the data decides the vocabulary
+        new = dataclasses.replace(new, model=dataclasses.replace(new.model, vocab_size=self.tok.vocab_size))
         if ckpt is not None and base.model != new.model:
             raise UserError(f"model settings cannot change when resuming {self.run_dir}; only train.* and data.* can")
         return new
@@ -295,7 +297,7 @@ class Trainer(SavesState):
                 dt = time.perf_counter() - start
                 s.step += 1
                 s.elapsed += dt
-                self.threads.tick()  # follows the free cores when train.threads is not set (training/threads.py)
+                self.threads.tick()  # follows the free cores when train.threads is not set (training/cpu_threads.py)
                 if skipped is None:
                     loss, s.bad_in_a_row = step_loss, 0
                 self._after_step(loss, dt, s.tokens - tokens_before, skipped=skipped)
@@ -312,7 +314,7 @@ class Trainer(SavesState):
                    "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
                    "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
                    "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None,
-                   "resumed_at": self.resumed_at}
+                   "resumed_at": self.resumed_at, "derived_settings": self.derived}
         self._write_run_info(summary)
         return summary
 
@@ -335,7 +337,8 @@ class Trainer(SavesState):
         self.log.write_info({"data_dir": str(self.data_dir.resolve()), "device": str(self.device), "mode": self.mode,
                              "params": self.model.num_params(), "world_size": self.dist.size,
                              "thread_choice": self.threads.describe(),  # who set the count, the free cores it followed
-                             "precision": self.precision},
+                             "precision": self.precision,
+                             "derived_settings": self.derived},  # config.MIXER_RULES applied to the overrides
                             summary)
 
 

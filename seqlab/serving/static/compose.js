@@ -12,7 +12,7 @@
  * middle of a text would need the text after the caret as well, which the model does not read; rather than
  * pretend, the page stays quiet there.
  *
- * The "replying to" box. A model trained with cross-attention (`/health`: model.cross_attention) reads the
+ * The "replying to" box. A model trained with a model.context (`/health`: model.cross_attention) reads the
  * message being answered; the box's text then goes with every request as `context`. For any other model
  * the box stays closed, its textarea disabled, and its summary says the model does not read it: the
  * server would refuse a context it cannot read, and the writer should not think it helps.
@@ -296,7 +296,7 @@
     } else {
       replyBox.open = false;
       replySummary.textContent = "Replying to (this model does not read the message being answered)";
-      replySummary.title = "trained without model.cross_attention=true";
+      replySummary.title = "trained with model.context=none";
     }
   }
   // a closed box for a model that cannot read it: opening it would only offer a disabled field

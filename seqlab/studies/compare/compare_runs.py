@@ -21,6 +21,7 @@ re-running compare after adding a model trains only the new one. Evaluation is a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -58,8 +59,9 @@ def run_status(run_dir: Path, cfg: RunConfig, data_dir: Path) -> str:
         return "new"
     try:
         saved = json.loads((run_dir / "config.json").read_text())
+        saved = RunConfig.from_dict(saved).to_dict()  # a run saved with older fields, read as today's config
         info = json.loads((run_dir / "run.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         saved, info = None, {}
     if saved != cfg.to_dict() or info.get("data_dir") != str(data_dir.resolve()):
         raise UserError(f"{run_dir} holds a run with another config or data folder; delete it or choose "
@@ -166,7 +168,8 @@ def _base_config(preset: str, overrides: Sequence[str], seed: int, data_dir: Pat
         raise UserError(str(exc)) from None
     if not (data_dir / "tokenizer.json").is_file():
         raise UserError(f"{data_dir} is not a prepared data folder (no tokenizer.json); run `seqlab prepare`")
-    base.model.vocab_size = load_tokenizer(data_dir / "tokenizer.json").vocab_size  # as the trainer sets it
+    vocab_size = load_tokenizer(data_dir / "tokenizer.json").vocab_size  # as the trainer sets it
+    base = dataclasses.replace(base, model=dataclasses.replace(base.model, vocab_size=vocab_size))
     return base
 
 

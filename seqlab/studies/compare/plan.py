@@ -67,7 +67,7 @@ def width_steps(cfg: ModelConfig) -> tuple[int, int]:
     """(finest legal width step, preferred step) for the family of `cfg`."""
     if cfg.mixer in RECURRENT_MIXERS:
         # cross-attention and the hybrid's local attention split the width into heads
-        fine = cfg.n_head if cfg.cross_attention or cfg.mixer == "hybrid" else 1
+        fine = cfg.n_head if cfg.reads_context or cfg.mixer == "hybrid" else 1
         return fine, math.lcm(fine, 8)
     fine = cfg.n_head * (2 if cfg.pos == "rope" else 1)  # rotary pairs the channels of each head
     return fine, math.lcm(fine, 8)
@@ -192,7 +192,8 @@ def plan_runs(base: RunConfig, models: list[str], *, match_params: bool = True) 
         except ValueError as exc:
             raise UserError(f"model {name}: {exc}") from None
         if match_params:
-            cfg.model, params = match_width(cfg.model, reference)
+            model, params = match_width(cfg.model, reference)
+            cfg = dataclasses.replace(cfg, model=model)
         else:
             params = count_params(cfg.model)
         plans.append(PlannedRun(name, cfg, params, reference))

@@ -1,13 +1,13 @@
 """What a reply read of the message it answers: the cross-attention weights over the original.
 
-`cross_attention_maps` runs a model trained with `model.cross_attention` once over [bos] + the reply's
+`cross_attention_maps` runs a model trained with `model.context=cross` once over [bos] + the reply's
 text with the original as its context (`seqlab.generation.reply.reply_context`), recording every
 block's cross-attention (lecture slide "Cross-attention gets queries and context from different
 sequences": the weight matrix is L_q x L_c, one normalized row per reply token). `cross_command` draws
 one heatmap per chosen (layer, head), reply tokens as rows and original tokens as columns, and, in HTML,
 the same numbers as tables plus, per head, the original tokens each reply token read most. A model with a
-copy head (`model.copy`, models/copy.py) shows its pointer's weights as one more row, "pointer": the
-distribution over the original's tokens that a copied token is drawn from.
+copy head (`model.context=...+copy` or `pointer`, models/copy.py) shows its pointer's weights as one more
+row, "pointer": the distribution over the original's tokens that a copied token is drawn from.
 `seqlab attention RUN "text" --reply-to FILE` calls it.
 """
 
@@ -61,18 +61,18 @@ def cross_attention_maps(model: nn.Module, tokenizer: Tokenizer, text: str, orig
                          heads: Sequence[int] | int | None = None) -> CrossMaps:
     """Run the model on [bos] + text reading `original`; the chosen heads' cross-attention weights."""
     if not reads_context(model):
-        raise UserError("this run's model has no cross-attention (trained without model.cross_attention=true); "
+        raise UserError("this run's model has no cross-attention (trained with model.context=none); "
                         "--reply-to needs one that reads the message being answered")
-    copy = bool(getattr(model.cfg, "copy", False))
-    if model.cfg.ctx_mode != "cross" and not copy:
+    copy = model.cfg.copies
+    if not model.cfg.cross_attends and not copy:
         raise UserError("this run's model reads the message being answered through its initial states "
-                        "(model.ctx_mode=init_state), not cross-attention: there are no weights to show")
+                        "(model.context=init_state), not cross-attention: there are no weights to show")
     if not original.strip():
         raise UserError("the message being replied to is empty after cleaning; there is nothing to attend to")
     ids, cropped = encode_text(model, tokenizer, text)
     ctx = reply_context(model, tokenizer, original)
     assert ctx is not None
-    layer_ids = choose_indices(layers, model.cfg.n_layer, "layer") if model.cfg.ctx_mode == "cross" else []
+    layer_ids = choose_indices(layers, model.cfg.n_layer, "layer") if model.cfg.cross_attends else []
     head_ids = choose_indices(heads, model.cfg.n_head, "head")
     was = model.training
     model.eval()

@@ -3,10 +3,10 @@
 On a machine shared with a busy process, torch's default (one thread per core) runs more threads than
 there are free cores. OpenMP's parallel regions end at a barrier, so each step waits for the thread the
 scheduler parked behind the other process, and spinning idle threads take the core from the one that
-works: `small` attention fell to 0.39-0.44x of its quiet 1-thread speed beside one Python loop on 2 cores,
-and on 2 cores loaded by others (load 8-13) 2 threads ran at 0.04-0.24x of 1 thread, attention and GRU
-(`seqlab bench --only threads`). Making idle threads sleep (OMP_WAIT_POLICY=PASSIVE) cured that but
-halved GRU training, whose many small per-step regions each pay a wake-up; so instead the thread count
+works: beside a busy process, more threads than free cores run training far slower than one thread
+(`seqlab bench --only threads`; the experiments index). Making idle threads sleep
+(OMP_WAIT_POLICY=PASSIVE) cures that but slows GRU training, whose many small per-step regions each pay
+a wake-up; so instead the thread count
 follows the cores that are free:
 
     free cores = sum over the CPUs this process may run on (sched_getaffinity) of their idle share
@@ -39,7 +39,7 @@ CpuTimes = dict[int, tuple[int, int]]  # CPU index -> (idle jiffies, all jiffies
 
 MARGIN = 0.3  # a second thread from 1.7 free cores: one thread too many costs far more than one too few
 WINDOW_S = 0.2  # the first estimate's window: 20 jiffies per CPU at 100 Hz
-EVERY_S = 5.0  # re-estimate while training at most this often (a /proc/stat read, ~50 us)
+EVERY_S = 5.0  # re-estimate while training at most this often (each estimate is a /proc/stat read)
 
 
 def read_cpu_times(path: Path = Path("/proc/stat")) -> CpuTimes:

@@ -15,8 +15,8 @@ through the lecture's cross-attention, CA(X, C) = softmax((X W_Q)(C W_K)^T / sqr
 all-padding context: its query rows are fully masked, attention gives exactly zero there (no NaN, see
 `attention.stable_softmax`), and it trains like a model without cross-attention.
 
-`ContextInit` is the other way a recurrent model may read it (`model.ctx_mode=init_state`, the issue's
-"an initial state computed from it"): each context's rows are pooled into one vector by attention with
+`ContextInit` is the other way a recurrent model may read it (`model.context=init_state`, a state
+computed from the context): each context's rows are pooled into one vector by attention with
 a learned query (zero at the start, so it starts as the mean of the real rows), and each recurrent
 layer l starts every email from h0_l = tanh(W_l pool + b_l) instead of zero (the RNN encoder-decoder's
 h0 = tanh(V c) from the encoder's summary c: Cho et al. 2014, "Learning Phrase Representations using RNN
