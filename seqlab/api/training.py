@@ -37,14 +37,18 @@ def override_strings(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def train(data: str | Path, out: str | Path, preset: str | None = None, *, resume: bool = False,
-          init: str | Path | None = None, settings: Sequence[str] = (), progress: bool = False,
-          on_step: Callable[[StepReport], None] | None = None, **overrides: Mapping[str, Any]) -> Run:
+def train(data: str | Path, out: str | Path, preset: str | None = None, *, minutes: float | None = None,
+          resume: bool = False, init: str | Path | None = None, settings: Sequence[str] = (),
+          progress: bool = False, on_step: Callable[[StepReport], None] | None = None,
+          **overrides: Mapping[str, Any]) -> Run:
     """Train a model on DATA_DIR `data` into RUN_DIR `out` and return the trained `Run`.
 
-    `preset` is "tiny", "small" (default) or "base". `model=`, `data=` and `train=` mappings (and `settings`,
-    the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`. `resume`
-    continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
+    `minutes` is a wall-clock budget. With it and no `preset` (nor `init`, `resume`), the recipe table picks the
+    model and its training for this machine (`seqlab.training.recipe_table`: its class, cores and the minutes; the
+    choice is recorded in RUN_DIR/run.json as "recipe"); with a preset, that preset trains for the minutes. `preset`
+    is "tiny", "small" (default without `minutes`) or "base". `model=`, `data=` and `train=` mappings (and
+    `settings`, the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`.
+    `resume` continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
     may change); `init` starts a new run from a trained one's weights, tokenizer and model settings.
     `on_step(report)` is called after every step with a `StepReport` (step, loss, elapsed seconds, tokens,
     and the validation loss on steps that ran it); `progress` shows the terminal bar. Refusals (a folder
@@ -61,15 +65,49 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, resum
         raise UserError("--init starts a new run with the init run's settings; it cannot be combined with "
                         f"--{'resume' if resume else 'preset'}.")
     strings = [*settings, *override_strings(overrides)]
-    try:
-        base = None if resume else init_config(Path(init)) if init is not None else get_preset(preset or "small")
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    recipe = None
+    if minutes is not None and resume:
+        raise UserError("--minutes sets a new run's budget; a resumed run keeps its own (raise "
+                        "train.max_minutes to give it more).")
+    if minutes is not None and preset is None and init is None:
+        base, recipe = recipe_base(Path(data), minutes, strings)
+        strings = []  # already applied on top of the recipe
+    else:
+        if minutes is not None:
+            from seqlab.training.recipe_table import minute_budget
+
+            strings = [*minute_budget(minutes), *strings]
+        try:
+            base = None if resume else init_config(Path(init)) if init is not None else get_preset(preset or "small")
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     summary = run_trainer(Path(data), Path(out), base, resume=resume, overrides=strings, progress=progress,
-                          init=Path(init) if init is not None else None, on_step=on_step,
+                          init=Path(init) if init is not None else None, on_step=on_step, recipe=recipe,
                           announce=False)  # nothing printed unless asked: the summary says `resumed_at`
     if summary["failed"]:  # halted on non-finite steps or weights: the reason says which checkpoint is good
         raise UserError(summary["stopped"])
     if launched_rank() != 0:  # under torchrun only rank 0 writes RUN_DIR (maybe on another machine): not loaded
         return Run(out, summary=summary)
     return load(out, summary=summary)
+
+
+def recipe_choice(data: Path, minutes: float, settings: Sequence[str]) -> Any:
+    """The recipe table's `RecipeChoice` for `minutes` of training on DATA_DIR `data` on this machine (a
+    `train.device=` setting names the device the run will use)."""
+    from seqlab.data.layout import load_meta
+    from seqlab.training.recipe_table import choose_recipe, this_machine
+
+    device = next((s.partition("=")[2] for s in settings if s.startswith("train.device=")), "auto")
+    try:
+        meta = load_meta(data)
+    except (OSError, ValueError):
+        meta = {}  # the trainer says what is wrong with the folder
+    return choose_recipe(minutes, this_machine(device), meta)
+
+
+def recipe_base(data: Path, minutes: float, settings: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The recipe table's config for `minutes` on this machine, with `settings` on top, and its record."""
+    from seqlab.training.recipe_table import PRECISION, recipe_config
+
+    choice = recipe_choice(data, minutes, settings)
+    return recipe_config(choice, PRECISION[choice.machine], settings), choice.as_dict()

@@ -102,6 +102,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from seqlab.serving.app import ServerConfig, create_app
     from seqlab.serving.credentials import SERVER_FILE, write_private
+    from seqlab.training.recipe_table import made_by
 
     if not (args.run_dir / "config.json").exists():
         raise UserError(f"{args.run_dir} is not a run folder (no config.json); train one with `seqlab train`")
@@ -116,7 +117,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     def ready(info: dict[str, Any]) -> None:
         gate = ("expected saved characters" if info.get("rule") == "expected-chars" else "confidence")
-        print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir}, suggestions above {gate} "
+        print(f"seqlab serve: ready: {info.get('mixer', 'model')} from {args.run_dir} ({made_by(args.run_dir)}), "
+              f"suggestions above {gate} "
               f"{info['threshold']:.3f} ({info['threshold_source']})"
               + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
                  if info.get("phrases") else "")

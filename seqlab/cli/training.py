@@ -16,7 +16,11 @@ def add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("data_dir", type=Path, help="a folder written by `seqlab prepare`")
     p.add_argument("--out", required=True, type=Path, help="RUN_DIR to write")
-    p.add_argument("--preset", default=None, help="tiny | small | base (default small)")
+    p.add_argument("--minutes", type=float, default=None, metavar="N",
+                   help="train for N minutes; without --preset the recipe table picks the model and its training "
+                   "measured best for this machine's class, cores and N, and says why")
+    p.add_argument("--preset", default=None, help="tiny | small | base (default small; with --minutes, the recipe "
+                   "table's choice)")
     p.add_argument("--init", type=Path, default=None, metavar="RUN_DIR0",
                    help="start from this trained run's weights, tokenizer and model settings (fresh optimizer "
                    "and schedule), e.g. to adapt a general model to one mailbox")
@@ -27,11 +31,14 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from seqlab.api.training import train
+    from seqlab.api.training import recipe_choice, train
     from seqlab.training.distributed import launched_rank
 
-    run = train(args.data_dir, args.out, args.preset, resume=args.resume, init=args.init, settings=args.overrides,
-                progress=not args.quiet)
+    if args.minutes is not None and args.preset is None and args.init is None and not args.resume:
+        # said before training starts: what was chosen and why, in one line (run.json records it too)
+        print(recipe_choice(args.data_dir, args.minutes, args.overrides).why, flush=True)
+    run = train(args.data_dir, args.out, args.preset, minutes=args.minutes, resume=args.resume, init=args.init,
+                settings=args.overrides, progress=not args.quiet)
     if launched_rank() != 0:  # under torchrun rank 0 alone reports
         return 0
     summary = run.summary

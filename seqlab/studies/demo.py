@@ -1,7 +1,8 @@
 """`seqlab demo` (and `make demo`): the whole path on real mail in about ten minutes on 2 CPU cores.
 
-Prepare the SpamAssassin ham corpus (BPE with 1,024 tokens fitted on its train split), train a small GRU and
-a small multi-head RoPE attention model for a few minutes each, evaluate both on the test split beside xz
+Prepare the SpamAssassin ham corpus (BPE with 1,024 tokens fitted on its train split), train the recipe table's
+choice for this machine (what `seqlab train DATA --minutes N` picks) and a small multi-head RoPE attention model
+for a few minutes each, evaluate both on the test split beside xz
 (ExactMatch at 10% and 50% coverage), calibrate each run's suggestion threshold for 50% coverage on the
 validation split (`seqlab calibrate`, so `seqlab serve` uses it), and print one table, a few completions and
 the command that serves the better model. A completion is printed only when its confidence reaches the run's
@@ -9,7 +10,7 @@ calibrated threshold (else "withheld"), so what the demo shows is what a writer 
 under one output folder:
 
     OUT/data/              DATA_DIR (reused when it already holds the same corpus and tokenizer)
-    OUT/runs/gru/          RUN_DIR of the GRU
+    OUT/runs/recipe/       RUN_DIR of the recipe table's choice for this machine (`seqlab train --minutes`)
     OUT/runs/attention/    RUN_DIR of the attention model
     OUT/demo.md            the table and the completions, as printed
     OUT/demo.json          the same numbers, machine-readable
@@ -34,20 +35,21 @@ from seqlab.generation.gate import FIRST_WORD
 from seqlab.printed_command import printed_command
 from seqlab.runs.load import load_run
 from seqlab.studies.recipes import apply_recipe
+from seqlab.training.recipe_table import PRECISION, choose_recipe, minute_budget, recipe_config, this_machine
 from seqlab.training.trainer import train
 
-# run name (the folder under OUT/runs and the table's model column) -> (recipe, overrides on top of it)
-MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    # The preset's width 128: a wider GRU only ties it at a demo's few minutes and wins at longer budgets
-    # (README's recipe). 32 lanes of 64 tokens keep a step's 2,048 tokens with half the sequential time
-    # steps (more tokens/s in the trainer), and lr 2e-3 with beta2 0.99 won an equal-step screen; together
-    # they beat the preset's 16 x 128 at lr 3e-3 side by side at equal time (the experiments index).
-    "gru": ("gru", ("train.batch_size=32", "model.block_size=64", "train.lr=0.002", "train.beta2=0.99")),
-    # Attention sees only its window, while the GRU carries its state across chunks of a whole email.
-    # A 256-byte window was tried and scored worse at a demo's budget, at equal tokens and even at equal
-    # steps (`python -m seqlab.studies.recipe_study --only window,window_same_steps`; the experiments index).
+# run name (the folder under OUT/runs and the table's model column) -> (recipe, overrides on top of it);
+# None: the recipe table's choice for the demo's minutes on this machine, as `seqlab train DATA --minutes N`
+MODELS: dict[str, tuple[str, tuple[str, ...]] | None] = {
+    "recipe": None,
+    # Attention beside it: it sees only its window, while a recurrent model carries its state across chunks
+    # of a whole email. A 256-byte window was tried and scored worse at a demo's budget, at equal tokens and
+    # even at equal steps (`python -m seqlab.studies.recipe_study --only window,window_same_steps`; the
+    # experiments index).
     "attention": ("attn-rope", ("model.n_head=4",)),
 }
+# validation and checkpoints a little more often than the presets' 250 steps, so a few minutes keep a few
+EVAL = ("train.eval_every=200", "train.ckpt_every=200")
 # BPE fitted on the train split: a token covers a few bytes of this mail and costs a little more than a
 # byte (a larger embedding and output layer), so a model reads more text in its minutes, and both families
 # scored better than on bytes at equal quiet time (`python -m seqlab.studies.tokenizer_study --vocabs
@@ -74,14 +76,17 @@ def _prepare(source: str, data: Path, progress: bool) -> dict:
 
 
 def _train(name: str, data: Path, run: Path, minutes: float, progress: bool) -> dict[str, Any]:
-    recipe, overrides = MODELS[name]
-    cfg = apply_recipe(get_preset("small"), recipe, [*overrides, f"train.max_minutes={minutes}",
-                                                     "train.max_steps=100000", "train.eval_every=200",
-                                                     "train.ckpt_every=200"])
+    if MODELS[name] is None:
+        choice = choose_recipe(minutes, this_machine(), load_meta(data))
+        cfg, recipe = recipe_config(choice, PRECISION[choice.machine], list(EVAL)), choice.as_dict()
+        print(f"\n{choice.why}")
+    else:
+        mixer, overrides = MODELS[name]
+        cfg, recipe = apply_recipe(get_preset("small"), mixer, [*overrides, *minute_budget(minutes), *EVAL]), None
     if run.exists():
         shutil.rmtree(run)  # a demo run starts fresh; `seqlab train --resume` is for continuing
     print(f"\ntraining {name} for {minutes:g} minutes ...")
-    return train(data, run, cfg, progress=progress)
+    return train(data, run, cfg, progress=progress, recipe=recipe)
 
 
 def table_row(name: str, summary: dict, val: dict, test: dict) -> dict[str, Any]:

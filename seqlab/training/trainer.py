@@ -17,6 +17,7 @@ on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `Wor
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -63,13 +64,15 @@ class Trainer(SavesState):
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
                  overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
-                 on_step: OnStep | None = None, announce: bool = True) -> None:
+                 on_step: OnStep | None = None, announce: bool = True, recipe: dict[str, Any] | None = None) -> None:
         """With `resume`, the config comes from RUN_DIR's newest good checkpoint (plus `overrides`, e.g.
         a longer train.max_steps); otherwise `cfg` (plus `overrides`) is used. A new run with `init` starts
         from that run's weights (`seqlab.runs.init`; `cfg` should be its `init_config`). `on_step`, when
         given, is called on rank 0 after every step with a `StepReport`; `announce` prints where a resumed run
-        continues (the summary's `resumed_at` says it either way)."""
+        continues (the summary's `resumed_at` says it either way). `recipe` is the recipe table's choice that
+        made `cfg` (`training/recipe_table.py`), kept in run.json; a resumed run keeps the one it had."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
+        self.recipe = recipe if recipe is not None or not resume else _saved_recipe(self.run_dir)
         self.init, self.on_step, self.announce = init, on_step, announce
         self.resumed_at: int | None = None
         self.last_eval: dict[str, float] = {}
@@ -338,17 +341,26 @@ class Trainer(SavesState):
                              "params": self.model.num_params(), "world_size": self.dist.size,
                              "thread_choice": self.threads.describe(),  # who set the count, the free cores it followed
                              "precision": self.precision,
-                             "derived_settings": self.derived},  # config.MIXER_RULES applied to the overrides
+                             "derived_settings": self.derived,  # config.MIXER_RULES applied to the overrides
+                             "recipe": self.recipe},  # the recipe table's choice, when no preset was named
                             summary)
+
+
+def _saved_recipe(run_dir: Path) -> dict[str, Any] | None:
+    """The recipe an earlier session of this run recorded in run.json, if any."""
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("recipe")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
           overrides: Sequence[str] = (), progress: bool = True, init: Path | None = None,
-          on_step: OnStep | None = None, announce: bool = True) -> dict:
+          on_step: OnStep | None = None, announce: bool = True, recipe: dict[str, Any] | None = None) -> dict:
     """Train a model as `cfg` (or, resuming, the saved config) says, with `overrides` applied; returns
     the summary also written to RUN_DIR/run.json. `on_step` is called after every step (`StepReport`)."""
     trainer = Trainer(data_dir, run_dir, cfg, resume=resume, overrides=overrides, progress=progress, init=init,
-                      on_step=on_step, announce=announce)
+                      on_step=on_step, announce=announce, recipe=recipe)
     try:
         return trainer.run()
     finally:
