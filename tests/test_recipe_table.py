@@ -149,3 +149,11 @@ def test_a_preset_with_minutes_is_that_preset_on_the_clock(tmp_path: Path, tiny_
     assert made_by(run).startswith("trained with named settings")
     refused = _seqlab("train", str(tiny_data_dir), "--out", str(run), "--resume", "--minutes", "1")
     assert refused.returncode == 2 and "a resumed run keeps its own" in refused.stderr
+
+
+def test_settings_that_change_the_class_choose_its_cell(tiny_data_dir: Path) -> None:
+    """fp32 on any CPU trains as the fp32-only class does, and a thread count is the cores the run gets."""
+    from seqlab.api.training import recipe_choice
+
+    choice = recipe_choice(tiny_data_dir, 3, ["train.precision=fp32", "train.threads=1", "train.device=cpu"])
+    assert choice.machine == "cpu-fp32" and choice.cell == "cpu-fp32/1/3" and choice.measured

@@ -8,6 +8,7 @@ one mapping per config section (`model={"mixer": "gru"}, train={"max_steps": 60}
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,17 +93,24 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
 
 
 def recipe_choice(data: Path, minutes: float, settings: Sequence[str]) -> Any:
-    """The recipe table's `RecipeChoice` for `minutes` of training on DATA_DIR `data` on this machine (a
-    `train.device=` setting names the device the run will use)."""
+    """The recipe table's `RecipeChoice` for `minutes` of training on DATA_DIR `data` on this machine; the
+    settings `train.device=`, `train.precision=fp32` and `train.threads=` say which cell the run belongs to."""
     from seqlab.data.layout import load_meta
     from seqlab.training.recipe_table import choose_recipe, this_machine
 
-    device = next((s.partition("=")[2] for s in settings if s.startswith("train.device=")), "auto")
+    given = {k.strip(): v.strip() for k, _, v in (s.partition("=") for s in settings)}
+    machine = this_machine(given.get("train.device", "auto"))
+    # the settings that change the class a run is in: fp32 on a bf16 CPU trains as the fp32-only class does,
+    # and a thread count is the cores the run gets
+    if machine.kind == "cpu-bf16" and given.get("train.precision") == "fp32":
+        machine = dataclasses.replace(machine, kind="cpu-fp32")
+    if given.get("train.threads", "0").isdigit() and int(given.get("train.threads", "0")) > 0:
+        machine = dataclasses.replace(machine, threads=int(given["train.threads"]))
     try:
         meta = load_meta(data)
     except (OSError, ValueError):
         meta = {}  # the trainer says what is wrong with the folder
-    return choose_recipe(minutes, this_machine(device), meta)
+    return choose_recipe(minutes, machine, meta)
 
 
 def recipe_base(data: Path, minutes: float, settings: list[str]) -> tuple[Any, dict[str, Any]]:
