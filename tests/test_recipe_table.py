@@ -157,3 +157,15 @@ def test_settings_that_change_the_class_choose_its_cell(tiny_data_dir: Path) -> 
 
     choice = recipe_choice(tiny_data_dir, 3, ["train.precision=fp32", "train.threads=1", "train.device=cpu"])
     assert choice.machine == "cpu-fp32" and choice.cell == "cpu-fp32/1/3" and choice.measured
+
+
+def test_the_demo_trains_the_tables_choice_beside_attention(tmp_path: Path, tiny_data_dir: Path, capsys) -> None:
+    from seqlab.studies import demo
+
+    demo._train("recipe", tiny_data_dir, tmp_path / "recipe", 0.01, False)
+    assert capsys.readouterr().out.lstrip().startswith("recipe ")
+    assert json.loads((tmp_path / "recipe" / "run.json").read_text())["recipe"]["minutes"] == 0.01
+    demo._train("attention", tiny_data_dir, tmp_path / "attention", 0.01, False)
+    info = json.loads((tmp_path / "attention" / "run.json").read_text())
+    cfg = json.loads((tmp_path / "attention" / "config.json").read_text())
+    assert info["recipe"] is None and cfg["model"]["mixer"] == "attention"
