@@ -34,7 +34,8 @@ def run_train(args: argparse.Namespace) -> int:
     from seqlab.api.training import recipe_choice, train
     from seqlab.training.distributed import launched_rank
 
-    if args.minutes is not None and args.preset is None and args.init is None and not args.resume:
+    if args.minutes is not None and args.preset is None and args.init is None and not args.resume \
+            and launched_rank() == 0:
         # said before training starts: what was chosen and why, in one line (run.json records it too)
         print(recipe_choice(args.data_dir, args.minutes, args.overrides).why, flush=True)
     run = train(args.data_dir, args.out, args.preset, minutes=args.minutes, resume=args.resume, init=args.init,
