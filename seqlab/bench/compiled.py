@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from seqlab.bench.harness import row, time_steps
-from seqlab.bench.throughput import FAMILIES, family_config, lm_step
+from seqlab.bench.throughput import FAMILIES, batch_pool, family_config, lm_step
 from seqlab.models import build_model
 from seqlab.training.optim import make_optimizer
 
@@ -40,9 +40,9 @@ def family_row(family: str, repeats: int, cache: Path) -> dict[str, Any]:
     model = build_model(cfg)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), torch.device("cpu"))
     compiled = torch.compile(model)
-    x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
-    eager = lm_step(model, lambda t: model(t)[0], opt, x, y)
-    fast = lm_step(model, lambda t: compiled(t)[0], opt, x, y)
+    batches = batch_pool(cfg, batch)
+    eager = lm_step(model, lambda t: model(t)[0], opt, batches)
+    fast = lm_step(model, lambda t: compiled(t)[0], opt, batches)
     t0 = time.perf_counter()
     fast()  # the first call compiles the forward and the backward graphs
     first = time.perf_counter() - t0

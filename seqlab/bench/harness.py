@@ -57,10 +57,15 @@ def time_pair(a: Step, b: Step, repeats: int, warmup: int, sync: Callable[[], No
     return statistics.median(times[0]), statistics.median(times[1])
 
 
-def time_steps(fns: list[Step], repeats: int, warmup: int, sync: Callable[[], None] = lambda: None
-               ) -> list[float]:
+def time_steps(fns: list[Step], repeats: int, warmup: int, sync: Callable[[], None] = lambda: None,
+               settle: int = 0) -> list[float]:
     """Median seconds of each of several steps, timed in rotating order after `warmup` runs of each
-    (`sync` waits for a GPU's queued work before each clock read)."""
+    (`sync` waits for a GPU's queued work before each clock read).
+
+    settle: untimed runs of a step right before each timed one. A step that follows a very different one
+    (a large matmul probe) pays for the caches and freed pages that one left behind, and the rotation
+    does not spread that evenly: with the probe last of n steps, the first step follows it in n - 1 of
+    every n rounds. One settling run makes each timed step follow itself, as in a training loop."""
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -70,6 +75,9 @@ def time_steps(fns: list[Step], repeats: int, warmup: int, sync: Callable[[], No
         order = list(range(len(fns)))
         order = order[r % len(fns):] + order[: r % len(fns)]
         for i in order:
+            for _ in range(settle):
+                fns[i]()
+            sync()
             t0 = time.perf_counter()
             fns[i]()
             sync()

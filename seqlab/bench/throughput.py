@@ -4,13 +4,17 @@ One training step is what the trainer does: forward, `lm_loss`, backward, the op
 dropped. seqlab's side uses `build_model` and the trainer's `make_optimizer`; the plain side
 (`seqlab.bench.plain`) the models one writes without seqlab and `torch.optim.AdamW` with its defaults.
 The batches are random token ids of the full window (the FLOPs do not depend on the values; no padding,
-no resets, so a recurrent LM runs unbroken sequences).
+no resets, so a recurrent LM runs unbroken sequences), a new one each step from a pool of `POOL` drawn
+from one seed, the same pool for the sides of a comparison. One batch repeated step after step is
+memorised within a few dozen steps: the softmax saturates, its gradients fall to subnormal floats,
+and the step slows by a factor that depends on how fast that side learns (up to 1.8x measured, the
+experiments index), which a trainer that never repeats a batch does not see.
 
 Rows:
   <family> small            each family's `small` preset (recurrent ones with model.pos=none):
                             tokens/s, FLOPs per token (`seqlab.training.flops`) and MFU
-MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed in rotation with the steps
-(so both saw the same load; the peak measured once at start heads the table).
+MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed right after the steps
+(so both saw much the same load; the peak measured once at start heads the table).
   attention LM vs plain     4 layers, 256 wide, 4 heads, learned positions, window 256, batch 32:
                             tokens/s ratio, goal >= 1.0; and seqlab's MFU, goal >= 60%
   GRU LM vs plain           the same shape with a GRU mixer, against an LM on torch.nn.GRU; goal >= 0.95
@@ -55,11 +59,26 @@ def shape_config(mixer: str, quick: bool) -> tuple[ModelConfig, int]:
                        pos="learned" if mixer == "attention" else "none"), 32
 
 
+POOL = 16
+
+Batches = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def batch_pool(cfg: ModelConfig, batch: int, seed: int = 0, size: int = POOL) -> Batches:
+    """`size` (input, target) pairs of random token ids (batch, block_size) each, from `seed` alone."""
+    gen = torch.Generator().manual_seed(seed)
+    return [tuple(torch.randint(0, cfg.vocab_size, (batch, cfg.block_size), generator=gen)  # type: ignore[misc]
+                  for _ in range(2)) for _ in range(size)]
+
+
 def lm_step(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], opt: torch.optim.Optimizer,
-            x: torch.Tensor, y: torch.Tensor) -> Step:
-    """One training step of an LM: forward, cross-entropy, backward, optimizer step, gradients dropped."""
+            batches: Batches) -> Step:
+    """One training step of an LM on the next batch of the pool: forward, cross-entropy, backward,
+    optimizer step, gradients dropped."""
+    turn = iter(range(1 << 62))
 
     def step() -> None:
+        x, y = batches[next(turn) % len(batches)]
         lm_loss(forward(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -73,28 +92,27 @@ def seqlab_step(cfg: ModelConfig, batch: int, seed: int = 0, precision: str = "f
     torch.manual_seed(seed)
     model = build_model(cfg)
     opt = make_optimizer(model, 1e-3, 0.1, (0.9, 0.95), torch.device("cpu"))
-    x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
     ctx = autocast_for(precision, torch.device("cpu"))
 
     def forward(t: torch.Tensor) -> torch.Tensor:
         with ctx():
             return model(t)[0]
 
-    return model, lm_step(model, forward, opt, x, y)
+    return model, lm_step(model, forward, opt, batch_pool(cfg, batch, seed))
 
 
 def plain_step(model: nn.Module, cfg: ModelConfig, batch: int, fused: bool = False) -> Step:
+    """The plain model's training step, with `torch.optim.AdamW` (its for-each default, or fused), on the
+    same batches as `seqlab_step` with seed 0."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), fused=fused or None)
-    x, y = (torch.randint(0, cfg.vocab_size, (batch, cfg.block_size)) for _ in range(2))
-    return lm_step(model, model, opt, x, y)
+    return lm_step(model, model, opt, batch_pool(cfg, batch))
 
 
 PEAK_N = 2048
 
 
 def matmul_probe() -> Step:
-    """One fp32 (2048, 2048) @ (2048, 2048) matmul, timed in rotation with the training steps so that the
-    peak an MFU is measured against saw the same load of a shared machine as the steps did."""
+    """One fp32 (2048, 2048) @ (2048, 2048) matmul: the peak an MFU is measured against."""
     a, b = torch.randn(PEAK_N, PEAK_N), torch.randn(PEAK_N, PEAK_N)
 
     def step() -> None:
@@ -103,11 +121,22 @@ def matmul_probe() -> Step:
     return step
 
 
+def timed_with_peak(steps: list[Step], repeats: int) -> tuple[list[float], float]:
+    """Median seconds of each training step (in rotation, each settled by one untimed run) and the fp32
+    matmul peak in GFLOP/s timed right after them, so that it saw much the same load of a shared machine.
+
+    The probe is not put in the steps' rotation: its 48 MB of matrices leave the caches and the
+    allocator's free pages in a state that slowed whichever step came next by about 3% even after a
+    settling run, and in a rotation that is one step more often than the others (the experiments index)."""
+    secs = time_steps(steps, repeats, 2, settle=1)
+    (s_mm,) = time_steps([matmul_probe()], max(3, repeats // 2), 1)
+    return secs, 2.0 * PEAK_N**3 / s_mm / 1e9
+
+
 def family_rows(repeats: int) -> list[dict[str, Any]]:
     """Tokens/s, FLOPs per token and MFU of each family's `small` preset (all timed in rotation)."""
     built = {f: (family_config(f), seqlab_step(*family_config(f))) for f in FAMILIES}
-    *secs, s_mm = time_steps([step for _, (_, step) in built.values()] + [matmul_probe()], repeats, 2)
-    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps (the start peak: machine info)
+    secs, peak = timed_with_peak([step for _, (_, step) in built.values()], repeats)
     out = []
     for (family, ((cfg, batch), (model, _))), s in zip(built.items(), secs):
         rate = batch * cfg.block_size / s
@@ -127,9 +156,8 @@ def versus_plain(mixer: str, quick: bool, repeats: int) -> list[dict[str, Any]]:
     plain = plain_cls(cfg)
     torch.manual_seed(0)
     plain_fused = plain_cls(cfg)
-    *secs, s_mm = time_steps([ours, plain_step(plain, cfg, batch), plain_step(plain_fused, cfg, batch, fused=True),
-                              matmul_probe()], repeats, 2)
-    peak = 2.0 * PEAK_N**3 / s_mm / 1e9  # GFLOP/s beside these steps
+    secs, peak = timed_with_peak([ours, plain_step(plain, cfg, batch), plain_step(plain_fused, cfg, batch, fused=True)],
+                                 repeats)
     rates = [batch * cfg.block_size / s for s in secs]
     fpt = flops_per_token(model, cfg, cfg.block_size)
     shape = f"{cfg.n_layer}x{cfg.n_embd}, {cfg.n_head} heads, T={cfg.block_size}, B={batch}"
@@ -158,7 +186,10 @@ def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
     torch.set_num_threads(threads)
     try:
         repeats = 3 if quick else 7
-        return [*family_rows(repeats), *versus_plain("attention", quick, repeats),
-                *versus_plain("gru", quick, repeats)]
+        # the rows with a goal get more repeats at the quick shape: a step there is a few tens of ms, and a
+        # median of 3 moved the ratio by several percent from run to run
+        versus = 15 if quick else 7
+        return [*family_rows(repeats), *versus_plain("attention", quick, versus),
+                *versus_plain("gru", quick, versus)]
     finally:
         torch.set_num_threads(before)

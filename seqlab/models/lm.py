@@ -222,12 +222,17 @@ class LM(nn.Module):
         if context is not None and not self.cfg.reads_context:
             raise ValueError("a context was given but model.context is none")
         b, t = idx.shape
-        start = state.pos if state is not None else torch.zeros(b, dtype=torch.long, device=idx.device)
-        positions = position_ids(t, start, reset)  # (B, T)
         x = self.wte(idx)  # (B, T) -> (B, T, C)
-        # fresh lanes without resets all sit at 0..T-1: one (1, T, C) row of position vectors broadcasts,
-        # instead of B gathered copies and a B*T-row scatter-add in the backward pass
-        pe = self.pos.embed(positions[:1] if state is None and reset is None else positions)
+        if state is None and reset is None:
+            # fresh lanes without resets all sit at 0..T-1: one (1, T, C) row of position vectors broadcasts,
+            # instead of B gathered copies and a B*T-row scatter-add in the backward pass
+            next_pos = torch.full((b,), t, dtype=torch.long, device=idx.device)
+            pe = self.pos.embed_first(t, idx.device)
+        else:
+            start = state.pos if state is not None else torch.zeros(b, dtype=torch.long, device=idx.device)
+            positions = position_ids(t, start, reset)  # (B, T)
+            next_pos = positions[:, -1] + 1
+            pe = self.pos.embed(positions)
         if pe is not None:
             x = x + pe.to(x.dtype)
         x = self.drop(x)
@@ -257,7 +262,7 @@ class LM(nn.Module):
         if self.copy_head is not None:  # log p of the pointer-generator mixture (models/copy.py)
             logits = (self.copy_head(h, logits, ptr, ptr_mask) if ptr is not None and ptr_mask is not None
                       else self.copy_head.vocab_only(logits))
-        return logits, LMState(layers, crosses, positions[:, -1] + 1, ptr)
+        return logits, LMState(layers, crosses, next_pos, ptr)
 
 
 def _recurrent(mixer: nn.Module) -> bool:

@@ -33,6 +33,14 @@ class PositionHandler(nn.Module):
         """Additive position vectors (B, T, C) for integer positions (B, T), or None."""
         return None
 
+    def embed_first(self, t: int, device: torch.device) -> Tensor | None:
+        """`embed` of positions 0..t-1 in every lane, as one (1, T, C) row that broadcasts over B, or None.
+
+        The common case (fresh lanes, no email start inside them) gets its own hook so that a handler can
+        read it without an index tensor: no gather, no scatter-add in the backward pass, and no reading
+        the largest position back from the device to check it."""
+        return self.embed(torch.arange(t, device=device)[None])
+
     def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
         """Queries and keys (B, H, T, D) at positions offset..offset+T-1 with positions applied."""
         return q, k
@@ -64,6 +72,14 @@ class LearnedPositions(PositionHandler):
                 f"(model.block_size={self.block_size}) but position {top} was requested"
             )
         return self.table(positions)  # (B, T) -> (B, T, C)
+
+    def embed_first(self, t: int, device: torch.device) -> Tensor:
+        if t > self.block_size:
+            raise ValueError(
+                f"model.pos=learned has vectors for positions 0..{self.block_size - 1} "
+                f"(model.block_size={self.block_size}) but position {t - 1} was requested"
+            )
+        return self.table.weight[:t][None]  # (1, T, C): rows 0..T-1, the same numbers as the lookup
 
 
 def sinusoid_table(positions: Tensor, n_embd: int) -> Tensor:
@@ -103,6 +119,11 @@ class SinusoidalPositions(PositionHandler):
         if positions.numel() and int(positions.max()) < self.table.size(0):
             return self.table[positions]  # (B, T) -> (B, T, C)
         return self.amplitude * sinusoid_table(positions, self.n_embd)  # beyond the cache, on the fly
+
+    def embed_first(self, t: int, device: torch.device) -> Tensor:
+        if t <= self.table.size(0):
+            return self.table[:t][None]  # (1, T, C)
+        return self.embed(torch.arange(t, device=device)[None])
 
 
 class RotaryPositions(PositionHandler):
