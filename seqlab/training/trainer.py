@@ -45,6 +45,7 @@ from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.runs.precision import autocast_for, resolve_precision
 from seqlab.training import guards
 from seqlab.training.context_feed import ContextFeed
+from seqlab.training.cpu_allocator import keep_freed_memory
 from seqlab.training.cpu_threads import ThreadChooser
 from seqlab.training.distributed import NoLock, World
 from seqlab.training.ema import WeightAverage
@@ -293,7 +294,8 @@ class Trainer(SavesState):
         self._write_run_info()
         bar = ProgressBar(s, t.max_steps, t.max_minutes, show=self.show_progress and self.dist.is_main)
         reason, loss, dt, start_step = None, float("nan"), 0.0, s.step
-        with StopFlag() as flag:
+        # freed activations kept for the next step on a CPU (training/cpu_allocator.py)
+        with StopFlag() as flag, keep_freed_memory(self.device.type == "cpu"):
             while (reason := self._should_stop(flag)) is None:
                 start, tokens_before = time.perf_counter(), s.tokens
                 step_loss, skipped = self.train_step(s.step)

@@ -1,0 +1,75 @@
+"""Keep the memory a CPU training step frees for the next step, instead of handing it back to the kernel.
+
+A training step allocates the same large tensors every step (activations, their gradients) and frees them
+all by its end. With glibc's default malloc each block of 32 MiB and up is its own `mmap`, unmapped when
+freed, and free memory at the top of the heap is trimmed away; the next step then maps the same amount
+again and the kernel zeroes every 4 KiB page on first touch. On a 2-core CPU that was 4-7% of the step
+of the demo-sized models and of the 4-layer, 256-wide attention LM (`seqlab bench`, "throughput": the
+"freed memory kept" row, measured side by side; the experiments index), and it fell on the elementwise
+kernels (GELU and its backward ran at half speed), as an unequal page-fault lottery between any two
+models compared.
+
+`keep_freed_memory()` sets, for the duration of a `with` block, what tcmalloc or jemalloc would do by
+design: no `mmap` for large blocks (M_MMAP_MAX = 0) and no trimming (M_TRIM_THRESHOLD at its largest),
+so freed blocks are reused as they are. On leaving it restores glibc's defaults and trims, so a notebook
+that trained a model gets its memory back. It does nothing where the C library is not glibc (macOS,
+musl): there `mallopt` is missing or refuses the settings, and the block runs unchanged.
+
+The cost is the process's peak heap, which a training loop reaches in its first steps anyway; the
+tensors it keeps (weights, optimizer state) are allocated before the loop, below the reused blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+from collections.abc import Iterator
+
+# mallopt parameters and glibc's defaults (malloc.h; mallopt(3))
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+DEFAULT_TRIM_THRESHOLD, DEFAULT_MMAP_MAX = 128 * 1024, 65536
+NEVER_TRIM = 2**31 - 1  # mallopt takes an int
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library when it is glibc (it alone has gnu_get_libc_version), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - the attribute lookup is the test
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _glibc()
+_depth = 0  # nested blocks (a trainer inside a study's loop): only the outermost restores
+
+
+def applies() -> bool:
+    """Whether `keep_freed_memory` changes anything here (glibc)."""
+    return _LIBC is not None
+
+
+@contextlib.contextmanager
+def keep_freed_memory(enabled: bool = True) -> Iterator[bool]:
+    """Within the block, freed memory stays with the process for reuse (module docstring); yields whether
+    the setting took effect. `enabled=False` runs the block unchanged (the side of an A/B measurement)."""
+    global _depth
+    if not enabled or _LIBC is None:
+        yield False
+        return
+    outermost = _depth == 0
+    ok = (_LIBC.mallopt(M_MMAP_MAX, 0) == 1 and _LIBC.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1) if outermost else True
+    _depth += 1
+    try:
+        yield ok
+    finally:
+        _depth -= 1
+        if outermost:
+            _LIBC.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+            _LIBC.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+            _LIBC.malloc_trim(0)
