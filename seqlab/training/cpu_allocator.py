@@ -11,12 +11,15 @@ models compared.
 
 `keep_freed_memory()` sets, for the duration of a `with` block, what tcmalloc or jemalloc would do by
 design: no `mmap` for large blocks (M_MMAP_MAX = 0) and no trimming (M_TRIM_THRESHOLD at its largest),
-so freed blocks are reused as they are. On leaving it restores glibc's defaults and trims, so a notebook
-that trained a model gets its memory back. It does nothing where the C library is not glibc (macOS,
-musl): there `mallopt` is missing or refuses the settings, and the block runs unchanged.
+so freed blocks are reused as they are. On leaving it restores glibc's settings and hands the free memory
+back (`malloc_trim`), so a notebook that trained a model gets it back. It does nothing where the C
+library is not glibc (macOS, musl), and the block runs unchanged.
 
-The cost is the process's peak heap, which a training loop reaches in its first steps anyway; the
-tensors it keeps (weights, optimizer state) are allocated before the loop, below the reused blocks.
+The cost is memory the process keeps: its peak heap, which a training loop reaches in its first steps
+anyway, plus the blocks a new one could not reuse. torch asks for 64-byte-aligned blocks, and an aligned
+request can be a few bytes too large for the freed block of its size, so the heap may grow by a few
+blocks of a size before the freed ones merge and are reused. A training step frees many blocks at once
+and they merge at once: the peak resident memory of the trainer did not grow (the experiments index).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ PRECISION: dict[MachineClass, str] = {"cpu-bf16": "bf16", "cpu-fp32": "fp32", "c
 _GRU = ("model.mixer=gru", "model.pos=none", "model.block_size=64", "train.batch_size=32", "train.lr=0.002",
         "train.beta2=0.99", "train.warmup_steps=30")
 CANDIDATES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gru-256": ("small", (*_GRU, "model.n_embd=256", "model.n_head=8")),
     "gru-192": ("small", (*_GRU, "model.n_embd=192", "model.n_head=6")),
     "gru-128": ("small", (*_GRU, "model.n_embd=128", "model.n_head=4")),
     "small": ("small", ()),
