@@ -2,7 +2,8 @@
 
 Sections, in order (each a module of this package; `--only` picks some):
   layers      our layers against PyTorch built-ins; minGRU against the fused GRU at long L (`layers`)
-  throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`)
+  throughput  tokens/s, FLOPs per token and MFU of each family; seqlab against plain PyTorch (`throughput`);
+              the trainer's allocator setting on and off (`allocator`)
   bf16        on a CPU with bf16 instructions: the bf16 matmul peak, each family's training step under bf16
               autocast against fp32, minGRU against the GRU in bf16 (`bf16`); one "skipped" row elsewhere
   evaluation  evaluation of a whole split against training tokens/s (`eval_speed`)
@@ -46,9 +47,9 @@ def _layers(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
 
 
 def _throughput(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
-    from seqlab.bench import throughput
+    from seqlab.bench import allocator, throughput
 
-    return throughput.rows(quick, threads)
+    return throughput.rows(quick, threads) + allocator.rows(quick, threads)
 
 
 def _bf16(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:

@@ -18,16 +18,13 @@ MFU is measured against the median time of a 2048 x 2048 fp32 matmul timed right
   attention LM vs plain     4 layers, 256 wide, 4 heads, learned positions, window 256, batch 32:
                             tokens/s ratio, goal >= 1.0; and seqlab's MFU, goal >= 60%
   GRU LM vs plain           the same shape with a GRU mixer, against an LM on torch.nn.GRU; goal >= 0.95
-  <model>: freed memory kept  the attention LM above and the `small` GRU with glibc's default allocator
-                            over the trainer's setting (`seqlab.training.cpu_allocator`); all rows above
-                            run under that setting, as the trainer's steps do
+All these rows run under the trainer's allocator setting (`seqlab.training.cpu_allocator`), as the
+trainer's steps do; `seqlab.bench.allocator` adds the rows that time it on and off.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +37,7 @@ from seqlab.config import ModelConfig, get_preset
 from seqlab.evaluation.heldout import lm_loss
 from seqlab.models import build_model
 from seqlab.runs.precision import autocast_for
-from seqlab.training.cpu_allocator import applies, keep_freed_memory
+from seqlab.training.cpu_allocator import keep_freed_memory
 from seqlab.training.flops import flops_per_token, mfu
 from seqlab.training.optim import make_optimizer
 
@@ -186,32 +183,6 @@ def versus_plain(mixer: str, quick: bool, repeats: int) -> list[dict[str, Any]]:
     return out
 
 
-def freed_memory_rows(quick: bool, repeats: int) -> list[dict[str, Any]]:
-    """The trainer's allocator setting on and off (`seqlab.training.cpu_allocator`), for the attention LM
-    of the comparison shape and the `small` GRU: each sample two untimed steps and one timed step inside
-    the setting, the two alternating; none where the C library is not glibc."""
-    if not applies():
-        return []
-    out = []
-    for name, (cfg, batch) in (("attention LM", shape_config("attention", quick)), ("gru small", family_config("gru"))):
-        _, step = seqlab_step(cfg, batch)
-        step()
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for r in range(repeats):
-            for kept in ((True, False) if r % 2 else (False, True)):
-                with keep_freed_memory(kept):
-                    step(), step()  # settle: the heap a trim emptied takes two steps to hold a step's blocks
-                    t0 = time.perf_counter()
-                    step()
-                    times[kept].append(time.perf_counter() - t0)
-        s_kept, s_returned = statistics.median(times[True]), statistics.median(times[False])
-        out.append(row(SECTION, f"{name}: freed memory kept", "training step with freed memory returned to the "
-                       "kernel (glibc's default) over kept for the next step (the trainer's setting)",
-                       s_returned / s_kept, "x", seconds_kept=s_kept, seconds_returned=s_returned,
-                       batch=batch, window=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer))
-    return out
-
-
 def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
     """Every throughput row, at `threads` torch threads."""
     before = torch.get_num_threads()
@@ -222,8 +193,7 @@ def rows(quick: bool, threads: int) -> list[dict[str, Any]]:
         # median of 3 moved the ratio by several percent from run to run
         versus = 15 if quick else 7
         with keep_freed_memory():  # as the trainer runs its steps (training/cpu_allocator.py)
-            out = [*family_rows(repeats), *versus_plain("attention", quick, versus),
-                   *versus_plain("gru", quick, versus)]
-        return out + freed_memory_rows(quick, versus)
+            return [*family_rows(repeats), *versus_plain("attention", quick, versus),
+                    *versus_plain("gru", quick, versus)]
     finally:
         torch.set_num_threads(before)

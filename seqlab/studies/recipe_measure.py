@@ -82,6 +82,9 @@ def measure_steps(data: Path, out: Path, machine: str, threads: int, minutes: li
     path = out / "rates" / f"{machine}-{threads}.json"
     if path.exists():
         kept = json.loads(path.read_text())
+        if missing := [n for n in names if n not in kept["rates"]]:
+            kept["rates"] |= added_rates(kept, missing, machine, vocab, threads)
+            path.write_text(json.dumps(kept, indent=2) + "\n")
     else:
         rates = step_rates({n: candidate_config(n, machine, vocab, []) for n in names}, threads)
         bare = rates[names[0]]["steps_per_s"] * rates[names[0]]["tokens_per_step"]
@@ -93,6 +96,19 @@ def measure_steps(data: Path, out: Path, machine: str, threads: int, minutes: li
     kept["steps"] = {f"{m:g}": {n: max(1, round(m * 60 * kept["rates"][n]["steps_per_s"] * share)) for n in names}
                      for m in minutes}
     return kept
+
+
+def added_rates(kept: dict[str, Any], missing: list[str], machine: str, vocab: int, threads: int
+                ) -> dict[str, Any]:
+    """Rates of candidates added to a cell after its rates were measured: timed beside the probe candidate
+    and scaled by the probe's recorded rate over its rate now, so that they are on the recorded scale (the
+    machine's speed may have drifted since) and the runs already trained keep their step counts."""
+    from seqlab.studies.equal_time import step_rates
+
+    probe = kept["probe"]
+    now = step_rates({n: candidate_config(n, machine, vocab, []) for n in [probe, *missing]}, threads)
+    scale = kept["rates"][probe]["steps_per_s"] / now[probe]["steps_per_s"]
+    return {n: {**now[n], "steps_per_s": now[n]["steps_per_s"] * scale, "scaled_to": probe} for n in missing}
 
 
 def run_job(job: tuple[str, str, str, int, str, str, int]) -> dict[str, Any]:
