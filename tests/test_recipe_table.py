@@ -169,3 +169,20 @@ def test_the_demo_trains_the_tables_choice_beside_attention(tmp_path: Path, tiny
     info = json.loads((tmp_path / "attention" / "run.json").read_text())
     cfg = json.loads((tmp_path / "attention" / "config.json").read_text())
     assert info["recipe"] is None and cfg["model"]["mixer"] == "attention"
+
+
+def test_installing_keeps_the_cells_this_run_did_not_measure(tmp_path: Path, tiny_data_dir: Path) -> None:
+    from seqlab.studies import recipe_measure
+
+    installed = tmp_path / "installed.json"
+    for cell in ("cpu-fp32:1:0.01:gru-128,small", "cpu-fp32:2:0.01:small,gru-128"):
+        argv = [str(tiny_data_dir), "--out", str(tmp_path / "out"), "--cell", cell, "--probe-steps", "3",
+                "--jobs", "1", "--install", "--table", str(installed)]
+        assert recipe_measure.main(argv) == 0
+    table = json.loads(installed.read_text())
+    measured = {(c["machine"], c["threads"]): c for c in table["cells"] if c["measured"]}
+    assert set(measured) == {("cpu-fp32", 1), ("cpu-fp32", 2)}  # the first run's cell stayed
+    assert all(c["commit"] and c["cpu"] for c in measured.values())
+    assert {(c["machine"], c["threads"]) for c in table["cells"] if not c["measured"]} == \
+        {("cpu-bf16", 1), ("cpu-bf16", 2), ("cuda", 1)}  # made again from both
+    assert table["earlier"] and table["made_by"].endswith("cpu-fp32:2:0.01:small,gru-128")

@@ -19,8 +19,10 @@ Each run is scored on the whole val split (the choice) and the test split (the r
 OUT/recipe_table.json and OUT/recipe_table.md, keeps per cell each candidate's steps and bits per byte, the
 chosen one, and the commit, machine and data it was measured on. Cells it did not measure (a CUDA device;
 a thread count it did not run) are added as extrapolated from a measured one, with the reason. `--install`
-copies the JSON into the package, where `seqlab train DATA --minutes N` reads it. Finished runs are kept in
-OUT/cells/ and skipped when the command is run again.
+copies the JSON into the package, where `seqlab train DATA --minutes N` reads it; the cells of the installed
+table that this run did not measure are kept, on the same data, each with its own commit. Finished runs are
+kept in OUT/cells/ and skipped when the command is run again; a candidate added to a cell measured before is
+timed beside that cell's probe candidate and scaled to its recorded rate, so the finished runs stand.
 """
 
 from __future__ import annotations
@@ -183,15 +185,18 @@ def git_commit() -> str:
 def markdown(table: dict[str, Any]) -> str:
     """The table for people: one row per cell and candidate."""
     lines = [f"Recipe table: {table['data']['label']}, commit {table['commit']}, {table['machine']['cpu']}.", "",
-             "| cell | candidate | steps | val bpb | test bpb | chosen |", "|---|---|---:|---:|---:|---|"]
+             "| cell | candidate | steps | val bpb | test bpb | chosen | measured at |",
+             "|---|---|---:|---:|---:|---|---|"]
     for c in table["cells"]:
         key = cell_key(c["machine"], c["threads"], c["minutes"])
         if not c["measured"]:
-            lines.append(f"| {key} | {c['choice']} | | | | extrapolated from {c['from']}: {c['reason']} |")
+            lines.append(f"| {key} | {c['choice']} | | | | extrapolated from {c['from']}: {c['reason']} | |")
             continue
         for name, r in c["results"].items():
             mark = "**chosen**" if name == c["choice"] else ""
-            lines.append(f"| {key} | {name} | {r['steps']} | {r['val_bpb']:.4f} | {r['test_bpb']:.4f} | {mark} |")
+            at = f"{c.get('commit', table['commit'])}, {c.get('date', table['date'])}"
+            lines.append(f"| {key} | {name} | {r['steps']} | {r['val_bpb']:.4f} | {r['test_bpb']:.4f} | {mark} "
+                         f"| {at} |")
     return "\n".join(lines) + "\n"
 
 
@@ -231,24 +236,27 @@ def main(argv: list[str] | None = None) -> int:
     jobs.sort(key=lambda j: -j[-1])  # the longest first, so the last runs finish together
     with mp.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
         results = list(pool.imap_unordered(run_job, jobs))
-    measured = []
+    measured, commit = [], git_commit()
     for machine, threads, minutes, cands in cells:
         key = cell_key(machine, threads, minutes)
         mine = {r["name"]: r for r in results if r["cell"] == key}
         scores = {n: {k: mine[n][k] for k in ("steps", "params", "val_bpb", "test_bpb")} for n in cands}
         measured.append({"machine": machine, "threads": threads, "minutes": minutes, "measured": True,
                          "choice": min(scores, key=lambda n: scores[n]["val_bpb"]), "results": scores,
-                         "trainer_share": round(steps[(machine, threads)]["trainer_share"], 3)})
+                         "trainer_share": round(steps[(machine, threads)]["trainer_share"], 3),
+                         "commit": commit, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_name()})
     tok = meta["tokenizer"]
     table = {"made_by": "python -m seqlab.studies.recipe_measure " + " ".join(f"--cell {c}" for c in args.cell or
                                                                              DEFAULT_CELLS),
-             "commit": git_commit(), "date": time.strftime("%Y-%m-%d"),
+             "commit": commit, "date": time.strftime("%Y-%m-%d"),
              "machine": {"cpu": cpu_name(), "native_bf16": cpu_has_native_bf16()},
              "data": {"label": f"{meta.get('source')}, {tok['kind']} {vocab}", "source": meta.get("source"),
                       "tokenizer": tok["kind"], "vocab_size": vocab,
                       "train_tokens": meta["splits"]["train"]["tokens"]},
              "candidates": {n: {"preset": p, "overrides": list(o)} for n, (p, o) in CANDIDATES.items()},
              "cells": measured + extrapolated(measured)}
+    if args.install:
+        table = merged(table, args.table)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recipe_table.json").write_text(json.dumps(table, indent=2) + "\n")
     (args.out / "recipe_table.md").write_text(markdown(table))
@@ -257,6 +265,26 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(args.out / "recipe_table.json", args.table)
         print(f"installed the table as {args.table}")
     return 0
+
+
+def merged(table: dict[str, Any], installed: Path) -> dict[str, Any]:
+    """`table` with the measured cells of the installed table that this run did not measure, when both were
+    measured on the same data: each cell keeps the commit, date and CPU it was measured on (older tables
+    kept them once, for all), and the extrapolated cells are made again from all the measured ones."""
+    try:
+        old = json.loads(installed.read_text())
+    except (OSError, ValueError):
+        return table
+    if old.get("data", {}).get("label") != table["data"]["label"]:
+        print(f"the installed table was measured on {old.get('data', {}).get('label')}: replaced, not merged")
+        return table
+    key = lambda c: (c["machine"], c["threads"], c["minutes"])  # noqa: E731
+    fresh = {key(c) for c in table["cells"] if c["measured"]}
+    provenance = {"commit": old.get("commit"), "date": old.get("date"), "cpu": old.get("machine", {}).get("cpu")}
+    kept = [provenance | c for c in old["cells"] if c["measured"] and key(c) not in fresh]
+    cells = sorted([c for c in table["cells"] if c["measured"]] + kept, key=key)
+    earlier = [*old.get("earlier", []), f"{old.get('made_by')} (commit {old.get('commit')})"]
+    return table | {"earlier": earlier, "cells": cells + extrapolated(cells)}
 
 
 if __name__ == "__main__":
