@@ -13,7 +13,7 @@ Both start from the GPT-2 initialisation such code writes out (Radford et al. 20
 N(0, 0.02) for every linear map and embedding, N(0, 0.02 / sqrt(2 n_layer)) for the projections that
 end a residual branch. PyTorch's default N(0, 1) embedding, tied to the head, makes the logits so large
 that the softmax and its gradient run on subnormal floats, which slowed the plain side's training step
-by up to 1.7x on a CPU without flushing them (the experiments index): a ratio against that would
+many times over on a CPU that does not flush them (the experiments index): a ratio against that would
 measure the yardstick's bad start, not seqlab.
 
 Both return logits only (B, T, V); the benchmark computes the same cross-entropy for them as for seqlab.

@@ -7,8 +7,8 @@ The batches are random token ids of the full window (the FLOPs do not depend on 
 no resets, so a recurrent LM runs unbroken sequences), a new one each step from a pool of `POOL` drawn
 from one seed, the same pool for the sides of a comparison. One batch repeated step after step is
 memorised within a few dozen steps: the softmax saturates, its gradients fall to subnormal floats,
-and the step slows by a factor that depends on how fast that side learns (up to 1.8x measured, the
-experiments index), which a trainer that never repeats a batch does not see.
+and the step slows by a factor that depends on how fast that side learns (the experiments index),
+which a trainer that never repeats a batch does not see.
 
 Rows:
   <family> small            each family's `small` preset (recurrent ones with model.pos=none):
@@ -129,8 +129,8 @@ def timed_with_peak(steps: list[Step], repeats: int) -> tuple[list[float], float
     matmul peak in GFLOP/s timed right after them, so that it saw much the same load of a shared machine.
 
     The probe is not put in the steps' rotation: its 48 MB of matrices leave the caches and the
-    allocator's free pages in a state that slowed whichever step came next by about 3% even after a
-    settling run, and in a rotation that is one step more often than the others (the experiments index)."""
+    allocator's free pages in a state that slowed whichever step came next even after a settling run,
+    and in a rotation that is one step more often than the others (the experiments index)."""
     secs = time_steps(steps, repeats, 2, settle=1)
     (s_mm,) = time_steps([matmul_probe()], max(3, repeats // 2), 1)
     return secs, 2.0 * PEAK_N**3 / s_mm / 1e9

@@ -3,11 +3,10 @@
 A training step allocates the same large tensors every step (activations, their gradients) and frees them
 all by its end. With glibc's default malloc each block of 32 MiB and up is its own `mmap`, unmapped when
 freed, and free memory at the top of the heap is trimmed away; the next step then maps the same amount
-again and the kernel zeroes every 4 KiB page on first touch. On a 2-core CPU that was 4-7% of the step
-of the demo-sized models and of the 4-layer, 256-wide attention LM (`seqlab bench`, "throughput": the
-"freed memory kept" row, measured side by side; the experiments index), and it fell on the elementwise
-kernels (GELU and its backward ran at half speed), as an unequal page-fault lottery between any two
-models compared.
+again and the kernel zeroes every 4 KiB page on first touch. That cost falls on whichever kernel first
+writes a fresh block (large elementwise ones, GELU and its backward, slowed most), and it made the
+training step measurably slower on a 2-core CPU (`seqlab bench`, "throughput": the `freed memory kept`
+rows; the experiments index).
 
 `keep_freed_memory()` sets, for the duration of a `with` block, what tcmalloc or jemalloc would do by
 design: no `mmap` for large blocks (M_MMAP_MAX = 0) and no trimming (M_TRIM_THRESHOLD at its largest),
@@ -19,7 +18,7 @@ The cost is memory the process keeps: its peak heap, which a training loop reach
 anyway, plus the blocks a new one could not reuse. torch asks for 64-byte-aligned blocks, and an aligned
 request can be a few bytes too large for the freed block of its size, so the heap may grow by a few
 blocks of a size before the freed ones merge and are reused. A training step frees many blocks at once
-and they merge at once: the peak resident memory of the trainer did not grow (the experiments index).
+and they merge at once: the trainer's peak resident memory stayed where it was (the experiments index).
 """
 
 from __future__ import annotations
