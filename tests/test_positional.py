@@ -145,3 +145,24 @@ def test_one_config_string_selects() -> None:
         assert type(build_positions(cfg)) is outer
         got = attention_positions(cfg)
         assert (got is None) if inner is None else isinstance(got, inner)
+
+
+@pytest.mark.parametrize("kind", ["learned", "sinusoidal"])
+def test_the_first_positions_as_a_slice_equal_the_lookup_values_and_gradients(kind: str) -> None:
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=259, block_size=16, n_layer=1, n_embd=8, n_head=2, pos=kind)
+    handler = build_positions(cfg)
+    sliced = handler.embed_first(12, torch.device("cpu"))
+    looked_up = handler.embed(torch.arange(12)[None])
+    assert sliced.shape == looked_up.shape == (1, 12, 8)
+    torch.testing.assert_close(sliced, looked_up, rtol=0, atol=0)
+    if kind == "learned":
+        weights = torch.randn(1, 12, 8)
+        (grad_slice,) = torch.autograd.grad((sliced * weights).sum(), handler.table.weight)
+        (grad_lookup,) = torch.autograd.grad((looked_up * weights).sum(), handler.table.weight)
+        torch.testing.assert_close(grad_slice, grad_lookup, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="position 16 was requested"):
+            handler.embed_first(17, torch.device("cpu"))
+    else:  # beyond the cached table: computed, as the lookup does
+        torch.testing.assert_close(handler.embed_first(20, torch.device("cpu")),
+                                   handler.embed(torch.arange(20)[None]))
