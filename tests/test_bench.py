@@ -81,3 +81,32 @@ def test_plain_models_have_seqlabs_size() -> None:
         n_ours = sum(p.numel() for p in build_model(cfg).parameters())
         # the GRU: torch.nn.GRU has two bias vectors per gate where seqlab's cell has one
         assert n_plain == n_ours if mixer == "attention" else abs(n_plain - n_ours) <= 6 * 32 * 2
+
+
+def test_the_allocator_rows_time_each_side_in_its_own_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    from seqlab.bench import allocator
+    from seqlab.training.cpu_allocator import applies
+
+    if not applies():
+        assert allocator.rows(True, 1) == []
+        return
+    assert allocator.spawn("recipe", True, 1, True, 1) > 0  # one real child: a fresh interpreter's step
+    calls: list[tuple[str, bool]] = []
+
+    def fake(name: str, kept: bool, steps: int, quick: bool, threads: int) -> float:
+        calls.append((name, kept))
+        return 1.0 if kept else 1.5
+
+    monkeypatch.setattr(allocator, "spawn", fake)
+    rows = allocator.rows(True, 1)
+    assert [r["name"] for r in rows] == ["attention LM: freed memory kept", "gru-192 recipe: freed memory kept"]
+    assert all(r["value"] == 1.5 and r["unit"] == "x" for r in rows)
+    assert calls[:4] == [("attention", False), ("attention", True), ("attention", True), ("attention", False)]
+
+
+def test_the_plain_models_start_from_the_gpt2_init() -> None:
+    cfg = ModelConfig(vocab_size=259, block_size=32, n_layer=4, n_embd=64, n_head=4, mixer="attention", pos="learned")
+    torch.manual_seed(0)
+    plain = PlainTransformerLM(cfg)
+    assert abs(plain.wte.weight.std().item() - 0.02) < 0.002  # not PyTorch's N(0, 1) embedding
+    assert abs(plain.blocks[0].proj.weight.std().item() - 0.02 / (2 * cfg.n_layer) ** 0.5) < 0.002
