@@ -129,7 +129,8 @@ def run_job(job: tuple[str, str, str, int, str, str, int]) -> dict[str, Any]:
     summary, val = train_scored(Path(data), run, cfg)
     test = evaluate_run(run, Path(data), "test", device="cpu", completions=False)
     result = {"cell": cell, "name": name, "steps": summary["steps"], "params": summary["params"],
-              "val_bpb": round(val["bpb"], 4), "test_bpb": round(test["bpb"], 4), "run": str(run)}
+              "val_bpb": round(val["bpb"], 4), "test_bpb": round(test["bpb"], 4), "run": str(run),
+              "commit": git_commit()}
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{cell:18} {name:8} {summary['steps']:6} steps  val {val['bpb']:.4f}  test {test['bpb']:.4f}", flush=True)
     return result
@@ -244,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         measured.append({"machine": machine, "threads": threads, "minutes": minutes, "measured": True,
                          "choice": min(scores, key=lambda n: scores[n]["val_bpb"]), "results": scores,
                          "trainer_share": round(steps[(machine, threads)]["trainer_share"], 3),
-                         "commit": commit, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_name()})
+                         # the commits the runs were trained at (a candidate added later may differ)
+                         "commit": ", ".join(sorted({mine[n].get("commit", commit) for n in cands})),
+                         "date": time.strftime("%Y-%m-%d"), "cpu": cpu_name()})
     tok = meta["tokenizer"]
     table = {"made_by": "python -m seqlab.studies.recipe_measure " + " ".join(f"--cell {c}" for c in args.cell or
                                                                              DEFAULT_CELLS),
