@@ -11,6 +11,7 @@ import ctypes
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def inside_the_block_freed_memory_stays_is_reused_and_goes_back_on_leaving() -> 
     assert resident() < inside - (BLOCK - SLACK)  # trimmed on leaving
 
 
-def only_the_outermost_block_restores_and_disabled_changes_nothing() -> None:
+def only_the_last_block_to_leave_restores_and_disabled_changes_nothing() -> None:
     with keep_freed_memory(enabled=False) as ok:
         assert not ok
         assert malloc_and_free()[1] > BLOCK - SLACK
@@ -80,11 +81,27 @@ def only_the_outermost_block_restores_and_disabled_changes_nothing() -> None:
         with keep_freed_memory():
             pass
         assert malloc_and_free()[1] < SLACK  # the inner block's exit did not restore
+    opened, leave = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with keep_freed_memory():
+            opened.set()
+            leave.wait(60)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    opened.wait(60)
+    with keep_freed_memory():
+        pass  # left while the other thread's block is open: the setting stays
+    assert malloc_and_free()[1] < SLACK
+    leave.set()
+    worker.join()
+    assert malloc_and_free()[1] > BLOCK - SLACK  # the last block to leave restored
 
 
 @pytest.mark.parametrize("case", [by_default_a_freed_large_block_leaves_the_process,
                                   inside_the_block_freed_memory_stays_is_reused_and_goes_back_on_leaving,
-                                  only_the_outermost_block_restores_and_disabled_changes_nothing],
+                                  only_the_last_block_to_leave_restores_and_disabled_changes_nothing],
                          ids=lambda f: f.__name__)
 def test_in_a_fresh_interpreter(case: object) -> None:
     code = f"import test_cpu_allocator as t; t.{case.__name__}()"  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
+import threading
 from collections.abc import Iterator
 
 # mallopt parameters and glibc's defaults (malloc.h; mallopt(3))
@@ -48,7 +49,8 @@ def _glibc() -> ctypes.CDLL | None:
 
 
 _LIBC = _glibc()
-_depth = 0  # nested blocks (a trainer inside a study's loop): only the outermost restores
+_depth = 0  # blocks open, nested or in other threads: the first sets, the last to leave restores
+_lock = threading.Lock()
 
 
 def applies() -> bool:
@@ -61,17 +63,19 @@ def keep_freed_memory(enabled: bool = True) -> Iterator[bool]:
     """Within the block, freed memory stays with the process for reuse (module docstring); yields whether
     the setting took effect. `enabled=False` runs the block unchanged (the side of an A/B measurement)."""
     global _depth
-    if not enabled or _LIBC is None:
+    libc = _LIBC
+    if not enabled or libc is None:
         yield False
         return
-    outermost = _depth == 0
-    ok = (_LIBC.mallopt(M_MMAP_MAX, 0) == 1 and _LIBC.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1) if outermost else True
-    _depth += 1
+    with _lock:
+        ok = _depth > 0 or (libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, NEVER_TRIM) == 1)
+        _depth += 1
     try:
         yield ok
     finally:
-        _depth -= 1
-        if outermost:
-            _LIBC.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
-            _LIBC.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
-            _LIBC.malloc_trim(0)
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                libc.mallopt(M_MMAP_MAX, DEFAULT_MMAP_MAX)
+                libc.mallopt(M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD)
+                libc.malloc_trim(0)
