@@ -24,9 +24,9 @@ import torch
 
 from seqlab.bench.harness import row
 from seqlab.bench.throughput import SECTION, seqlab_step, shape_config
-from seqlab.config import ModelConfig, apply_overrides, get_preset
+from seqlab.config import ModelConfig
+from seqlab.studies.recipe_measure import candidate_config
 from seqlab.training.cpu_allocator import applies, keep_freed_memory
-from seqlab.training.recipe_table import CANDIDATES
 
 MODELS = ("attention", "recipe")
 RECIPE = "gru-192"  # the recipe table's most common choice (seqlab/training/recipe_table.json)
@@ -36,8 +36,7 @@ def model_of(name: str, quick: bool) -> tuple[str, ModelConfig, int]:
     """(row label, config, batch) of a model this row times."""
     if name == "attention":
         return "attention LM", *shape_config("attention", quick)
-    preset, overrides = CANDIDATES[RECIPE]
-    cfg = apply_overrides(get_preset(preset), [*overrides, "model.vocab_size=1024"])  # the table's BPE 1,024
+    cfg = candidate_config(RECIPE, "cpu-fp32", 1024, [])  # the table's BPE 1,024; the step here runs in fp32
     return f"{RECIPE} recipe", cfg.model, cfg.train.batch_size
 
 
