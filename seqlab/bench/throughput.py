@@ -25,6 +25,7 @@ trainer's steps do; `seqlab.bench.allocator` adds the rows that time it on and o
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -78,7 +79,7 @@ def lm_step(model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], o
             batches: Batches) -> Step:
     """One training step of an LM on the next batch of the pool: forward, cross-entropy, backward,
     optimizer step, gradients dropped."""
-    turn = iter(range(1 << 62))
+    turn = itertools.count()
 
     def step() -> None:
         x, y = batches[next(turn) % len(batches)]
