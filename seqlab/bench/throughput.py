@@ -177,8 +177,9 @@ def versus_plain(mixer: str, quick: bool, repeats: int) -> list[dict[str, Any]]:
            row(SECTION, f"{name} / plain (fused AdamW)", "the same, the plain one also with AdamW(fused=True)",
                rates[0] / rates[2], "x", **detail)]
     if mixer == "attention":
+        # the MFU goal is set for the 4 x 256 shape: the quick shape's matmuls are too small to reach it
         out.append(row(SECTION, f"{name}: MFU", f"seqlab's {name} ({shape}), model FLOPs / fp32 matmul peak",
-                       mfu(rates[0], fpt, peak), "MFU", ">= 0.6", **detail))
+                       mfu(rates[0], fpt, peak), "MFU", "" if quick else ">= 0.6", **detail))
         out.append(row(SECTION, f"plain {name}: MFU", f"the plain {name} ({shape})", mfu(rates[1], fpt, peak),
                        "MFU", **detail))
     return out
