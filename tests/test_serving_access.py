@@ -6,21 +6,28 @@ would send for that attack; after them, the person's own view (/v1/stats) shows 
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import WebSocket
 from serving_helpers import auth, person_client, running_server, served
+from signing_client import pair
 
 from seqlab.serving.access import CSP
 from seqlab.serving.app import ServerConfig
 from seqlab.serving.credentials import PairingStore
+from seqlab.serving.signing import NonceCache, b64, new_nonce, pairing_client_proof
 
 EXT = "chrome-extension://abcdefghijklmnopabcdefghijklmnop"
 BODY = {"prefix": "Hi Dana,\n\nCould you send me the report", "subject": "Report"}
@@ -119,51 +126,118 @@ def test_health_tells_a_stranger_only_whether_it_is_ready(server: tuple[str, Ser
 
 
 def test_a_paired_extension_and_nobody_else(server: tuple[str, ServerConfig]) -> None:
+    """Pairing proves the pasted token without sending it; then each request is signed, once, from its origin."""
     url, config = server
     with httpx.Client(base_url=url, timeout=30) as client:
-        # pairing needs the launch token and an extension's origin
-        assert client.post("/v1/pair", json={"name": "x"}, headers={"origin": EXT}).status_code == 401
-        assert client.post("/v1/pair", json={"name": "x"}, headers=auth(config)).status_code == 403  # no Origin
-        own = {"origin": f"http://127.0.0.1:{config.port}", **auth(config)}
-        assert client.post("/v1/pair", json={"name": "x"}, headers=own).status_code == 403  # the page is no extension
+        # the challenge and the pairing: an extension's origin, and a proof over a fresh challenge
+        assert client.post("/v1/pair/challenge", json={}).status_code == 403  # no Origin: no extension
+        own = {"origin": f"http://127.0.0.1:{config.port}"}
+        assert client.post("/v1/pair/challenge", json={}, headers=own).status_code == 403  # the page is no extension
         pre = client.options("/v1/pair", headers={"origin": EXT, "access-control-request-method": "POST",
                                                   "access-control-request-headers": "authorization, content-type"})
         assert pre.status_code == 204 and pre.headers["access-control-allow-origin"] == EXT
-        paired = client.post("/v1/pair", json={"name": "Chromium"}, headers={"origin": EXT, **auth(config)})
-        assert paired.status_code == 200, paired.text
-        key = paired.json()["key"]
-        assert paired.json()["origin"] == EXT and len(key) >= 43 and key != config.token
-        assert paired.headers["access-control-allow-origin"] == EXT and paired.headers["vary"] == "origin"
-        file = config.pairing_file
-        assert file is not None and stat.S_IMODE(file.stat().st_mode) == 0o600
-        assert key not in file.read_text() and EXT in file.read_text()  # only the key's digest is kept
-        as_ext = {"origin": EXT, "authorization": f"Bearer {key}"}
-        done = client.post("/v1/complete", json=BODY, headers=as_ext)
-        assert done.status_code == 200 and done.headers["access-control-allow-origin"] == EXT
-        assert client.get("/health", headers=as_ext).json()["model"]["params"] > 0
-        # the key is good only from its own extension
+        sn = client.post("/v1/pair/challenge", json={}, headers={"origin": EXT}).json()["nonce"]
+        cn = new_nonce()
+        wrong = {"name": "x", "server_nonce": sn, "client_nonce": cn,
+                 "proof": b64(pairing_client_proof("not-the-token", EXT, sn, cn))}
+        assert client.post("/v1/pair", json=wrong, headers={"origin": EXT}).status_code == 401
+        right = {**wrong, "proof": b64(pairing_client_proof(config.token, EXT, sn, cn))}
+        assert client.post("/v1/pair", json=right, headers={"origin": EXT}).status_code == 401  # challenge used up
+        # (the bearer token alone pairs nothing: pairing needs the proof)
+        assert client.post("/v1/pair", json={"name": "x"}, headers={"origin": EXT, **auth(config)}).status_code == 422
+    ext = pair(url, config.token, EXT, "Chromium")
+    file = config.pairing_file
+    assert file is not None and stat.S_IMODE(file.stat().st_mode) == 0o600
+    assert config.token not in file.read_text() and EXT in file.read_text()
+    with httpx.Client(timeout=30) as client:
+        done, proof = ext.request(client, "POST", "/v1/complete", BODY)
+        assert done.status_code == 200 and proof and done.headers["access-control-allow-origin"] == EXT
+        health, proof = ext.request(client, "GET", "/health", origin=None)
+        assert proof and health.json()["model"]["params"] > 0
+        # a captured request, sent again: refused (its nonce was seen), and so is one altered on the way
+        header, nonce = ext.authorization("POST", "/v1/complete", json.dumps(BODY).encode())
+        sent = {"authorization": header, "origin": EXT, "content-type": "application/json"}
+        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY), headers=sent).status_code == 200
+        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY), headers=sent).status_code == 401
+        header, _ = ext.authorization("POST", "/v1/complete", json.dumps(BODY).encode())
+        changed = json.dumps({**BODY, "prefix": "Another text"})
+        assert client.post(f"{url}/v1/complete", content=changed,
+                           headers={**sent, "authorization": header}).status_code == 401
+        header, _ = ext.authorization("POST", "/v1/why", json.dumps(BODY).encode())  # signed for another path
+        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY),
+                           headers={**sent, "authorization": header}).status_code == 401
+        # a wrong secret, a time outside the window, a malformed header: 401
+        for bad in (ext.authorization("GET", "/v1/stats", secret=b"x" * 32)[0],
+                    ext.authorization("GET", "/v1/stats", ts=int(time.time() * 1000) - 120_000)[0],
+                    ext.authorization("GET", "/v1/stats", ts=int(time.time() * 1000) + 120_000)[0],
+                    f"SeqlabHMAC id={ext.id}, ts=1, nonce=short, sig=x", f"Bearer {b64(ext.secret)}"):
+            assert client.get(f"{url}/v1/stats", headers={"authorization": bad}).status_code == 401, bad
+        # the signed request is good only from its own extension: another origin is 403 (not paired) or 401
         other = "chrome-extension://ponmlkjihgfedcbaponmlkjihgfedcba"
-        assert client.post("/v1/complete", json=BODY, headers={**as_ext, "origin": other}).status_code == 403
-        assert client.post("/v1/complete", json=BODY,
-                           headers={**as_ext, "origin": f"http://127.0.0.1:{config.port}"}).status_code == 401
+        assert ext.request(client, "POST", "/v1/complete", BODY, origin=other)[0].status_code == 403
+        assert ext.request(client, "POST", "/v1/complete", BODY, origin=own["origin"])[0].status_code == 401
         # sessions are kept per caller: the extension's session name means nothing to the page
         sid = done.json()["session"]
-        again = client.post("/v1/complete", json={**BODY, "session": sid}, headers={**auth(config)}).json()
+        again = client.post(f"{url}/v1/complete", json={**BODY, "session": sid}, headers=auth(config)).json()
         assert again["session"] != sid
-        # an extension cannot pair others, and unpairing ends its key at once
-        assert client.post("/v1/pair", json={"name": "y"}, headers=as_ext).status_code == 403
+        # the person's token gets no proof: it is no pairing
+        assert "seqlab-proof" not in client.get(f"{url}/health", headers=auth(config)).headers
         # a pairing removed behind the server's back (another server, an edited file) ends at once
         saved = file.read_text()
         file.write_text('{"paired": []}')
-        assert client.get("/health", headers=as_ext).status_code == 403  # its origin is no longer paired
-        assert client.get("/health", headers={"authorization": f"Bearer {key}"}).status_code == 401
+        assert ext.request(client, "GET", "/health")[0].status_code == 403  # its origin is no longer paired
+        assert ext.request(client, "GET", "/health", origin=None)[0].status_code == 401
         file.write_text(saved)
-        assert client.get("/health", headers=as_ext).json()["model"]["params"] > 0
-        assert client.delete("/v1/pair", headers=as_ext).json() == {"ok": True}
-        assert client.post("/v1/complete", json=BODY, headers=as_ext).status_code == 403  # origin no longer paired
-        assert client.post("/v1/complete", json=BODY,
-                           headers={"authorization": f"Bearer {key}"}).status_code == 401
+        assert ext.request(client, "GET", "/health")[1]
+        assert ext.request(client, "DELETE", "/v1/pair")[0].json() == {"ok": True}
+        assert ext.request(client, "POST", "/v1/complete", BODY)[0].status_code == 403  # origin no longer paired
+        assert ext.request(client, "POST", "/v1/complete", BODY, origin=None)[0].status_code == 401
     assert PairingStore(file).entries() == []
+
+
+def test_an_older_bearer_pairing_counts_for_nothing(tmp_path: Path) -> None:
+    """paired.json as the bearer-key pairing wrote it: the row pairs nothing, so that extension pairs again."""
+    file = tmp_path / "paired.json"
+    file.write_text(json.dumps({"paired": [{"origin": EXT, "name": "old", "created": 1.0,
+                                            "key_sha256": "ab" * 32}]}))
+    assert PairingStore(file).entries() == [] and PairingStore(file).origins == frozenset()
+
+
+def test_the_nonce_cache_refuses_a_replay_and_forgets_only_expired_nonces() -> None:
+    cache = NonceCache(window_ms=1000, limit=2)
+    assert cache.add("a", ts=0, now_ms=0) and not cache.add("a", ts=0, now_ms=500)
+    assert cache.add("b", ts=400, now_ms=500) and not cache.add("c", ts=500, now_ms=500)  # full: refused
+    assert cache.add("c", ts=1100, now_ms=1100) and len(cache) == 2  # "a" expired at 1000, "b" kept
+    assert not cache.add("b", ts=400, now_ms=1100)
+
+
+def test_websockets_are_refused_before_any_app_code(word_run_dir: Path, tmp_path: Path) -> None:
+    """No route takes a websocket; one added to the app is still never reached, whatever the headers."""
+    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log",
+                          pairing_file=tmp_path / "paired.json")
+    reached: list[str] = []
+
+    def with_socket(app: Any) -> Any:
+        async def hello(ws: WebSocket) -> None:
+            reached.append(ws.url.path)
+            await ws.accept()
+            await ws.send_text("hello")
+            await ws.close()
+
+        app.add_api_websocket_route("/v1/socket", hello)
+        return app
+
+    with running_server(config, wrap=with_socket) as url:
+        for host in (f"127.0.0.1:{config.port}", f"evil.example:{config.port}"):
+            with socket.create_connection(("127.0.0.1", config.port), timeout=30) as conn:
+                conn.sendall((f"GET /v1/socket?token={config.token} HTTP/1.1\r\nHost: {host}\r\n"
+                              "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                              f"Sec-WebSocket-Key: {base64.b64encode(b'0123456789abcdef').decode()}\r\n"
+                              f"Authorization: Bearer {config.token}\r\n\r\n").encode())
+                status = conn.recv(4096).split(b"\r\n", 1)[0]
+            assert status.startswith(b"HTTP/1.1 403"), status
+        assert httpx.get(f"{url}/health").status_code == 200
+    assert reached == []
 
 
 def test_remote_mode_needs_the_token_on_every_route(word_run_dir: Path, tmp_path: Path) -> None:
@@ -179,6 +253,9 @@ def test_remote_mode_needs_the_token_on_every_route(word_run_dir: Path, tmp_path
         assert f'src="/static/compose.js?token={config.token}"' in page.text  # the page's own files carry it
         assert client.get(f"/static/compose.js?token={config.token}").status_code == 200
         assert client.get("/static/compose.js?token=wrong").status_code == 401
+        # never for the API: a token in a URL ends up in histories and logs
+        for path in ("/v1/stats", "/health"):
+            assert client.get(f"{path}?token={config.token}").status_code == 401, path
 
 
 def test_serve_refuses_a_reachable_address_unless_asked(word_run_dir: Path) -> None:

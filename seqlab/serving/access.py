@@ -8,18 +8,23 @@ look-ups per request, so typing does not get slower):
    with the port (421 otherwise). A page that rebinds its own host name to 127.0.0.1 (DNS rebinding)
    still sends its own name here, so it never reaches a route.
 2. Origin: a request that carries one must come from the server's own page (the Origin is this Host) or a
-   paired extension (403 otherwise; `null` included). `POST /v1/pair` also admits an unpaired extension
-   origin, which still has to show the launch token.
+   paired extension (403 otherwise; `null` included). The pairing routes also admit an unpaired extension
+   origin, which still has to prove it holds the pasted secret (`signing.py`).
 3. Preflight: `OPTIONS` from an admitted extension origin is answered here; CORS headers name that origin
    alone, never `*`.
-4. Credential: `/v1/*` needs `Authorization: Bearer` with the launch token, or a paired extension's key
-   sent from its own origin (401 otherwise, before the body is read). `/health` without one says only
-   whether the model is ready; a wrong one is refused there too. With --allow-remote every route needs
-   it; the page and its files can carry it as `?token=` (the page's own links do, `routes.page`), since a
-   `<script src>` cannot send a header and a cookie would also be sent to every other server on that
-   host, whatever its port.
+4. Credential: `/v1/*` needs `Authorization: Bearer` with the launch token, or a paired extension's
+   signed request (`Authorization: SeqlabHMAC ...`, `signing.py`: fresh, never seen before, signed over
+   method, path, time, nonce and body with the pairing's secret, from the paired origin when it names
+   one); 401 otherwise, before any route runs. The answer to a signed request carries `Seqlab-Proof`, by
+   which the extension knows its own server answered. `/health` without a credential says only whether
+   the model is ready; a wrong one is refused there too. With --allow-remote every route needs it; the
+   page and its files (never `/v1/*`) can carry it as `?token=` (the page's own links do, `routes.page`),
+   since a `<script src>` cannot send a header and a cookie would also be sent to every other server on
+   that host, whatever its port.
 5. Body: a POST must be `application/json` (415 otherwise): a cross-site form or a `text/plain` fetch,
    which a browser sends without a preflight, never becomes a call.
+
+Any other kind of ASGI scope than HTTP and lifespan (a websocket) is refused before any app code runs.
 
 Every response, refusals included, carries the security headers (`SECURITY_HEADERS`): a Content-Security-
 Policy that allows only the page's own scripts, styles and connections and no framing, nosniff, no
@@ -28,6 +33,10 @@ referrer, and `Cache-Control: no-store` everywhere but the static files.
 
 from __future__ import annotations
 
+import hmac
+import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qs
@@ -36,10 +45,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seqlab.serving.credentials import PairingStore, is_extension_origin, same_secret
 from seqlab.serving.limits import send_error
+from seqlab.serving.login_codes import LoginCodes
+from seqlab.serving.signing import PROOF_HEADER, WINDOW_MS, NonceCache, parse_signed, request_signature, response_proof
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 CALLER = "seqlab.caller"  # the scope key under which the routes find who called (`Caller` or None)
 PAIR_PATH = "/v1/pair"
+PAIR_PATHS = (PAIR_PATH, "/v1/pair/challenge")  # need no credential: the pasted secret is proven in the body
+SIGNED_BODY_MAX = 64 * 1024  # the routes' own limit (routes.MAX_BODY_BYTES): a signed body is read here whole
+PAIR_CHALLENGE_S = 60.0
+MAX_PAIR_CHALLENGES = 64
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -54,15 +69,17 @@ SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
 NO_STORE = (b"cache-control", b"no-store")
 PREFLIGHT_HEADERS = [(b"access-control-allow-methods", b"GET, POST, DELETE"),
                      (b"access-control-allow-headers", b"authorization, content-type"),
+                     (b"access-control-expose-headers", PROOF_HEADER),
                      (b"access-control-max-age", b"600")]
 
 
 @dataclass(frozen=True)
 class Caller:
-    """Who a request proved to be: the person (the launch token) or a paired extension (its key)."""
+    """Who a request proved to be: the person (the launch token) or a paired extension (a signed request)."""
 
     kind: Literal["person", "extension"]
     origin: str | None = None  # the extension's origin
+    pairing: str | None = None  # the extension's pairing id
 
     @property
     def name(self) -> str:
@@ -79,38 +96,81 @@ def host_names(bound: str) -> tuple[str, ...]:
 class AccessPolicy:
     """What the gate checks, for one server: its token, port, bound host, remote mode and pairings."""
 
-    def __init__(self, token: str, host: str, port: int, pairings: PairingStore, allow_remote: bool = False) -> None:
+    def __init__(self, token: str, host: str, port: int, pairings: PairingStore, allow_remote: bool = False,
+                 login: LoginCodes | None = None) -> None:
         self.token, self.port, self.allow_remote, self.pairings = token, port, allow_remote, pairings
+        self.login = login  # the compose page's one-time codes and the credentials traded for them
         names = host_names(host)
         hosts = {f"{n}:{port}" for n in names}
         if port == 80:  # a browser leaves the default port out of Host
             hosts |= set(names)
         self.hosts = frozenset(hosts)
+        self.nonces = NonceCache()
+        self._challenges: dict[str, float] = {}  # pairing challenges handed out: nonce -> when it lapses
 
     def identify(self, authorization: str | None, origin: str | None) -> Caller | None:
-        """The caller an `Authorization: Bearer` header proves, or None."""
+        """The caller an `Authorization: Bearer` header proves (the person's launch token), or None."""
         if not authorization or not authorization[:7].lower() == "bearer ":
             return None
-        given = authorization[7:].strip()
-        return self.identify_secret(given, origin)
+        return self.identify_secret(authorization[7:].strip(), origin)
 
     def identify_secret(self, given: str, origin: str | None) -> Caller | None:
-        if not given:
-            return None
-        if same_secret(given, self.token):
-            return Caller("person")
-        paired = self.pairings.lookup(given)
-        # a key counts only from its own extension; a request without an Origin is not a web page's
-        if paired is not None and (origin is None or origin == paired.origin):
-            return Caller("extension", paired.origin)
-        return None
+        if given and self.login is not None and self.login.is_credential(given):
+            return Caller("person")  # the compose page, logged in with a one-time code (`login_codes.py`)
+        return Caller("person") if given and same_secret(given, self.token) else None
+
+    def pasted_secret(self, matches: Callable[[str], bool]) -> str | None:
+        """The pairing secret the person pasted (from the URL `seqlab serve` printed) that `matches` accepts, or
+        None. The extension proves it holds one without sending it (`signing.pairing_client_proof`), so this
+        tries each secret that may pair: the launch token, and each outstanding one-time code of the printed
+        compose link (`login_codes.py`), which pairing spends."""
+        if matches(self.token):
+            return self.token
+        return self.login.take_matching(matches) if self.login is not None else None
+
+    def pairing_challenge(self) -> str:
+        """A fresh one-time nonce for a pairing to prove itself over (a pairing cannot be replayed)."""
+        now = time.monotonic()
+        self._challenges = {n: t for n, t in self._challenges.items() if t > now}
+        while len(self._challenges) >= MAX_PAIR_CHALLENGES:
+            self._challenges.pop(next(iter(self._challenges)))
+        nonce = secrets.token_urlsafe(18)
+        self._challenges[nonce] = now + PAIR_CHALLENGE_S
+        return nonce
+
+    def take_challenge(self, nonce: str) -> bool:
+        """Whether `nonce` is a pairing challenge handed out lately and not used; it is used up either way."""
+        lapses = self._challenges.pop(nonce, None)
+        return lapses is not None and lapses > time.monotonic()
+
+    def verify_signed(self, authorization: str, method: str, target: str, origin: str | None,
+                      body: bytes) -> tuple[Caller, bytes, str] | str:
+        """A paired extension's signed request: (the caller, the pairing's secret, the request's nonce), or
+        why it is refused. The nonce is remembered only for a request whose signature holds."""
+        signed = parse_signed(authorization)
+        if signed is None:
+            return "a malformed SeqlabHMAC header"
+        paired = self.pairings.lookup(signed.id)
+        if paired is None:
+            return "this extension is not paired with this server: pair it again"
+        if origin is not None and origin != paired.origin:
+            return "a signed request from another origin than the paired one"
+        now = int(time.time() * 1000)
+        if abs(now - signed.ts) > WINDOW_MS:
+            return "a signed request out of its time window"
+        expected = request_signature(paired.secret, method, target, signed.ts, signed.nonce, body)
+        if not hmac.compare_digest(expected, signed.sig):
+            return "a wrong signature"
+        if not self.nonces.add(f"{signed.id}\x00{signed.nonce}", signed.ts, now):
+            return "a signed request seen before (or too many at once)"
+        return Caller("extension", paired.origin, paired.id), paired.secret, signed.nonce
 
     def origin_allowed(self, origin: str, host: str, path: str) -> bool:
         if origin.lower() == f"http://{host}".lower():  # the server's own page
             return True
         if origin in self.pairings.origins:
             return True
-        return path == PAIR_PATH and is_extension_origin(origin)
+        return path in PAIR_PATHS and is_extension_origin(origin)
 
 
 class AccessGuard:
@@ -120,8 +180,13 @@ class AccessGuard:
         self.app, self.policy = app, policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # a websocket (or any later kind): no route here takes one
+            if scope["type"] == "websocket":
+                await receive()  # websocket.connect; closing before accepting answers the handshake 403
+                await send({"type": "websocket.close", "code": 1008})
             return
         p = self.policy
         headers: dict[bytes, bytes] = {}
@@ -149,17 +214,42 @@ class AccessGuard:
             await send({"type": "http.response.body", "body": b""})
             return
         auth = headers.get(b"authorization")
-        caller = p.identify(auth.decode("latin-1") if auth is not None else None, origin)
-        if caller is None and p.allow_remote and scope["method"] == "GET":
+        authorization = auth.decode("latin-1") if auth is not None else None
+        proof: tuple[bytes, str] | None = None  # a signed request's secret and nonce: its answer is proven
+        if authorization is not None and authorization.lstrip()[:11].lower() == "seqlabhmac ":
+            declared = headers.get(b"content-length", b"0")
+            if not declared.isdigit() or int(declared) > SIGNED_BODY_MAX:
+                await _refuse(send, 413, f"the request body is larger than {SIGNED_BODY_MAX} bytes", extra + cors)
+                return
+            body = await _read_body(receive, SIGNED_BODY_MAX)
+            if body is None:
+                await _refuse(send, 413, f"the request body is larger than {SIGNED_BODY_MAX} bytes", extra + cors)
+                return
+            query = scope.get("query_string", b"").decode("latin-1")
+            verified = p.verify_signed(authorization, scope["method"], path + (f"?{query}" if query else ""),
+                                       origin, body)
+            if isinstance(verified, str):
+                await _refuse(send, 401, f"refused: {verified}", extra + cors)
+                return
+            caller, secret, nonce = verified
+            proof = (secret, nonce)
+            receive = _replay(body, receive)
+        else:
+            caller = p.identify(authorization, origin)
+        # the page and its files under --allow-remote only (a <script src> sends no header), never the API
+        if caller is None and p.allow_remote and scope["method"] == "GET" and (path == "/" or static):
             given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0]
             caller = p.identify_secret(given, origin)
         scope[CALLER] = caller
+        pairing = scope["method"] == "POST" and path in PAIR_PATHS and auth is None
         # a credential that proves nothing is refused everywhere, /health included: a paired extension whose
         # pairing was removed learns so at once, instead of being answered as a stranger
-        if caller is None and (path.startswith("/v1/") or p.allow_remote or auth is not None):
+        if caller is None and not pairing and (path.startswith("/v1/") or p.allow_remote or auth is not None):
             await _refuse(send, 401, "this server needs its token: open the URL `seqlab serve` printed, or send "
                           "`Authorization: Bearer TOKEN` (the token is in the run's serve/server.json)", extra + cors)
             return
+        if proof is not None:
+            send = _proving(send, *proof)
         if scope["method"] in ("POST", "PUT", "PATCH"):
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
             if media != b"application/json":
@@ -174,6 +264,62 @@ class AccessGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None past `limit` bytes (a signed request is verified over its body)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # the client left: the app sees an empty body and its disconnect
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the app `body` (already read) first, then whatever comes next (a disconnect)."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _proving(send: Send, secret: bytes, nonce: str) -> Send:
+    """A `send` that holds the answer back until its body is whole, then sends it with its `Seqlab-Proof`
+    (answers to the extension are small JSON)."""
+    start: Message = {}
+    chunks: list[bytes] = []
+
+    async def proving(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"".join(chunks)
+        headers = [*start.get("headers", []), (PROOF_HEADER, response_proof(secret, nonce, start["status"],
+                                                                            body).encode())]
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return proving
 
 
 def _names(p: AccessPolicy) -> str:

@@ -149,8 +149,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                   strict_content_type=True)
     app.add_middleware(BodyLimit, max_bytes=MAX_BODY_BYTES)
     # added last, so it runs first: nothing, not even the body limit, sees a request the gate refuses
-    app.add_middleware(AccessGuard, policy=AccessPolicy(config.token, config.host, config.port, pairings,
-                                                        allow_remote=config.allow_remote))
+    policy = AccessPolicy(config.token, config.host, config.port, pairings, allow_remote=config.allow_remote,
+                          login=config.login)
+    app.state.policy = policy  # the pairing routes ask it which pasted secret a proof matches
+    app.add_middleware(AccessGuard, policy=policy)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]

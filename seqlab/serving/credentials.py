@@ -4,11 +4,11 @@ browser extensions the person has paired.
 - The launch token is 256 random bits (`new_token`), made when `seqlab serve` starts and printed in the URL
   of the compose page. Whoever holds it is the person: the page reads it from the URL it was opened with,
   and the person's own scripts from `server.json`, written mode 0600 into the run's `serve/` folder (0700).
-- A paired extension holds a key of its own, handed out once by `POST /v1/pair` to a request that carried
-  the launch token from an extension origin (`chrome-extension://…`, `moz-extension://…`). Only the key's
-  SHA-256 is kept, with that origin, in `paired.json` in the person's config folder (`$SEQLAB_CONFIG_DIR`,
-  else `~/.config/seqlab`), so the pairing outlives this launch and this run; a key counts only when it
-  comes from the origin it was paired with.
+- A paired extension shares a pairing secret with the server, derived at pairing from the pasted URL's secret
+  without either being sent (`signing.py`), and signs each request with it; the server keeps the secret with
+  the extension's origin under a public pairing id in `paired.json` in the person's config folder
+  (`$SEQLAB_CONFIG_DIR`, else `~/.config/seqlab`), mode 0600, so the pairing outlives this launch and this
+  run; a signed request counts only from the origin it was paired with.
 
 Files holding secrets are created with their final mode (never chmod-ed after the fact, which would leave a
 moment when another user could open them) and replaced atomically, so a crash leaves the old or the new one.
@@ -16,18 +16,19 @@ moment when another user could open them) and replaced atomically, so a crash le
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seqlab.durable import atomic_write_bytes
+from seqlab.serving.signing import SECRET_BYTES, b64, unb64
 
 TOKEN_BYTES = 32  # 256 bits, as Jupyter's token (at least 128 bits against guessing)
 SERVER_FILE = "server.json"
@@ -73,18 +74,27 @@ def write_private_bytes(path: Path, data: bytes) -> None:
     atomic_write_bytes(path, data, mode=0o600)
 
 
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
-
-
 @dataclass(frozen=True)
 class Pairing:
-    """One paired extension: its origin, the label it gave, when, and its key's SHA-256."""
+    """One paired extension: its public id, origin, the label it gave, when, and the shared secret."""
 
+    id: str
     origin: str
     name: str
     created: float
-    key_sha256: str
+    secret: bytes = field(repr=False)
+
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, "origin": self.origin, "name": self.name, "created": self.created,
+                "secret": b64(self.secret)}
+
+
+def _pairing(row: dict[str, Any]) -> Pairing | None:
+    """A row of paired.json, or None for one of an older kind (a hashed bearer key: that extension pairs again)."""
+    secret = unb64(row["secret"]) if isinstance(row.get("secret"), str) else None
+    if secret is None or len(secret) != SECRET_BYTES or not isinstance(row.get("id"), str):
+        return None
+    return Pairing(row["id"], str(row["origin"]), str(row.get("name", "")), float(row.get("created", 0)), secret)
 
 
 class PairingStore:
@@ -97,7 +107,7 @@ class PairingStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._by_digest: dict[str, Pairing] = {}
+        self._by_id: dict[str, Pairing] = {}
         self._mtime: tuple[int, int, int] | None = None  # what the table was read from: (mtime, size, inode)
         self._load()
 
@@ -105,20 +115,19 @@ class PairingStore:
         try:
             stat = self.path.stat()
         except FileNotFoundError:
-            self._by_digest, self._mtime = {}, None
+            self._by_id, self._mtime = {}, None
             return
         if (stat.st_mtime_ns, stat.st_size, stat.st_ino) == self._mtime:
             return
         try:
             rows = json.loads(self.path.read_text(encoding="utf-8")).get("paired", [])
-            table = {r["key_sha256"]: Pairing(str(r["origin"]), str(r.get("name", "")), float(r.get("created", 0)),
-                                              str(r["key_sha256"])) for r in rows}
+            table = {p.id: p for p in map(_pairing, rows) if p is not None}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             table = {}  # an unreadable file pairs nothing: refusing is the safe way to fail
-        self._by_digest, self._mtime = table, (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        self._by_id, self._mtime = table, (stat.st_mtime_ns, stat.st_size, stat.st_ino)
 
     def _save(self) -> None:
-        rows = [vars(p) for p in sorted(self._by_digest.values(), key=lambda p: p.created)]
+        rows = [p.row() for p in sorted(self._by_id.values(), key=lambda p: p.created)]
         write_private(self.path, {"paired": rows})
         stat = self.path.stat()
         self._mtime = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
@@ -127,34 +136,34 @@ class PairingStore:
     def origins(self) -> frozenset[str]:
         with self._lock:
             self._load()
-            return frozenset(p.origin for p in self._by_digest.values())
+            return frozenset(p.origin for p in self._by_id.values())
 
-    def lookup(self, key: str) -> Pairing | None:
-        """The pairing whose key is `key`, or None."""
-        digest = _digest(key)
+    def lookup(self, pairing_id: str) -> Pairing | None:
+        """The pairing named `pairing_id`, or None."""
         with self._lock:
             self._load()
-            return self._by_digest.get(digest)
+            return self._by_id.get(pairing_id)
 
-    def pair(self, origin: str, name: str) -> str:
-        """A new key for `origin` (kept as its digest; the key itself is returned once, here)."""
+    def pair(self, origin: str, name: str, derive: Callable[[str], bytes]) -> Pairing:
+        """A new pairing for `origin`, under a fresh id, whose secret is `derive(id)`."""
         if not is_extension_origin(origin):
             raise ValueError(f"only a browser extension can be paired, not {origin!r}")
-        key = new_token()
+        pairing_id = secrets.token_urlsafe(12)
+        pairing = Pairing(pairing_id, origin, name[:200], time.time(), derive(pairing_id))
         with self._lock:
             self._load()
-            if len(self._by_digest) >= MAX_PAIRED:  # forget the oldest rather than grow without bound
-                oldest = min(self._by_digest.values(), key=lambda p: p.created)
-                del self._by_digest[oldest.key_sha256]
-            self._by_digest[_digest(key)] = Pairing(origin, name[:200], time.time(), _digest(key))
+            if len(self._by_id) >= MAX_PAIRED:  # forget the oldest rather than grow without bound
+                oldest = min(self._by_id.values(), key=lambda p: p.created)
+                del self._by_id[oldest.id]
+            self._by_id[pairing_id] = pairing
             self._save()
-        return key
+        return pairing
 
-    def unpair(self, key: str) -> bool:
-        """Forget the pairing of `key`; whether there was one."""
+    def unpair(self, pairing_id: str) -> bool:
+        """Forget the pairing `pairing_id`; whether there was one."""
         with self._lock:
             self._load()
-            if self._by_digest.pop(_digest(key), None) is None:
+            if self._by_id.pop(pairing_id, None) is None:
                 return False
             self._save()
             return True
@@ -162,4 +171,4 @@ class PairingStore:
     def entries(self) -> list[Pairing]:
         with self._lock:
             self._load()
-            return sorted(self._by_digest.values(), key=lambda p: p.created)
+            return sorted(self._by_id.values(), key=lambda p: p.created)

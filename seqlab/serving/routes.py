@@ -1,6 +1,9 @@
 """The HTTP routes of the autocomplete server and the JSON shapes they take and give.
 
-    GET    /              the compose page (seqlab/serving/static/); it reads the token from its own URL
+    GET    /              the compose page (seqlab/serving/static/), opened with the printed link's one-time
+                          `?code=` (`?token=` under --allow-remote)
+    POST   /login         {code} from the page's own origin -> {credential}: the code is spent, the page
+                          credential counts as the person for this launch (`login_codes.py`)
     GET    /health        503 while the run loads, then 200; the model's description only to a caller
     POST   /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
                           and the `session` to name next time
@@ -9,8 +12,10 @@
     GET    /v1/stats      acceptance rate and latency percentiles since start
     POST   /v1/sent       {subject, body, context?}: an email the person finished; kept and learned from
                           only under --learn (409 otherwise: without it the server stores no text)
-    POST   /v1/pair       {name} with the launch token, from a browser extension -> {key, origin}
-    DELETE /v1/pair       with a paired extension's key: forget it
+    POST   /v1/pair/challenge   from a browser extension -> {nonce}: a one-time nonce to pair over
+    POST   /v1/pair       {name, server_nonce, client_nonce, proof}: a browser extension proves it holds the
+                          pasted secret -> {id, origin, proof}, the server's proof back (`signing.py`)
+    DELETE /v1/pair       signed by a paired extension: forget its pairing
 
 Who may call what is decided before any route runs (`access.AccessGuard`); a route finds the caller in
 `request.scope[CALLER]`. Sessions are named by the server (`new_session_id`) and kept per caller, so one
@@ -21,6 +26,7 @@ Retry-After instead of a growing wait. Errors are JSON `{"error": sentence, "fie
 from __future__ import annotations
 
 import asyncio
+import hmac
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -30,10 +36,11 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from seqlab.generation.phrases import unblended
-from seqlab.serving.access import CALLER, Caller
+from seqlab.serving.access import CALLER, AccessPolicy, Caller
 from seqlab.serving.credentials import is_extension_origin
 from seqlab.serving.engine import new_session_id
 from seqlab.serving.limits import error
+from seqlab.serving.signing import b64, pairing_client_proof, pairing_secret, pairing_server_proof, unb64
 from seqlab.serving.state import ServerState, run_unless_gone
 from seqlab.serving.why import explain
 
@@ -100,22 +107,57 @@ class SentRequest(BaseModel):
 
 
 class PairRequest(BaseModel):
-    """An extension asking to be paired, with a label the person will recognise in the list of pairings."""
+    """An extension asking to be paired: a label the person will recognise in the list of pairings, and its
+    proof over a challenge that it holds the secret of the URL `seqlab serve` printed (`signing.py`)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field("browser extension", min_length=1, max_length=200)
+    server_nonce: str = Field(min_length=16, max_length=128, description="what /v1/pair/challenge gave")
+    client_nonce: str = Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")
+    proof: str = Field(min_length=43, max_length=44, description="HMAC(pasted secret, pair-client, origin, nonces)")
+
+
+class LoginRequest(BaseModel):
+    """The compose page trading the one-time code of the link it was opened with for its credential."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(min_length=1, max_length=128)
+
+
+# Sent with the page when it is opened from a printed link (a code or, remote, the token in its URL): the
+# browser then removes every service worker and all storage of this origin before the page runs, so a
+# worker left by another page served earlier on this host and port stops watching. Chromium does so even
+# when that worker fetched the page itself (tests/test_browser.py). Not on a plain reload: "storage"
+# includes the tab's sessionStorage, where the page keeps its credential.
+FRESH_ORIGIN = {"Clear-Site-Data": '"storage"'}
 
 
 @router.get("/", include_in_schema=False)
 async def page(request: Request) -> Any:
     s: ServerState = request.app.state.s
+    fresh = FRESH_ORIGIN if "code" in request.query_params or "token" in request.query_params else None
     if not s.config.allow_remote:
-        return FileResponse(STATIC / "compose.html", media_type="text/html")
+        return FileResponse(STATIC / "compose.html", media_type="text/html", headers=fresh)
     # remote: the page's own files need the token too, and a <script src> can carry it only in its URL
     html = (STATIC / "compose.html").read_text(encoding="utf-8")
     token = request.query_params.get("token", "")
     return HTMLResponse(re.sub(r'(href|src)="(/static/[^"?]+)"', rf'\1="\2?token={token}"', html)
-                        if re.fullmatch(r"[A-Za-z0-9_-]+", token) else html)
+                        if re.fullmatch(r"[A-Za-z0-9_-]+", token) else html, headers=fresh)
+
+
+@router.post("/login", include_in_schema=False)
+async def login(req: LoginRequest, request: Request) -> Any:
+    """Trade the printed link's one-time code for a page credential (`login_codes.py`); the code is spent,
+    and the person's terminal gets a fresh link."""
+    s: ServerState = request.app.state.s
+    # the gate already refused other web pages; a request without an Origin is no compose page either
+    if (request.headers.get("origin") or "").lower() != f"http://{request.headers.get('host', '')}".lower():
+        return error(403, "only the compose page logs in with a code")
+    credential = await asyncio.to_thread(s.config.login.login, req.code)  # the listener writes server.json
+    if credential is None:
+        return error(401, "this link was used already or is not this server's: open the newest link "
+                     "`seqlab serve` printed")
+    return {"credential": credential}
 
 
 def caller_of(request: Request) -> Caller | None:
@@ -230,29 +272,46 @@ async def sent(req: SentRequest, request: Request) -> Any:
     return {"stored": True, "emails": count}
 
 
-@router.post("/v1/pair", responses={403: {"description": "not the launch token, or not from an extension"}})
+@router.post("/v1/pair/challenge", responses={403: {"description": "not from a browser extension"}})
+async def pair_challenge(request: Request) -> Any:
+    """A one-time nonce for an extension to pair over, so that no pairing exchange can be replayed."""
+    origin = request.headers.get("origin")
+    if origin is None or not is_extension_origin(origin):
+        return error(403, "only a browser extension can be paired (its request carries its origin)")
+    policy: AccessPolicy = request.app.state.policy
+    return {"nonce": policy.pairing_challenge()}
+
+
+@router.post("/v1/pair", responses={401: {"description": "no proof of the printed URL's secret"},
+                                    403: {"description": "not from a browser extension"}})
 async def pair(req: PairRequest, request: Request) -> Any:
-    """Pair the calling browser extension: it showed the launch token (so the person gave it) and its
-    origin is an extension's; it gets a key of its own, good from that origin only."""
+    """Pair the calling browser extension: it proved it holds the secret of the URL `seqlab serve` printed
+    (so the person gave it) without sending it, and its origin is an extension's; it gets a pairing id and
+    the server's proof back, and both keep the secret derived from that exchange (`signing.py`)."""
     s: ServerState = request.app.state.s
-    caller, origin = caller_of(request), request.headers.get("origin")
-    if caller is None or caller.kind != "person":
-        return error(403, "pairing needs the token `seqlab serve` printed, not an extension's key")
+    policy: AccessPolicy = request.app.state.policy
+    origin = request.headers.get("origin")
     if origin is None or s.pairings is None or not is_extension_origin(origin):
         return error(403, "only a browser extension can be paired (its request carries its origin)")
-    key = s.pairings.pair(origin, req.name)
-    return {"key": key, "origin": origin}
+    sn, cn, given = req.server_nonce, req.client_nonce, unb64(req.proof)
+    if not policy.take_challenge(sn) or given is None:
+        return error(401, "this pairing challenge is unknown or used: pair again")
+    pasted = policy.pasted_secret(lambda secret: hmac.compare_digest(
+        pairing_client_proof(secret, origin, sn, cn), given))
+    if pasted is None:
+        return error(401, "the pasted URL is not this server's: paste the one `seqlab serve` printed last")
+    made = s.pairings.pair(origin, req.name, lambda pid: pairing_secret(pasted, origin, sn, cn, pid))
+    return {"id": made.id, "origin": origin, "proof": b64(pairing_server_proof(pasted, origin, sn, cn, made.id))}
 
 
 @router.delete("/v1/pair")
 async def unpair(request: Request) -> Any:
-    """Forget the calling extension's pairing (its key stops working at once)."""
+    """Forget the calling extension's pairing (its signed requests stop counting at once)."""
     s: ServerState = request.app.state.s
     caller = caller_of(request)
-    if caller is None or caller.kind != "extension" or s.pairings is None:
-        return error(403, "only a paired extension can unpair itself, with its key")
-    auth = request.headers.get("authorization", "")
-    return {"ok": s.pairings.unpair(auth[7:].strip())}
+    if caller is None or caller.pairing is None or s.pairings is None:
+        return error(403, "only a paired extension can unpair itself, with a signed request")
+    return {"ok": s.pairings.unpair(caller.pairing)}
 
 
 def _not_ready(s: ServerState) -> JSONResponse:
