@@ -7,6 +7,8 @@ server's private files.
 - `StreamFile`: a sequential writer with a bounded buffer, fsynced on close (token files, emails.jsonl).
 - A full disk (ENOSPC, or EDQUOT for a quota) is a `DiskFullError`, a `UserError` whose one sentence names
   the file and says "no space left": the command exits with code 2, not a traceback.
+- Every file here is created 0600 (`seqlab.private_files.FILE_MODE`): what these files hold is mail or derived
+  from it, readable by this user only from the first byte, whatever the umask.
 
 Every byte goes through `os.write` on a raw descriptor, never a buffered file object, for two reasons:
 a short write is handled here explicitly, and a test can simulate a full disk by patching `os.write`.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from seqlab.errors import UserError
 from seqlab.fault_injection import file_point
+from seqlab.private_files import FILE_MODE
 
 __all__ = [
     "DiskFullError",
@@ -74,18 +77,17 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
                 done += os.write(fd, rest)
 
 
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
+def atomic_write_bytes(path: Path, data: bytes, mode: int = FILE_MODE) -> None:
     """Replace `path` with `data` atomically; on any failure the old file is untouched and no temp is left.
 
-    `mode` is what the file is created with, before the umask (0o600: readable by this user only, from the
-    first byte, never narrowed after the fact). A full disk raises `DiskFullError` naming `path`; any other
+    `mode` is what the file is created with, before the umask (the default 0o600: readable by this user only,
+    from the first byte, never narrowed after the fact). A full disk raises `DiskFullError` naming `path`; any other
     OSError propagates as it is.
     """
     path = Path(path)
     file_point(path, "before")
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
-        # os.open with 0o666 lets the umask decide the permissions, as a plain open() would.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), mode)
         try:
             half = len(data) // 2
@@ -121,7 +123,7 @@ def append_text(path: Path, text: str) -> None:
     """
     path = Path(path)
     data = text.encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0), FILE_MODE)
     try:
         size = os.fstat(fd).st_size
         try:
@@ -156,7 +158,7 @@ class StreamFile:
         self._fd: int | None = None
         try:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0),
-                               0o666)
+                               FILE_MODE)
         except OSError as exc:
             if is_disk_full(exc):
                 raise DiskFullError(self.shown) from None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqlab.errors import UserError
+from seqlab.private_files import private_umask, warn_if_open
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -114,6 +115,7 @@ def check_split_fractions(split: Sequence[float]) -> tuple[float, float, float]:
     return parts  # type: ignore[return-value]
 
 
+@private_umask()
 def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None, vocab_size: int | None = None,
             tokenizer_from: str | Path | None = None, split: Sequence[float] = (0.9, 0.05, 0.05), seed: int = 0,
             keep_quotes: bool = False, keep_signatures: bool = False, mask_pii: bool = False,
@@ -130,7 +132,9 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses; `split_by`
     "thread" (a seeded hash of each thread) or "date" (earlier threads train, the latest are held out, at
     least 10 emails each), by default "date" with `senders` (one person's mail) and "thread" without. `progress`
-    shows a bar on stderr. Bad options are a `UserError` with the CLI's sentence.
+    shows a bar on stderr. Bad options are a `UserError` with the CLI's sentence. Every file written is
+    readable by this user only (0600, folders 0700); an `OpenToOthersWarning` names `tokenizer_from` or the
+    corpus cache when other users can read it.
     """
     if split_by not in (None, "thread", "date"):
         raise UserError(f"split_by must be thread or date, not {split_by!r}.")
@@ -142,6 +146,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             raise UserError(f"{name} must be a positive integer, not {value!r}.")
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
+    warn_if_open(tokenizer_from, _corpus_cache(str(source), cache_dir))
     from seqlab.data.prepare.options import PrepareConfig
     from seqlab.data.prepare.pipeline import prepare as build
 
@@ -154,6 +159,15 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     meta = build(config, Path(out), workers=workers, cache_dir=Path(cache_dir) if cache_dir is not None else None,
                  progress=progress)
     return DataDir(Path(out), meta)
+
+
+def _corpus_cache(source: str, cache_dir: str | Path | None) -> Path | None:
+    """The cache folder a named corpus is read from (None for the person's own mail, which is theirs)."""
+    if source != "spamassassin":
+        return None
+    from seqlab.data.mail.sources import default_cache_dir
+
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
 
 
 def _check_reused(path: Path, tokenizer: str | None, vocab_size: int | None) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from seqlab.errors import UserError
+from seqlab.private_files import private_umask
 
 if TYPE_CHECKING:
     from seqlab.studies.inspection.probes import LookupMath
@@ -39,6 +40,7 @@ def lesson_names() -> list[str]:
     return list(LESSONS)
 
 
+@private_umask()
 def lesson(name: str, out: str | Path | None = None, *, size: str | None = None, seed: int = 0,
            progress: bool = False) -> LessonResult:
     """Run one of the lecture's experiments (`seqlab lesson NAME`) and return its `LessonResult`: `rows` (the

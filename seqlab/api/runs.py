@@ -19,6 +19,7 @@ import torch
 from seqlab.api.views import Attention, Inspection, NextToken, Score
 from seqlab.errors import UserError
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS
+from seqlab.private_files import private_umask
 
 if TYPE_CHECKING:
     from seqlab.config import RunConfig
@@ -266,6 +267,7 @@ class Run:
                 "max_wrong_per_100": max_wrong_per_100, "curve": tradeoff_curve(typed),
                 "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
 
+    @private_umask()
     def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int = 3,
                   data: str | Path | None = None, target: str = "coverage", rule: str = EXPECTED_CHARS,
                   max_wrong_per_100: float = 5.0, words: int = 50) -> dict[str, Any]:
@@ -278,6 +280,7 @@ class Run:
         return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device,
                              target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words)
 
+    @private_umask()
     def fit_phrases(self, *, data: str | Path | None = None, min_context: int = 4, max_context: int = 8,
                     min_count: int = 2) -> dict[str, Any]:
         """Count a person's token n-grams (the train split of `data`, default the run's DATA_DIR) into

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqlab.errors import UserError
+from seqlab.private_files import private_umask, warn_if_open
 
 if TYPE_CHECKING:
     from seqlab.api.runs import Run
@@ -38,6 +39,7 @@ def override_strings(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return out
 
 
+@private_umask()
 def train(data: str | Path, out: str | Path, preset: str | None = None, *, minutes: float | None = None,
           resume: bool = False, init: str | Path | None = None, settings: Sequence[str] = (),
           progress: bool = False, on_step: Callable[[StepReport], None] | None = None,
@@ -54,7 +56,8 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     `on_step(report)` is called after every step with a `StepReport` (step, loss, elapsed seconds, tokens,
     and the validation loss on steps that ran it); `progress` shows the terminal bar. Refusals (a folder
     another process is training into, a run already there without `resume`, a run halted on non-finite
-    steps) are a `UserError` with the CLI's sentence.
+    steps) are a `UserError` with the CLI's sentence. Every file written is readable by this user only (0600,
+    folders 0700); an `OpenToOthersWarning` names `data`, `out` or `init` when other users can read it.
     """
     from seqlab.api.runs import Run, load
     from seqlab.config import get_preset
@@ -65,6 +68,8 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     if init is not None and (resume or preset is not None):
         raise UserError("--init starts a new run with the init run's settings; it cannot be combined with "
                         f"--{'resume' if resume else 'preset'}.")
+    if launched_rank() == 0:  # under torchrun one warning, not one per process
+        warn_if_open(data, out, init)
     strings = [*settings, *override_strings(overrides)]
     recipe = None
     if minutes is not None and resume:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seqlab.private_files import private_umask
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -104,6 +106,7 @@ class Attention:
 
         return soft_lookup_figure(self.lookup)
 
+    @private_umask()  # the plots show the person's text
     def save(self, out: str | Path) -> list[Path]:
         """Write FILE.png (and FILE-lookup.png) or one FILE.html, as `seqlab attention` does; the files written."""
         from seqlab.studies.inspection.commands import save_attention
@@ -139,6 +142,7 @@ class Inspection:
             figs[f"gates-layer{layer}"] = gates_figure(labels, r, z)
         return figs
 
+    @private_umask()
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the PNGs `seqlab inspect` writes into `out_dir`; the files written."""
         from seqlab.studies.inspection.commands import save_inspection

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from seqlab.cli import bench, data, runs, serving, studies, training
 from seqlab.errors import UserError
+from seqlab.private_files import private_umask, warnings_as_lines
 from seqlab.version import __version__
 
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
@@ -60,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command][1](args)
+        # Everything a command writes is mail or derived from it: readable by this user only, whatever the
+        # umask it was started with; a folder it opens that others can read is one warning line.
+        with private_umask(), warnings_as_lines():
+            return COMMANDS[args.command][1](args)
     except UserError as exc:
         print(f"seqlab: error: {exc}", file=sys.stderr)
         return 2

@@ -100,12 +100,14 @@ def _is_loopback(host: str) -> bool:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from seqlab.private_files import warn_if_open
     from seqlab.serving.app import ServerConfig, create_app
     from seqlab.serving.credentials import SERVER_FILE, write_private
     from seqlab.training.recipe_table import made_by
 
     if not (args.run_dir / "config.json").exists():
         raise UserError(f"{args.run_dir} is not a run folder (no config.json); train one with `seqlab train`")
+    warn_if_open(args.run_dir)  # a RUN_DIR made before seqlab wrote private files: one line and the fix
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be between 0 and 65535, not {args.port}")
     if not _is_loopback(args.host):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.errors import UserError
+from seqlab.private_files import private_opener
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIALS: tuple[str, str, str] = (BOS, EOS, PAD)
@@ -137,7 +138,7 @@ class Tokenizer(ABC):
         """Write tokenizer.json atomically (temporary name, fsync, rename)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb", opener=private_opener) as f:  # fitted on mail: 0600
             f.write(self.to_json().encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())

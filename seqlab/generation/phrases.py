@@ -40,6 +40,7 @@ from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.generation.decode import context_limit
 from seqlab.printed_command import printed_command
+from seqlab.private_files import private_opener
 
 PHRASES = "phrases.npz"
 _MUL = np.uint64(0x9E3779B97F4A7C15)  # an odd 64-bit multiplier (the golden ratio's): a polynomial hash
@@ -78,7 +79,7 @@ class PhraseModel:
 
     def save(self, path: Path | str) -> None:
         arrays = {f"{name}_{L}": a for L, t in self.tables.items() for name, a in zip(("hash", "next", "count"), t)}
-        with open(path, "wb") as f:
+        with open(path, "wb", opener=private_opener) as f:  # the person's phrases: 0600
             np.savez_compressed(f, meta=np.array(json.dumps(self.meta, sort_keys=True)), **arrays)
 
     @classmethod

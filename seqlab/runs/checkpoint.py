@@ -44,6 +44,7 @@ from typing import Any
 
 from torch import nn
 
+from seqlab.private_files import make_private_dirs
 from seqlab.runs.checkpoint_files import (
     apply_weights,
     atomic_write_bytes,
@@ -121,7 +122,7 @@ def _serialize(
 def _write_dir(ckpt_dir: Path, files: dict[str, bytes], step: int) -> None:
     """Write one checkpoint directory: un-commit (drop the old manifest), files, then the manifest."""
     created = not ckpt_dir.exists()
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(ckpt_dir)
     if created:
         fsync_dir(ckpt_dir.parent)  # make the new directory's own entry durable
     manifest = ckpt_dir / MANIFEST

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from seqlab.errors import UserError
+from seqlab.private_files import make_private_dirs, private_opener
 from seqlab.training.progress import Progress
 
 try:  # POSIX; on Windows there is no flock and training runs unlocked
@@ -57,8 +58,8 @@ class RunLock:
         """Take the lock, or raise `UserError` naming RUN_DIR when another process holds it."""
         if self._file is not None or fcntl is None:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        f = (self.run_dir / LOCK_NAME).open("a+", encoding="utf-8")
+        make_private_dirs(self.run_dir)
+        f = open(self.run_dir / LOCK_NAME, "a+", encoding="utf-8", opener=private_opener)  # noqa: SIM115
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

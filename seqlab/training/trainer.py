@@ -36,6 +36,7 @@ from seqlab.errors import UserError
 from seqlab.evaluation.heldout import lm_loss, score_split
 from seqlab.evaluation.plans import sample_emails
 from seqlab.models import build_model
+from seqlab.private_files import make_private_dirs
 from seqlab.runs.checkpoint import (
     LoadedCheckpoint,
     load_latest,
@@ -156,7 +157,7 @@ class Trainer(SavesState):
         self.guard = guards.StepGuard(t.max_bad_steps, speak=self.dist.is_main)
         self.log = RunLog(self.run_dir, self.dist.is_main)  # metrics.jsonl and run.json
         if self.dist.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.run_dir)
         if ckpt is not None:
             self._resume(ckpt)
         elif self.dist.is_main and (self.run_dir / "trainer_state.pt").exists():

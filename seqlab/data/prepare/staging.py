@@ -16,6 +16,7 @@ from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE
 from seqlab.durable import DiskFullError, fsync_dir, is_disk_full
 from seqlab.errors import UserError
 from seqlab.fault_injection import kill_point
+from seqlab.private_files import DIR_MODE, make_private_dirs
 
 __all__ = ["discard", "publish", "staging_folder"]
 
@@ -43,8 +44,8 @@ def staging_folder(out: Path) -> Path:
     parent = Path(os.path.abspath(out)).parent
     staging = parent / f".{Path(os.path.abspath(out)).name}.prepare-{secrets.token_hex(4)}"
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
+        make_private_dirs(parent)  # the person's own folders as they are, the ones made here 0700
+        staging.mkdir(mode=DIR_MODE)  # the DATA_DIR itself once published: only its owner may open it
     except OSError as exc:
         raise UserError(f"--out {out} cannot be created ({exc.strerror})") from None
     return staging

@@ -31,6 +31,7 @@ import numpy as np
 from seqlab.data.layout import SPLITS
 from seqlab.data.prepare.digests import digest64
 from seqlab.data.prepare.thread_keys import ThreadMeta, split_for_thread, utc_date
+from seqlab.private_files import private_opener
 
 NAMES_FILE = "threads.names"  # the ids thread keys are chosen from, beside the spool
 MIN_HELD_EMAILS = 10  # val and test of a date split: fewer lets --init pick its best step from noise
@@ -123,7 +124,8 @@ class ThreadTable:
 
     def __init__(self, names_path: Path) -> None:
         self.names_path = Path(names_path)
-        self.names_path.write_bytes(b"")
+        with open(self.names_path, "wb", opener=private_opener):  # the sender names of the mail: 0600
+            pass
         self._names: list[bytes] = []  # names not yet appended to the file
         self._offset = 0
         self.emails = 0
@@ -159,7 +161,7 @@ class ThreadTable:
     def _flush(self) -> None:
         for column in self._columns:
             column.flush()
-        with open(self.names_path, "ab") as f:
+        with open(self.names_path, "ab", opener=private_opener) as f:
             f.write(b"".join(self._names))
         self._names = []
 

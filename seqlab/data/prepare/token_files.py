@@ -13,6 +13,7 @@ import numpy as np
 
 from seqlab.data.layout import IDX_DTYPE, token_dtype
 from seqlab.durable import StreamFile
+from seqlab.private_files import make_private_dirs
 
 __all__ = ["TokenWriter"]
 
@@ -33,7 +34,7 @@ class TokenWriter:
         self.split = split
         self.vocab_size = vocab_size
         self.dtype = token_dtype(vocab_size)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.data_dir)
         self.bin_path = self.data_dir / f"{split}.bin"
         self.idx_path = self.data_dir / f"{split}.idx"
         self._bin_tmp = self.data_dir / f".{split}.bin.tmp"
