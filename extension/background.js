@@ -6,8 +6,16 @@
  *     event, sent (passed on only to a server that learns). Anything else is refused before the server is
  *     called.
  * Web pages cannot reach it at all: the manifest has no `externally_connectable`, and no
- * runtime.onMessageExternal listener exists. The key lives in storage.local and never leaves this worker
- * and the options page; a content script receives only {id, text} of a suggestion.
+ * runtime.onMessageExternal listener exists. A content script receives only {id, text} of a suggestion.
+ *
+ * The server: pairing derives a secret shared with the server from the pasted URL's secret, neither of
+ * which is ever sent (seqlab/serving/signing.py says how). It is kept as a non-extractable HMAC CryptoKey
+ * in this extension's IndexedDB (a content script runs in the page's origin and cannot open it);
+ * storage.local holds only the address and the public pairing id. Each request is signed (no reusable
+ * key on the wire), and every answer used must carry the server's proof: before any text goes out, a
+ * signed /health whose answer is proven shows that the server on the port is the one paired with, and
+ * the suggestion's own answer is proven too. Whatever else listens on the port gets no key and no text,
+ * and none of what it answers is shown or believed.
  *
  * Sites: the person switches a site (an origin) on in the options page, which asks the browser for that
  * origin's host permission; this worker then registers content.js for the switched-on origins
@@ -15,7 +23,7 @@
  */
 "use strict";
 
-// parsePairingUrl, siteOrigin, originPattern, SEQLAB_LOOPBACK. Firefox, whose background is an event page
+// parsePairingUrl, siteOrigin, siteAllowed, originPattern, SEQLAB_LOOPBACK. Firefox, whose background is an event page
 // listing common.js before this file in `background.scripts`, has them already.
 if (typeof importScripts === "function") importScripts("common.js");
 
@@ -23,96 +31,238 @@ const api = globalThis.browser ?? globalThis.chrome;
 
 const SCRIPT_ID = "seqlab-compose";
 const MAX_WORDS = 3;
-const HEALTH_TTL_MS = 10_000;
 const CONTEXT_MAX = 16_000;   // characters of a quoted original sent as `context`
 const PREFIX_MAX = 60_000;    // the server takes 64 KiB; a longer body is cut from the left
 const EXTENSION_ORIGIN = new URL(api.runtime.getURL("")).origin;
+const NOT_OURS = "not your seqlab server: it could not prove it holds this extension's pairing, so nothing was sent";
+
+// Content scripts may not read storage.local at all where the browser allows saying so (storage.session is
+// trusted-only by default). It holds nothing secret either way: the pairing secret lives in IndexedDB.
+api.storage.local.setAccessLevel?.({ accessLevel: "TRUSTED_CONTEXTS" })?.catch?.(() => {});
 
 // --------------------------------------------------------------------------- stored state
 
 async function stored() {
-  const { server = null, sites = [] } = await api.storage.local.get(["server", "sites"]);
-  return { server, sites };
+  await migrated;
+  const { server = null, sites = [], notices = [] } = await api.storage.local.get(["server", "sites", "notices"]);
+  return { server, sites, notices };
 }
 
-// --------------------------------------------------------------------------- the server
+/** Once per start: drop what an older version kept that is no longer safe, and say so in the status. */
+async function migrate() {
+  const { server = null, sites = [], notices = [] } = await api.storage.local.get(["server", "sites", "notices"]);
+  const said = [...notices];
+  if (server && (server.key || !server.id)) {
+    // a bearer key, sent with every request: whatever listened on the port could take it and reuse it
+    await api.storage.local.remove("server");
+    await dropKey();
+    said.push("The old pairing was deleted: it sent a reusable key that whatever listens on the server's "
+      + "port could take. Paste the URL `seqlab serve` prints to pair again.");
+  }
+  const kept = sites.filter(siteAllowed);
+  if (kept.length !== sites.length) {
+    const dropped = sites.filter((s) => !kept.includes(s));
+    await api.storage.local.set({ sites: kept });
+    said.push(`Switched off ${dropped.join(", ")}: plain http sites can no longer be switched on (anyone on `
+      + "the network could rewrite such a page and read what you type). Use the site's https address.");
+  }
+  if (said.length !== notices.length) await api.storage.local.set({ notices: said });
+  if (kept.length !== sites.length) await syncScripts(kept);
+}
 
-async function call(base, path, { method = "GET", body, credential, signal } = {}) {
-  const headers = {};
-  if (credential) headers.Authorization = `Bearer ${credential}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const res = await fetch(base + path, {
-    method, headers, signal, body: body === undefined ? undefined : JSON.stringify(body),
-    cache: "no-store", credentials: "omit", redirect: "error", referrerPolicy: "no-referrer",
+// --------------------------------------------------------------------------- the pairing secret
+
+const DB_NAME = "seqlab";
+const DB_STORE = "keys";
+const DB_KEY = "pairing";
+let keyCache = null;  // the CryptoKey, once read this start
+
+function idb(mode, action) {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open(DB_NAME, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore(DB_STORE);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const db = open.result;
+      const tx = db.transaction(DB_STORE, mode);
+      const req = action(tx.objectStore(DB_STORE));
+      tx.oncomplete = () => { db.close(); resolve(req.result); };
+      tx.onerror = () => { db.close(); reject(tx.error); };
+    };
   });
+}
+
+async function loadKey() {
+  keyCache ??= (await idb("readonly", (store) => store.get(DB_KEY))) ?? null;
+  return keyCache;
+}
+
+async function saveKey(key) {
+  await idb("readwrite", (store) => store.put(key, DB_KEY));
+  keyCache = key;
+}
+
+async function dropKey() {
+  keyCache = null;
+  await idb("readwrite", (store) => store.delete(DB_KEY));
+}
+
+/** The pairing in use: {server: {base, id}, key: CryptoKey}, or null. */
+async function paired() {
+  const { server } = await stored();
+  const key = server ? await loadKey() : null;
+  return server && key ? { server, key } : null;
+}
+
+// --------------------------------------------------------------------------- signing (seqlab/serving/signing.py)
+
+const utf8 = new TextEncoder();
+const lines = (...parts) => utf8.encode(parts.join("\n"));
+
+function b64(bytes) {
+  let s = "";
+  for (const b of new Uint8Array(bytes)) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function unb64(text) {
+  if (typeof text !== "string" || !/^[A-Za-z0-9_-]*$/.test(text)) return null;
+  const s = text.replace(/-/g, "+").replace(/_/g, "/");
+  try {
+    return Uint8Array.from(atob(s + "=".repeat((4 - (s.length % 4)) % 4)), (c) => c.charCodeAt(0));
+  } catch {
+    return null;
+  }
+}
+
+const newNonce = () => b64(crypto.getRandomValues(new Uint8Array(18)));
+
+async function hexDigest(bytes) {
+  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return Array.from(d, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** An HMAC-SHA256 key that no script can read back (extractable false). */
+const hmacKey = (raw) => crypto.subtle.importKey("raw", raw, { name: "HMAC", hash: "SHA-256" }, false,
+  ["sign", "verify"]);
+
+const FETCH = { cache: "no-store", credentials: "omit", redirect: "error", referrerPolicy: "no-referrer" };
+
+/** An unsigned JSON call: only the two steps of pairing. */
+async function call(base, path, body) {
+  const res = await fetch(base + path, { ...FETCH, method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body) });
   const data = await res.json().catch(() => ({}));
   return { ok: res.ok, status: res.status, data };
 }
 
-let health = { at: 0, value: null };
+/** A signed call; `proven` says whether the answer carries the server's proof (its data is {} otherwise). */
+async function signed({ server, key }, path, { method = "GET", body, signal } = {}) {
+  const text = body === undefined ? "" : JSON.stringify(body);
+  const ts = Date.now();
+  const nonce = newNonce();
+  const sig = await crypto.subtle.sign("HMAC", key,
+    lines("seqlab-request-v1", method, new URL(server.base).host, path, ts, nonce,
+      await hexDigest(utf8.encode(text))));
+  const headers = { Authorization: `SeqlabHMAC id=${server.id}, ts=${ts}, nonce=${nonce}, sig=${b64(sig)}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const res = await fetch(server.base + path, { ...FETCH, method, headers, signal,
+    body: body === undefined ? undefined : text });
+  const raw = new Uint8Array(await res.arrayBuffer());
+  const given = unb64(res.headers.get("seqlab-proof") || "");
+  const proven = given !== null && given.length === 32 && await crypto.subtle.verify("HMAC", key, given,
+    lines("seqlab-response-v1", nonce, res.status, await hexDigest(raw)));
+  let data = {};
+  if (proven) {
+    try {
+      data = JSON.parse(new TextDecoder().decode(raw));
+    } catch {
+      data = {};
+    }
+  }
+  return { ok: res.ok, status: res.status, data, proven };
+}
 
-/** GET /health with the key: {status, model} (cached for a few seconds; `fresh` skips the cache). */
-async function serverHealth(server, fresh = false) {
-  if (!fresh && health.value && Date.now() - health.at < HEALTH_TTL_MS && health.base === server.base) {
-    return health.value;
-  }
-  let value;
+/** The server's state, from a signed GET /health whose answer must be proven: the challenge made before any
+ * text is sent. status: ok, loading, failed, unpaired (401/403 unproven), unreachable, impostor. */
+async function challenge(pairing) {
+  let res;
   try {
-    const res = await call(server.base, "/health", { credential: server.key });
-    // 401: the server does not know this key (it was unpaired there, or its paired.json was reset)
-    value = res.status === 401 ? { status: "unpaired", model: null, error: null, learning: false }
-      : { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
-        error: res.data.error || null, learning: Boolean(res.data.learning) };
+    res = await signed(pairing, "/health");
   } catch {
-    value = { status: "unreachable", model: null, error: "no answer from the server" };
+    return { status: "unreachable", model: null, error: "no answer from the server", learning: false };
   }
-  health = { at: Date.now(), base: server.base, value };
-  return value;
+  if (!res.proven) {
+    // a 401 or 403 is what the real server says once it forgot the pairing (it cannot prove then, having no secret)
+    return res.status === 401 || res.status === 403
+      ? { status: "unpaired", model: null, error: null, learning: false }
+      : { status: "impostor", model: null, error: NOT_OURS, learning: false };
+  }
+  return { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
+    error: res.data.error || null, learning: Boolean(res.data.learning) };
 }
 
 // --------------------------------------------------------------------------- pairing and sites
 
 async function pair(url, name) {
-  const { base, token } = parsePairingUrl(url);
+  const { base, secret } = parsePairingUrl(url);
+  const pasted = await hmacKey(utf8.encode(secret));
   let res;
+  let sn;
+  const cn = newNonce();
   try {
-    res = await call(base, "/v1/pair", { method: "POST", credential: token, body: { name } });
+    res = await call(base, "/v1/pair/challenge", {});
+    sn = res.data.nonce;
+    if (res.ok && typeof sn === "string") {
+      const proof = await crypto.subtle.sign("HMAC", pasted, lines("seqlab-pair-client-v1", EXTENSION_ORIGIN, sn, cn));
+      res = await call(base, "/v1/pair", { name, server_nonce: sn, client_nonce: cn, proof: b64(proof) });
+    }
   } catch {
     throw new Error(`no answer from ${base}: is seqlab serve running?`);
   }
   if (!res.ok) {
-    if (res.status === 404) throw new Error("this seqlab serve does not pair yet: update seqlab");
+    if (res.status === 404) throw new Error("this seqlab serve does not pair this way yet: update seqlab");
     throw new Error(`the server refused to pair (${res.status}): ${res.data.error || "no reason given"}`);
   }
-  if (!res.data.key) throw new Error("the server answered without a key");
-  await api.storage.local.set({ server: { base, key: res.data.key, origin: res.data.origin || EXTENSION_ORIGIN } });
-  health = { at: 0, value: null };
+  const id = res.data.id;
+  const back = unb64(res.data.proof);
+  // the server shows it knows the pasted secret too: a program that merely took the port cannot
+  const fine = typeof id === "string" && /^[A-Za-z0-9_-]{8,64}$/.test(id) && back !== null && back.length === 32
+    && await crypto.subtle.verify("HMAC", pasted, back, lines("seqlab-pair-server-v1", EXTENSION_ORIGIN, sn, cn, id));
+  if (!fine) {
+    throw new Error(`the server at ${base} is not your seqlab server: it could not prove it knows the printed `
+      + "URL's secret. Nothing was kept.");
+  }
+  const shared = await crypto.subtle.sign("HMAC", pasted, lines("seqlab-pair-secret-v1", EXTENSION_ORIGIN, sn, cn, id));
+  await saveKey(await hmacKey(shared));
+  await api.storage.local.set({ server: { base, id }, notices: [] });
   sessions.clear();
 }
 
 async function forget() {
-  const { server } = await stored();
-  if (server) {
+  const pairing = await paired();
+  if (pairing) {
     try {
-      await call(server.base, "/v1/pair", { method: "DELETE", credential: server.key });
+      await signed(pairing, "/v1/pair", { method: "DELETE" });
     } catch {
-      // the server is down: the key is dropped here all the same (and useless without this extension's origin)
+      // the server is down: the secret is dropped here all the same, and the server's copy pairs nothing alone
     }
   }
   await api.storage.local.remove("server");
-  health = { at: 0, value: null };
+  await dropKey();
   sessions.clear();
 }
 
 async function status() {
-  const { server, sites } = await stored();
-  if (!server) return { paired: false, sites };
-  return { paired: true, base: server.base, health: await serverHealth(server, true), sites };
+  const { sites, notices, server } = await stored();
+  const pairing = await paired();
+  if (!pairing) return { paired: false, sites, notices, base: server ? server.base : null };
+  return { paired: true, base: pairing.server.base, health: await challenge(pairing), sites, notices };
 }
 
 /** Register content.js for the switched-on sites whose permission is granted (and nothing else). */
-async function syncScripts() {
-  const { sites } = await stored();
+async function syncScripts(given) {
+  const sites = given ?? (await stored()).sites;
   const matches = [];
   for (const origin of sites) {
     const pattern = originPattern(origin);
@@ -134,7 +284,7 @@ async function setSite(text, on) {
   const { sites } = await stored();
   const next = sites.filter((s) => s !== origin);
   if (on) next.push(origin);
-  await api.storage.local.set({ sites: next.sort() });
+  await api.storage.local.set({ sites: next.sort(), notices: [] });
   await syncScripts();
   if (on) {
     // tabs already open on the site get the script now rather than at their next load
@@ -154,28 +304,28 @@ const sessions = new Map();   // tab id -> the session the server issued for tha
 const inflight = new Map();   // tab id -> the AbortController of that tab's one request in flight
 
 async function complete(tabId, msg) {
-  const { server } = await stored();
-  if (!server) return { error: "not paired" };
+  const pairing = await paired();
+  if (!pairing) return { error: "not paired" };
+  const h = await challenge(pairing);  // before the text goes out: the server on the port proves it is ours
+  if (h.status !== "ok") return { error: h.status === "impostor" ? NOT_OURS : `the server is ${h.status}` };
   const body = { prefix: String(msg.prefix).slice(-PREFIX_MAX), subject: String(msg.subject || "").slice(0, 2000),
     max_words: MAX_WORDS };
   const session = sessions.get(tabId);
   if (session) body.session = session;
-  if (msg.context) {
-    // a model trained without cross-attention answers 422 to a context: send it only to one that reads it
-    const h = await serverHealth(server);
-    if (h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
-  }
+  // a model trained without cross-attention answers 422 to a context: send it only to one that reads it
+  if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
   inflight.get(tabId)?.abort();
   const ctrl = new AbortController();
   inflight.set(tabId, ctrl);
   let res;
   try {
-    res = await call(server.base, "/v1/complete", { method: "POST", credential: server.key, body, signal: ctrl.signal });
+    res = await signed(pairing, "/v1/complete", { method: "POST", body, signal: ctrl.signal });
   } catch {
     return { error: ctrl.signal.aborted ? "superseded" : "the server is unreachable" };
   } finally {
     if (inflight.get(tabId) === ctrl) inflight.delete(tabId);
   }
+  if (!res.proven) return { error: NOT_OURS };  // never shown: a text the server did not prove
   if (!res.ok) return { error: res.data.error || `the server answered ${res.status}` };
   if (res.data.session) sessions.set(tabId, res.data.session);
   return { id: String(res.data.id || ""), text: String(res.data.text || "") };
@@ -183,24 +333,25 @@ async function complete(tabId, msg) {
 
 /** An email the person sent: to a server that learns (serve --learn) only; any other keeps no text. */
 async function sent(msg) {
-  const { server } = await stored();
-  if (!server || typeof msg.body !== "string" || !msg.body.trim()) return;
-  const h = await serverHealth(server, true);
-  if (!h.learning) return;
+  const pairing = await paired();
+  if (!pairing || typeof msg.body !== "string" || !msg.body.trim()) return;
+  const h = await challenge(pairing);  // a `learning` the server did not prove is not believed
+  if (h.status !== "ok" || !h.learning) return;
   const body = { subject: String(msg.subject || "").slice(0, 2000), body: msg.body.slice(-PREFIX_MAX) };
   if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
-  await call(server.base, "/v1/sent", { method: "POST", credential: server.key, body }).catch(() => {});
+  await signed(pairing, "/v1/sent", { method: "POST", body }).catch(() => {});
 }
 
 function sendEvent(msg) {
   const kinds = new Set(["shown", "accepted", "dismissed"]);
   if (!kinds.has(msg.kind) || typeof msg.id !== "string" || !msg.id) return;
-  stored().then(({ server }) => {
-    if (!server) return;
+  (async () => {
+    const pairing = await paired();
+    if (!pairing || (await challenge(pairing)).status !== "ok") return;
     const accepted = Math.max(0, Math.min(65536, Number(msg.accepted_chars) | 0));
-    call(server.base, "/v1/events", { method: "POST", credential: server.key,
-      body: { id: msg.id, kind: msg.kind, accepted_chars: accepted } }).catch(() => {});
-  });
+    await signed(pairing, "/v1/events", { method: "POST",
+      body: { id: msg.id, kind: msg.kind, accepted_chars: accepted } });
+  })().catch(() => {});
 }
 
 // --------------------------------------------------------------------------- who is asking
@@ -276,5 +427,7 @@ api.tabs.onRemoved.addListener((tabId) => {
 
 // Site access taken back in the browser's own settings: stop injecting there too.
 api.permissions.onRemoved.addListener(() => { syncScripts().catch(() => {}); });
+const migrated = migrate().catch(() => {});
+
 api.runtime.onInstalled.addListener(() => { syncScripts().catch(() => {}); });
 api.runtime.onStartup.addListener(() => { syncScripts().catch(() => {}); });

@@ -47,20 +47,26 @@
     const state = $("server-state");
     $("server-info").hidden = !st.paired;
     $("forget").hidden = !st.paired;
+    const notices = st.notices || [];
+    $("notice").hidden = !notices.length;
+    $("notice").textContent = notices.join(" ");
     if (!st.paired) {
       state.textContent = "Not paired. Start `seqlab serve RUN_DIR` and paste the URL it prints.";
       state.className = "state off";
       return;
     }
     const h = st.health || {};
-    // the server answers 401 to a key it does not know; an older one described the model only to a caller it knew
-    const known = h.status !== "unpaired" && (h.status !== "ok" || Boolean(h.model));
-    state.textContent = !known
-      ? "The server no longer knows this extension (it was unpaired there): paste its URL again to pair anew."
-      : h.status === "ok" ? "Paired: suggestions are on where you switch them on."
-        : `Paired, but the server is ${h.status}${h.error ? ` (${h.error})` : ""}. If it now runs on another `
-          + "port, paste the URL it printed to pair with it there.";
-    state.className = h.status === "ok" && known ? "state ok" : "state off";
+    // every answer used is proven by the server (background.js): "impostor" is a program on the port that could not
+    state.textContent = h.status === "impostor"
+      ? `What answers at ${st.base} is not your seqlab server: it could not prove it holds this extension's `
+        + "pairing, so nothing is sent to it and nothing it says is shown. Stop it and start `seqlab serve` again."
+      : h.status === "unpaired"
+        ? "The server at this address no longer knows this extension (it was unpaired there, or it is not your "
+          + "seqlab server): paste the URL `seqlab serve` printed to pair anew."
+        : h.status === "ok" ? "Paired: suggestions are on where you switch them on."
+          : `Paired, but the server is ${h.status}${h.error ? ` (${h.error})` : ""}. If it now runs on another `
+            + "port, paste the URL it printed to pair with it there.";
+    state.className = h.status === "ok" ? "state ok" : "state off";
     $("server-base").textContent = st.base;
     $("server-status").textContent = h.status || "—";
     $("server-model").textContent = describeModel(h.model);
@@ -130,7 +136,7 @@
     say("pairing…");
     try {
       show(await ask({ type: "pair", url: $("pair-url").value, name: label }));
-      $("pair-url").value = "";  // the launch token is spent; the key is kept by the worker
+      $("pair-url").value = "";  // the pasted secret is not kept: the worker keeps only what pairing derived
       say("paired");
     } catch (err) {
       say(String(err.message || err), true);

@@ -37,7 +37,8 @@ class Paired:
         """(the SeqlabHMAC header for this request, its nonce)."""
         ts = int(time.time() * 1000) if ts is None else ts
         nonce = nonce or new_nonce()
-        sig = request_signature(secret or self.secret, method, target, ts, nonce, body)
+        host = self.url.split("://", 1)[1]
+        sig = request_signature(secret or self.secret, method, host, target, ts, nonce, body)
         return f"SeqlabHMAC id={self.id}, ts={ts}, nonce={nonce}, sig={b64(sig)}", nonce
 
     def request(self, client: httpx.Client, method: str, target: str, body: Any = None,

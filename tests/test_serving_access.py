@@ -22,7 +22,7 @@ import httpx
 import pytest
 from fastapi import WebSocket
 from serving_helpers import auth, person_client, running_server, served
-from signing_client import pair
+from signing_client import Paired, pair
 
 from seqlab.serving.access import CSP
 from seqlab.serving.app import ServerConfig
@@ -209,6 +209,28 @@ def test_the_nonce_cache_refuses_a_replay_and_forgets_only_expired_nonces() -> N
     assert cache.add("b", ts=400, now_ms=500) and not cache.add("c", ts=500, now_ms=500)  # full: refused
     assert cache.add("c", ts=1100, now_ms=1100) and len(cache) == 2  # "a" expired at 1000, "b" kept
     assert not cache.add("b", ts=400, now_ms=1100)
+
+
+def test_a_signed_request_is_good_only_to_this_server_on_this_port(word_run_dir: Path, tmp_path: Path) -> None:
+    """One captured by a program on the port, sent to the server started there later (or to another server
+    sharing paired.json on another port) within its time window: 401 all the same."""
+    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log",
+                          pairing_file=tmp_path / "paired.json")
+    with running_server(config) as first:
+        ext = pair(first, config.token, EXT)
+        with httpx.Client(timeout=30) as client:
+            assert ext.request(client, "GET", "/health")[1]
+            captured, _ = ext.authorization("GET", "/health")  # never sent to this server: its nonce is new
+    second_config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=tmp_path / "log2",
+                                 pairing_file=tmp_path / "paired.json")
+    with running_server(second_config) as second:
+        moved = Paired(second, EXT, ext.id, ext.secret)
+        with httpx.Client(timeout=30) as client:
+            # the later server on another port: signed for the first one's Host, and before it started
+            assert client.get(f"{second}/health", headers={"authorization": captured}).status_code == 401
+            header, _ = ext.authorization("GET", "/health")  # after it started, but for the other Host
+            assert client.get(f"{second}/health", headers={"authorization": header}).status_code == 401
+            assert moved.request(client, "GET", "/health")[1]  # the same pairing, signed for this server: fine
 
 
 def test_websockets_are_refused_before_any_app_code(word_run_dir: Path, tmp_path: Path) -> None:

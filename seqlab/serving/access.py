@@ -106,6 +106,8 @@ class AccessPolicy:
             hosts |= set(names)
         self.hosts = frozenset(hosts)
         self.nonces = NonceCache()
+        # nothing signed before this server started counts: the nonces seen by an earlier one are not known here
+        self.started_ms = int(time.time() * 1000)
         self._challenges: dict[str, float] = {}  # pairing challenges handed out: nonce -> when it lapses
 
     def identify(self, authorization: str | None, origin: str | None) -> Caller | None:
@@ -143,7 +145,7 @@ class AccessPolicy:
         lapses = self._challenges.pop(nonce, None)
         return lapses is not None and lapses > time.monotonic()
 
-    def verify_signed(self, authorization: str, method: str, target: str, origin: str | None,
+    def verify_signed(self, authorization: str, method: str, host: str, target: str, origin: str | None,
                       body: bytes) -> tuple[Caller, bytes, str] | str:
         """A paired extension's signed request: (the caller, the pairing's secret, the request's nonce), or
         why it is refused. The nonce is remembered only for a request whose signature holds."""
@@ -156,9 +158,9 @@ class AccessPolicy:
         if origin is not None and origin != paired.origin:
             return "a signed request from another origin than the paired one"
         now = int(time.time() * 1000)
-        if abs(now - signed.ts) > WINDOW_MS:
+        if abs(now - signed.ts) > WINDOW_MS or signed.ts < self.started_ms:
             return "a signed request out of its time window"
-        expected = request_signature(paired.secret, method, target, signed.ts, signed.nonce, body)
+        expected = request_signature(paired.secret, method, host, target, signed.ts, signed.nonce, body)
         if not hmac.compare_digest(expected, signed.sig):
             return "a wrong signature"
         if not self.nonces.add(f"{signed.id}\x00{signed.nonce}", signed.ts, now):
@@ -226,7 +228,7 @@ class AccessGuard:
                 await _refuse(send, 413, f"the request body is larger than {SIGNED_BODY_MAX} bytes", extra + cors)
                 return
             query = scope.get("query_string", b"").decode("latin-1")
-            verified = p.verify_signed(authorization, scope["method"], path + (f"?{query}" if query else ""),
+            verified = p.verify_signed(authorization, scope["method"], host, path + (f"?{query}" if query else ""),
                                        origin, body)
             if isinstance(verified, str):
                 await _refuse(send, 401, f"refused: {verified}", extra + cors)

@@ -5,9 +5,11 @@ the URL `seqlab serve` printed, which itself never travels (`pairing_*` below). 
 
 - every request of the extension carries
   `Authorization: SeqlabHMAC id=ID, ts=MS, nonce=N, sig=SIG`, SIG = HMAC-SHA256(S, the lines
-  `seqlab-request-v1`, method, path and query, ts, nonce, hex SHA-256 of the body). The server accepts it
-  within `WINDOW_MS` of its clock and refuses a nonce it has seen (`NonceCache`), so a captured request is
-  worth nothing, and a changed body or path breaks the signature;
+  `seqlab-request-v1`, method, Host, path and query, ts, nonce, hex SHA-256 of the body). The server
+  accepts it within `WINDOW_MS` of its clock, not from before it started, and refuses a nonce it has seen
+  (`NonceCache`), so a captured request is worth nothing: not to this server, not to one started later on
+  the port, not to another server on another port that shares the pairing; a changed body or path breaks
+  the signature;
 - every answer to such a request carries `Seqlab-Proof: HMAC(S, seqlab-request-v1's nonce, status, body
   digest)` (`response_proof`): the extension uses an answer (ghost text, `learning`) only when the proof
   holds, so whatever else listens on the port can show nothing and is told nothing.
@@ -108,9 +110,11 @@ def parse_signed(authorization: str) -> Signed | None:
     return Signed(fields["id"], int(fields["ts"]), fields["nonce"], sig)
 
 
-def request_signature(secret: bytes, method: str, target: str, ts: int, nonce: str, body: bytes) -> bytes:
-    """What a signed request's `sig` must be: `target` is the path and, if any, `?query`."""
-    return mac(secret, REQUEST, method.upper(), target, str(ts), nonce, body_digest(body))
+def request_signature(secret: bytes, method: str, host: str, target: str, ts: int, nonce: str,
+                      body: bytes) -> bytes:
+    """What a signed request's `sig` must be: `host` is its Host header (as the URL names it), `target` the
+    path and, if any, `?query`."""
+    return mac(secret, REQUEST, method.upper(), host.lower(), target, str(ts), nonce, body_digest(body))
 
 
 def response_proof(secret: bytes, nonce: str, status: int, body: bytes) -> str:
