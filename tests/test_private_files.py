@@ -76,9 +76,10 @@ def run_fix(line: str) -> None:
 
 @pytest.fixture(scope="module")
 def written() -> Iterator[tuple[Path, Path, Path]]:
-    """(shared, DATA_DIR, RUN_DIR): `seqlab prepare`, `train`, `calibrate` and `phrases` run under umask 022 in
-    a folder every user may enter (0755; pytest's own temporary folders are 0700, which would hide the files
-    from another user whatever their modes). Also an `old.txt` written there the usual way."""
+    """(shared, DATA_DIR, RUN_DIR): `seqlab prepare`, `train`, `calibrate`, `phrases` and `attention` (a plot
+    of a text) run under umask 022 in a folder every user may enter (0755; pytest's own temporary folders are
+    0700, which would hide the files from another user whatever their modes). Also an `old.txt` written there
+    the usual way."""
     shared = Path(tempfile.mkdtemp(prefix="seqlab-shared-"))
     try:
         shared.chmod(0o755)
@@ -89,6 +90,7 @@ def written() -> Iterator[tuple[Path, Path, Path]]:
                          "train.ckpt_every=2"]) == 0
             assert main(["calibrate", str(run), "--emails", "3", "--max-words", "2", "--device", "cpu"]) == 0
             assert main(["phrases", str(run), "--min-context", "2", "--max-context", "3"]) == 0
+            assert main(["attention", str(run), "Hi Dana, thanks", "--out", str(shared / "plots" / "attn.png")]) == 0
             assert current_umask() == 0o022  # the command's umask did not leak into its caller
             (shared / "old.txt").write_text("written the usual way\n")
         yield shared, data, run
@@ -97,12 +99,13 @@ def written() -> Iterator[tuple[Path, Path, Path]]:
 
 
 def test_commands_write_only_private_files_under_umask_022(written: tuple[Path, Path, Path]) -> None:
-    _, data, run = written
+    shared, data, run = written
     names = {p.name for p in [*data.rglob("*"), *run.rglob("*")]}
     for name in ("emails.jsonl", "train.bin", "tokenizer.json", "model.safetensors", "best", "checkpoints",
                  "trainer_state.pt", "metrics.jsonl", "run.json", "calibration.json", "phrases.npz"):
         assert name in names, name  # the walk below covers each kind of file
-    assert modes(data.parent, run) == {}  # the DATA_DIR's parent too: seqlab made it
+    assert (shared / "plots" / "attn.png").is_file()
+    assert modes(data.parent, run, shared / "plots") == {}  # the folders seqlab made on the way too
 
 
 @pytest.mark.skipif(os.name == "nt" or os.geteuid() != 0 or shutil.which("setpriv") is None,
