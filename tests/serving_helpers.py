@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from seqlab.serving.app import ServerConfig, create_app
+from seqlab.serving.connections import ConnectionLimits, uvicorn_server
 
 
 def auth(config: ServerConfig) -> dict[str, str]:
@@ -36,11 +36,12 @@ def auth(config: ServerConfig) -> dict[str, str]:
 
 
 @contextmanager
-def running_server(config: ServerConfig, timeout: float = 60.0,
-                   wrap: Callable[[Any], Any] | None = None) -> Iterator[str]:
+def running_server(config: ServerConfig, timeout: float = 60.0, wrap: Callable[[Any], Any] | None = None,
+                   limits: ConnectionLimits | None = None) -> Iterator[str]:
     """Serve `config` with uvicorn on 127.0.0.1 (a free port, which `config.port` is set to) until the block
     ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls. `wrap` takes
-    the app and returns the ASGI app to serve (a recorder, say)."""
+    the app and returns the ASGI app to serve (a recorder, say). The server is `seqlab serve`'s
+    (`connections.uvicorn_server`: its settings, its flood guards), under `limits` if given."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -48,7 +49,7 @@ def running_server(config: ServerConfig, timeout: float = 60.0,
     config.host, config.port = "127.0.0.1", sock.getsockname()[1]
     url = f"http://127.0.0.1:{config.port}"
     app = create_app(config)
-    server = uvicorn.Server(uvicorn.Config(wrap(app) if wrap else app, log_level="warning"))
+    server = uvicorn_server(wrap(app) if wrap else app, limits)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -66,16 +69,58 @@ def test_counters_and_acceptance_rate() -> None:
         stats.record_event("clicked")
 
 
-def test_event_log_lines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("timestamps", [False, True])
+def test_event_log_lines(tmp_path: Path, timestamps: bool) -> None:
     log_dir = tmp_path / "new" / "logs"  # created on open
-    with EventLog(log_dir) as log:
+    with EventLog(log_dir, timestamps=timestamps) as log:
         log.record_completion("c1", 18.5, True, 0.62, 3)
         log.record_event("c1", "accepted", accepted_chars=14)
     first, second = _lines(log_dir)
     assert first["kind"] == "completion" and first["words"] == 3 and first["shown"] is True
     assert {k: second[k] for k in ("id", "kind", "accepted_chars")} == {"id": "c1", "kind": "accepted",
                                                                         "accepted_chars": 14}
-    assert isinstance(second["t"], float) and second["t"] >= first["t"]
+    if timestamps:
+        assert isinstance(second["t"], float) and second["t"] >= first["t"]
+    else:  # when the person typed is kept nowhere
+        assert "t" not in first and "t" not in second
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_a_server_keeps_completion_times_only_when_it_learns(word_run_dir: Path, tmp_path: Path,
+                                                           learn: bool) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(word_run_dir, run, ignore=shutil.ignore_patterns("serve", "personal"))
+    with ready_client(ServerConfig(run, min_confidence=0.0, log_dir=tmp_path / "log", learn=learn)) as client:
+        answer = client.post("/v1/complete", json={"prefix": "Hi Dana, the"}).json()
+        assert client.post("/v1/events", json={"id": answer["id"], "kind": "shown"}).status_code == 200
+        stats = client.get("/v1/stats").json()
+        assert stats["completions"] == 1 and stats["displayed"] == 1  # the counters need no time
+    lines = _lines(tmp_path / "log")
+    assert [r["kind"] for r in lines] == ["completion", "shown"]
+    assert all(("t" in r) == learn for r in lines)
+
+
+def test_forget_clears_the_event_log_and_its_rotation(word_run_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(word_run_dir, run, ignore=shutil.ignore_patterns("serve", "personal"))
+    with EventLog(run / "serve", max_bytes=300) as log:  # where `seqlab serve` keeps it without --log
+        for i in range(10):
+            log.record_event(f"c{i}", "shown")
+    assert (run / "serve" / LOG_NAME).stat().st_size and (run / "serve" / (LOG_NAME + ".1")).stat().st_size
+    done = subprocess.run([sys.executable, "-m", "seqlab", "forget", str(run)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "serve/events.jsonl" in done.stdout and "serve/events.jsonl.1" in done.stdout
+    assert not (run / "serve" / LOG_NAME).exists() and not (run / "serve" / (LOG_NAME + ".1")).exists()
+
+
+def test_a_log_deleted_under_the_server_is_begun_again_at_rotation(tmp_path: Path) -> None:
+    with EventLog(tmp_path, max_bytes=300) as log:
+        log.record_event("a", "shown")
+        (tmp_path / LOG_NAME).unlink()  # `seqlab forget` while a plain server runs
+        for i in range(10):
+            log.record_event(f"b{i}", "shown")
+        assert log.dropped == 0
+    assert [r["id"] for r in _lines(tmp_path)][-1] == "b9"  # a new log, written to
 
 
 @pytest.mark.parametrize("call", [

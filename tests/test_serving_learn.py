@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -78,7 +79,8 @@ def test_learning_lowers_the_loss_of_sent_mail_and_never_touches_the_served_mode
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # served weights untouched
     # the checkpoint holds exactly what was swapped in, and names the weights it grew from
     meta = json.loads((tmp_path / PERSONAL / LEARNED_META).read_text())
-    assert meta["base"] == weights_digest(model) and meta["steps"] == FAST.passes and meta["passes"] == [3]
+    assert meta["base"] == weights_digest(model) and meta["steps"] == FAST.passes
+    assert meta["passes"] == {store.emails()[0].key(): 3}  # by the email's digest, not its place in the store
     assert stat.S_IMODE((tmp_path / PERSONAL / LEARNED).stat().st_mode) == 0o600
     again, _, _ = load_run(run, "cpu")
     assert load_learned(again, tmp_path / PERSONAL, weights_digest(model)) is not None
@@ -163,8 +165,6 @@ def test_a_killed_learning_server_keeps_its_last_checkpoint(word_run_dir: Path, 
 
 
 def _copy_run(src: Path, dst: Path) -> None:
-    import shutil
-
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("serve", PERSONAL))
 
 
@@ -188,3 +188,161 @@ def test_a_reply_is_learned_with_the_message_it_answered(tmp_path: Path) -> None
         learner.step(SentEmail(*MAIL, context=context))
         moved = any(not torch.equal(start[n], p) for n, p in learner.model.named_parameters() if n in xattn)
         assert moved == moves, context
+
+
+# ----------------------------------------------------------------------------- forget cannot be fooled
+
+
+def _serve_cmd(run: Path, log: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "seqlab", "serve", str(run), "--port", "0", "--log", str(log), *args]
+
+
+def test_forget_refuses_while_a_server_learns_whatever_a_second_server_did(word_run_dir: Path,
+                                                                         tmp_path: Path) -> None:
+    """A learning server, then a second `serve` on the run (which overwrites server.json and deletes it when
+    it stops), then `forget`: refused while the first still learns, and it deletes once that one stopped."""
+    run = tmp_path / "run"
+    _copy_run(word_run_dir, run)
+    forget = [sys.executable, "-m", "seqlab", "forget", str(run)]
+    with served(run, tmp_path / "log1", "--learn", "--min-confidence", "0") as first:
+        r = httpx.post(f"{first.url}/v1/sent", headers=first.headers(), timeout=30,
+                       json={"subject": MAIL[0], "body": MAIL[1]})
+        assert r.status_code == 200
+        _wait(lambda: first.get("/health")["learning"]["swaps"] >= 1, seconds=120)
+        # a second learner on the same run is refused before it binds or writes anything
+        second = subprocess.run(_serve_cmd(run, tmp_path / "log2", "--learn"), capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 2 and f"pid {first.proc.pid}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        # a second plain server runs, and takes server.json with it when it stops
+        with served(run, tmp_path / "log3", "--min-confidence", "0") as plain:
+            assert plain.get("/health")["learning"] is False
+        assert not (run / "serve" / "server.json").exists()
+        refused = subprocess.run(forget, capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 2 and f"pid {first.proc.pid}" in refused.stderr, refused.stderr
+        assert "stop it" in refused.stderr and (run / PERSONAL / LEARNED).is_file()
+        assert first.get("/health")["learning"]["failed"] is None
+    done = subprocess.run(forget, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "personal/learned.safetensors" in done.stdout, done.stderr
+    assert not (run / PERSONAL).exists()
+
+
+def test_the_learner_never_writes_into_a_forgotten_folder(word_run_dir: Path, tmp_path: Path) -> None:
+    """The epoch check alone (the folder deleted behind the lock's back, and a new one made in its place):
+    the weights learned before are neither saved into the new folder nor served, and nothing more is stored."""
+    from seqlab.serving.personal import Forgotten
+
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    store = PersonalStore(tmp_path)
+    store.append(*MAIL)
+    calls, swapped, forgotten = [], [], []
+
+    def idle() -> bool:
+        calls.append(1)
+        if len(calls) == 2:  # after one step was saved and swapped in: forgotten, and a new folder made
+            shutil.rmtree(tmp_path / PERSONAL)
+            PersonalStore(tmp_path).append("Another", "Written after the forget.")
+        return True
+
+    settings = LearnSettings(idle_s=0.0, swap_every=1, passes=3)
+    learner = Learner(model, tok, store, idle=idle, on_swap=swapped.append, settings=settings,
+                      on_forgotten=lambda: forgotten.append(1))
+    learner.start()
+    _wait(lambda: learner.failed is not None)
+    learner.stop()
+    assert learner.steps == 2 and len(swapped) == 1 and forgotten == [1]  # the second step: dropped
+    assert "deleted" in learner.failed and learner.describe()["learned_emails"] == 0
+    assert sorted(p.name for p in (tmp_path / PERSONAL).iterdir()) == [SENT]  # no learned weights written back
+    with pytest.raises(Forgotten):
+        store.append("Late", "Sent after the forget, to the server that learned before it.")
+    assert [e.subject for e in PersonalStore(tmp_path).emails()] == ["Another"]
+
+
+def test_a_learner_writes_nothing_after_stop_returns(word_run_dir: Path, tmp_path: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    store = PersonalStore(tmp_path)
+    store.append(*MAIL)
+    swapped: list[torch.nn.Module] = []
+    learner = Learner(model, tok, store, idle=lambda: True, on_swap=swapped.append)
+    learner.step(store.emails()[0])
+    learner.stop()  # as a server stops before giving up its lock (a step that outlived stop's wait)
+    learner._publish()  # what that step's thread would do next
+    assert not (tmp_path / PERSONAL / LEARNED).exists() and swapped == []
+
+
+def test_pass_counts_follow_each_email_not_its_place(word_run_dir: Path, tmp_path: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    settings = LearnSettings(idle_s=0.0, swap_every=100, passes=1)
+    store = PersonalStore(tmp_path)
+    store.append("First", "The first email, learned once.")
+    store.append("Second", "The second email, learned once.")
+    learner = Learner(model, tok, store, idle=lambda: True, on_swap=lambda m: None, settings=settings)
+    learner.start()
+    _wait(lambda: (tmp_path / PERSONAL / LEARNED_META).is_file())
+    learner.stop()
+    record = json.loads((tmp_path / PERSONAL / LEARNED_META).read_text())
+    assert learner.steps == 2 and sorted(record["passes"].values()) == [1, 1]
+    # the first email removed by hand, a third sent: by position the third would count as learned
+    lines = (tmp_path / PERSONAL / SENT).read_text().splitlines(keepends=True)
+    (tmp_path / PERSONAL / SENT).write_text(lines[1])
+    store = PersonalStore(tmp_path)
+    store.append("Third", "The third email, never learned yet.")
+    again = Learner(model, tok, store, idle=lambda: True, on_swap=lambda m: None, settings=settings,
+                    record=record)
+    again.start()
+    _wait(lambda: again.describe()["learned_emails"] == 2)
+    again.stop()
+    assert again.steps == record["steps"] + 1  # the third only, once
+    # a record from before digests (passes by position) is read by position once, then kept by digest
+    old = {**record, "passes": [1, 0]}
+    legacy = Learner(model, tok, store, idle=lambda: True, on_swap=lambda m: None, settings=settings, record=old)
+    legacy.start()
+    _wait(lambda: legacy.describe()["learned_emails"] == 2)
+    legacy.stop()
+    assert legacy.steps == record["steps"] + 1
+    assert set(json.loads((tmp_path / PERSONAL / LEARNED_META).read_text())["passes"]) == {
+        e.key() for e in store.emails()}
+
+
+# ----------------------------------------------------------------------------- what /v1/sent keeps
+
+
+QUOTED = ("Thanks Dana, the freight totals look right to me.\n\n-- \nSam Jones\nHarbourline Ltd, 4 Quay St\n\n"
+          "On Mon, 3 Mar 2025 at 09:12, Dana <dana@example.com> wrote:\n> Could you check them?\n> The PIN is 4411.")
+
+
+def test_sent_keeps_only_what_the_person_wrote_and_is_capped(word_run_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _copy_run(word_run_dir, run)
+    settings = LearnSettings(idle_s=3600.0, sent_burst=6, sent_every_s=3600.0, max_emails=2, max_body_bytes=1000)
+    with ready_client(ServerConfig(run, min_confidence=0.0, log_dir=tmp_path / "log", learn=True,
+                                   learn_settings=settings)) as client:
+        ok = client.post("/v1/sent", json={"subject": "Re: totals", "body": QUOTED, "context": "Could you check?"})
+        assert ok.status_code == 200 and ok.json() == {"stored": True, "emails": 1}
+        empty = client.post("/v1/sent", json={"subject": "Fwd", "body": "> only the quoted original\n> nothing else"})
+        assert empty.status_code == 422 and "nothing was stored" in empty.json()["error"]
+        big = client.post("/v1/sent", json={"subject": "Long", "body": "word " * 400})  # 2,000 bytes of own words
+        assert big.status_code == 413 and "nothing was stored" in big.json()["error"]
+        assert client.post("/v1/sent", json={"subject": "Two", "body": "A second email."}).json()["emails"] == 2
+        full = client.post("/v1/sent", json={"subject": "Three", "body": "A third email."})
+        assert full.status_code == 507 and "full" in full.json()["error"]
+        last = client.post("/v1/sent", json={"subject": "Four", "body": "A fourth email."})  # the rate's 6th
+        assert last.status_code == 507
+        limited = client.post("/v1/sent", json={"subject": "Five", "body": "A fifth email."})
+        assert limited.status_code == 429 and int(limited.headers["retry-after"]) > 0
+    records = [json.loads(line) for line in (run / PERSONAL / SENT).read_text().splitlines()]
+    assert len(records) == 2
+    assert records[0]["body"] == "Thanks Dana, the freight totals look right to me."  # no quote, no signature
+    assert records[0]["origin"] == "person" and records[1]["origin"] == "person"
+    assert "context" not in records[0]  # this model reads no context: the message answered is not kept
+    assert not any("4411" in line or "Quay" in line for line in (run / PERSONAL / SENT).read_text().splitlines())
+
+
+def test_the_store_refuses_past_its_bytes(tmp_path: Path) -> None:
+    from seqlab.serving.personal import StoreFull
+
+    store = PersonalStore(tmp_path, max_bytes=400)
+    store.append("One", "x" * 200)
+    with pytest.raises(StoreFull):
+        store.append("Two", "y" * 200)
+    assert len(PersonalStore(tmp_path).emails()) == 1

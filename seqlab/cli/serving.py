@@ -54,38 +54,30 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 
 def add_forget(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("forget", help="delete what `serve --learn` kept and learned, back to the trained model",
-                       description="Delete RUN_DIR/personal: the sent emails `seqlab serve --learn` kept and the "
-                       "weights it learned from them. The next `seqlab serve` serves the trained model again.")
+                       description="Delete RUN_DIR/personal (the sent emails `seqlab serve --learn` kept and the "
+                       "weights it learned from them) and RUN_DIR/serve/events.jsonl (what was done with each "
+                       "suggestion). Refused while a server learns on RUN_DIR. The next `seqlab serve` serves "
+                       "the trained model again.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
 
 def run_forget(args: argparse.Namespace) -> int:
-    from seqlab.serving.credentials import SERVER_FILE
-    from seqlab.serving.personal import forget
+    from seqlab.serving.events import LOG_NAME
+    from seqlab.serving.personal import LearningElsewhere, forget
 
     if not (args.run_dir / "config.json").exists():
         raise UserError(f"{args.run_dir} is not a run folder (no config.json)")
-    running = _running_server(args.run_dir / "serve" / SERVER_FILE)
-    if running is not None:
-        raise UserError(f"a server (pid {running}) is serving {args.run_dir} and would keep learning: stop it, "
-                        f"then run `{printed_command('forget', args.run_dir)}` again")
-    removed = forget(args.run_dir)
+    try:  # under the run's learning lock, which every learning server holds while it runs (not server.json)
+        removed = forget(args.run_dir, logs=(LOG_NAME, LOG_NAME + ".1"))
+    except LearningElsewhere as exc:
+        who = f"a server (pid {exc.pid})" if exc.pid is not None else "a server"
+        raise UserError(f"{who} is learning on {args.run_dir} and would write back what it learned: stop it, "
+                        f"then run `{printed_command('forget', args.run_dir)}` again") from None
     if removed:
-        print(f"seqlab forget: deleted {args.run_dir / 'personal'} ({', '.join(removed)}); "
-              "the trained model is served again")
+        print(f"seqlab forget: deleted {', '.join(removed)} in {args.run_dir}; the trained model is served again")
     else:
-        print(f"seqlab forget: {args.run_dir} has nothing learned (no personal/ folder)")
+        print(f"seqlab forget: {args.run_dir} has nothing learned (no personal/ folder) and no event log")
     return 0
-
-
-def _running_server(info: Path) -> int | None:
-    """The pid in a `server.json` whose process is still alive, else None."""
-    try:
-        pid = int(json.loads(info.read_text(encoding="utf-8"))["pid"])
-        os.kill(pid, 0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return pid
 
 
 def _is_loopback(host: str) -> bool:
@@ -98,10 +90,9 @@ def _is_loopback(host: str) -> bool:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from seqlab.private_files import warn_if_open
     from seqlab.serving.app import ServerConfig, create_app
+    from seqlab.serving.connections import uvicorn_server
     from seqlab.serving.credentials import SERVER_FILE, write_private
     from seqlab.training.recipe_table import made_by
 
@@ -128,12 +119,16 @@ def run_serve(args: argparse.Namespace) -> int:
                  if args.learn else ""), flush=True)
 
     phrases = _phrase_file(args)
+    # --learn: the run's learning lock, held until this process ends, taken before anything is bound or
+    # written (server.json), so a second learner on the run changes nothing and `forget` waits for both
+    lock = _learning_lock(args.run_dir) if args.learn else None
     sock = _bind(args.host, args.port)  # bound here so a taken port is a plain error, and port 0 is known
     port = sock.getsockname()[1]
     config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
                           on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight,
-                          host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn)
+                          host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn,
+                          learn_lock=lock)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{host}:{port}/?token={config.token}"
     info = args.run_dir / "serve" / SERVER_FILE  # where the person's tools look, whatever --log says
@@ -142,9 +137,7 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
     print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
           f"also in {info} (readable by you only)", flush=True)
-    # no access log (it would hold the URLs the person opened) and no Server header (nothing to fingerprint)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning", access_log=False,
-                                           server_header=False))
+    server = uvicorn_server(create_app(config))  # what the tests serve too: the flood guards, no access log
     # uvicorn shuts down gracefully on SIGTERM and then raises it again for the handler it found: make
     # that handler an exit, so the finally below still runs (the default one would kill the process)
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
@@ -153,7 +146,21 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         _remove_if_ours(info, config.token)  # the token dies with this launch
         signal.signal(signal.SIGTERM, previous)
+        if lock is not None:
+            lock.release()  # after the app stopped its learner, which saves and then writes nothing more
     return 0
+
+
+def _learning_lock(run_dir: Path) -> Any:
+    """The run's learning lock (`serving.personal.LearnerLock`), or UserError naming the server that holds it."""
+    from seqlab.serving.personal import LearnerLock, LearningElsewhere
+
+    try:
+        return LearnerLock(run_dir).acquire()
+    except LearningElsewhere as exc:
+        who = f"another server (pid {exc.pid})" if exc.pid is not None else "another server"
+        raise UserError(f"{who} is already learning on {run_dir}: stop it first, or serve this one without "
+                        "--learn") from None
 
 
 def _remove_if_ours(info: Path, token: str) -> None:

@@ -27,7 +27,7 @@ from seqlab.printed_command import printed_command
 from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog
-from seqlab.serving.limits import BodyLimit, error
+from seqlab.serving.limits import BodyLimit, RateLimit, error
 from seqlab.serving.routes import MAX_BODY_BYTES, STATIC, router
 from seqlab.serving.state import ServerConfig, ServerState
 
@@ -64,8 +64,10 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
 def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     """`--learn`: serve the weights learned before (if they grew from this run's), and start the learner.
 
-    Runs on the model thread once the engine is loaded. A learned copy is swapped in by a job on that same
-    thread, so it replaces the served model between two requests (`CompletionEngine.replace_model`)."""
+    Runs on the model thread once the engine is loaded, with the run's learning lock held. A learned copy is
+    swapped in by a job on that same thread, so it replaces the served model between two requests
+    (`CompletionEngine.replace_model`); if the personal folder is deleted under the learner, the model
+    loaded at start is swapped back in the same way."""
     from seqlab.generation.phrases import PhraseBlend, unblended
     from seqlab.serving.learner import Learner, load_learned, weights_digest
     from seqlab.serving.personal import PersonalStore
@@ -77,7 +79,8 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     def wrap(model: nn.Module) -> nn.Module:  # the phrase cache, if any, stays blended into learned weights
         return PhraseBlend(model, served.phrases) if isinstance(served, PhraseBlend) else model
 
-    state.personal = PersonalStore(state.config.run_dir)
+    settings = state.config.learn_settings
+    state.personal = PersonalStore(state.config.run_dir, settings.max_emails, settings.max_store_bytes)
     learned = copy.deepcopy(base_model)
     record = load_learned(learned, state.personal.folder, base)
     if record is not None:
@@ -87,15 +90,29 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     def swap(model: nn.Module) -> None:
         state.worker.submit(engine.replace_model, wrap(model))
 
-    state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap,
-                            state.config.learn_settings, base=base, record=record)
+    def trained_again() -> None:
+        state.worker.submit(engine.replace_model, served)
+
+    state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
+                            record=record, on_forgotten=trained_again)
     state.learner.start()
+
+
+def take_learning_lock(state: ServerState) -> None:
+    """Hold the run's learning lock for as long as the app runs: the one `seqlab serve` took, else one of
+    its own (released when the app stops). `LearningElsewhere` while another process learns on the run."""
+    from seqlab.serving.personal import LearnerLock
+
+    if state.config.learn_lock is None or not state.config.learn_lock.held:
+        state.learn_lock = LearnerLock(state.config.run_dir).acquire()
 
 
 def _start_loading(state: ServerState) -> None:
     """Load on the worker thread, so /health answers 503 meanwhile and the model is built where it runs."""
     def load() -> None:
         try:
+            if state.config.learn:
+                take_learning_lock(state)  # first: a second learner on the run is refused before any loading
             engine, info = load_engine(state.config)
             if state.config.learn:
                 start_learning(state, engine)
@@ -132,15 +149,24 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="seqlab-model", initializer=init_worker)
         log_dir = config.log_dir or config.run_dir / "serve"
-        app.state.s = ServerState(config, worker, events=EventLog(log_dir), pairings=pairings)
+        settings = config.learn_settings
+        # a completion's time is kept only with --learn, whose person chose to keep their writing; the
+        # counters /v1/stats gives need none
+        app.state.s = ServerState(config, worker, events=EventLog(log_dir, timestamps=config.learn),
+                                  pairings=pairings, sent_rate=RateLimit(settings.sent_burst, settings.sent_every_s))
         _start_loading(app.state.s)
         try:
             yield
         finally:
-            if app.state.s.learner is not None:
-                app.state.s.learner.stop()  # it checkpoints what it learned since its last swap
+            s = app.state.s
+            if s.learner is not None:
+                s.learner.stop()  # it checkpoints what it learned since its last swap, then writes nothing
             worker.shutdown(wait=False, cancel_futures=True)
-            app.state.s.events.close()
+            s.events.close()
+            if s.personal is not None:
+                s.personal.close()
+            if s.learn_lock is not None:
+                s.learn_lock.release()
 
     # no /docs or /redoc: those pages load their scripts from a CDN, and nothing here leaves the machine
     # strict_content_type said out loud: a JSON body only with a JSON Content-Type, even if a later FastAPI

@@ -3,10 +3,13 @@
 The log is `LOG_DIR/events.jsonl`, one JSON object per line, appended and flushed line by line so a
 killed server loses at most the line it was writing, and a restarted one adds to the same history:
 
-    {"t": 1718000000.12, "id": "c41", "kind": "completion", "latency_ms": 18.4, "shown": true,
-     "confidence": 0.62, "words": 3}
-    {"t": 1718000000.31, "id": "c41", "kind": "shown", "accepted_chars": 0}
-    {"t": 1718000001.02, "id": "c41", "kind": "accepted", "accepted_chars": 14}
+    {"id": "c41", "kind": "completion", "latency_ms": 18.4, "shown": true, "confidence": 0.62, "words": 3}
+    {"id": "c41", "kind": "shown", "accepted_chars": 0}
+    {"id": "c41", "kind": "accepted", "accepted_chars": 14}
+
+Lines carry no time unless the log is opened with `timestamps=True` (`serve --learn`, where the person
+chose to keep their writing): when each suggestion was asked for is when the person typed, a diary of
+their day that nothing here needs. With it, every line starts with `"t"` (seconds since the epoch).
 
 A "completion" line is the server's answer (`shown`: it was non-empty, i.e. above the threshold); "shown",
 "accepted" and "dismissed" are what the page reports back about that answer. `replay` reads a log back
@@ -66,15 +69,18 @@ class EventLog:
     folder is created 0700 and the file 0600. Past `max_bytes` it is moved to `events.jsonl.1` (replacing
     the one before) and a new one begun, so a server left running for months keeps at most twice that. A
     line that cannot be written (a full disk) is dropped and counted in `dropped`: a suggestion already
-    computed is still answered."""
+    computed is still answered. A log deleted under a running server (`seqlab forget`) is begun again at
+    the next rotation. `timestamps`: whether lines carry their time (module docstring)."""
 
-    def __init__(self, log_dir: Path | str, max_bytes: int = MAX_LOG_BYTES) -> None:
+    def __init__(self, log_dir: Path | str, max_bytes: int = MAX_LOG_BYTES, timestamps: bool = False) -> None:
         self.path = Path(log_dir) / LOG_NAME
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.max_bytes = max_bytes
+        self.timestamps = timestamps
         self.dropped = 0
         self._lock = threading.Lock()
         self._fd = -1
+        self._closed = False
         self._open()
 
     def _open(self) -> None:
@@ -93,15 +99,21 @@ class EventLog:
 
     def _rotate(self) -> None:
         os.close(self._fd)
-        os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
+        self._fd = -1  # never a closed descriptor kept: its number may name another file by the next write
+        try:
+            os.replace(self.path, self.path.with_name(LOG_NAME + ".1"))
+        except FileNotFoundError:
+            pass  # deleted under the server (seqlab forget): nothing to keep
         self._open()
 
     def _write(self, record: dict[str, Any]) -> dict[str, Any]:
         line = (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._lock:  # one write per line under the lock: lines from threads never interleave
-            if self._fd < 0:
+            if self._closed:
                 raise ValueError(f"the event log {self.path} is closed")
             try:
+                if self._fd < 0:  # a rotation that could not open the new file: try again
+                    self._open()
                 if self._size + len(line) > self.max_bytes and self._size > 0:
                     self._rotate()
                 data = b"\n" + line if self._torn else line
@@ -118,8 +130,11 @@ class EventLog:
         """Log what the page did with a suggestion (`kind` in EVENT_KINDS); returns the record written."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
-        return self._write({"t": time.time(), "id": _check_id(completion_id), "kind": kind,
+        return self._write({**self._time(), "id": _check_id(completion_id), "kind": kind,
                             "accepted_chars": _count("accepted_chars", accepted_chars)})
+
+    def _time(self) -> dict[str, float]:
+        return {"t": time.time()} if self.timestamps else {}
 
     def record_completion(self, completion_id: str | int, latency_ms: float, shown: bool, confidence: float,
                           words: int) -> dict[str, Any]:
@@ -128,13 +143,14 @@ class EventLog:
         if not isinstance(shown, bool):
             raise ValueError(f"shown must be true or false, not {shown!r}")
         words = _count("words", words)
-        return self._write({"t": time.time(), "id": _check_id(completion_id), "kind": COMPLETION,
+        return self._write({**self._time(), "id": _check_id(completion_id), "kind": COMPLETION,
                             "latency_ms": _finite("latency_ms", latency_ms, 0.0),
                             "shown": shown, "confidence": _finite("confidence", confidence, 0.0, 1.0),
                             "words": words})
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

@@ -1,4 +1,5 @@
-"""Guards in front of the routes: the request-size limit and the one JSON shape every error takes.
+"""Guards in front of the routes: the request-size limit, a per-caller rate, and the one JSON shape every
+error takes.
 
 Errors are `{"error": one sentence, "field": the field at fault or absent}` so the page (or a person with
 curl) can tell what to fix; a 503 carries Retry-After, so a client knows when to ask again.
@@ -7,7 +8,9 @@ curl) can tell what to fix; a 503 carries Retry-After, so a client knows when to
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fastapi.responses import JSONResponse
@@ -22,6 +25,27 @@ def error(status: int, message: str, field: str | None = None, retry_after: int 
         body["field"] = field
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+class RateLimit:
+    """At most `burst` calls per key at once, then one more every `every_s` seconds (a token bucket per key).
+
+    The keys are the callers (the person, each paired extension), a bounded set, so the buckets are too."""
+
+    def __init__(self, burst: int, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.burst, self.every_s, self.clock = burst, every_s, clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when counted)
+
+    def take(self, key: str) -> int:
+        """Use one call of `key`'s: 0 when allowed, else the whole seconds until the next one is."""
+        now = self.clock()
+        tokens, then = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - then) / self.every_s)
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return max(1, math.ceil((1.0 - tokens) * self.every_s))
+        self._buckets[key] = (tokens - 1.0, now)
+        return 0
 
 
 class BodyLimit:

@@ -10,8 +10,9 @@
     POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
     POST   /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
     GET    /v1/stats      acceptance rate and latency percentiles since start
-    POST   /v1/sent       {subject, body, context?}: an email the person finished; kept and learned from
-                          only under --learn (409 otherwise: without it the server stores no text)
+    POST   /v1/sent       {subject, body, context?}: an email the person finished; kept (what they wrote of
+                          it) and learned from only under --learn (409 otherwise: without it the server
+                          stores no text); capped in size (413), rate (429) and store size (507)
     POST   /v1/pair/challenge   from a browser extension -> {nonce}: a one-time nonce to pair over
     POST   /v1/pair       {name, server_nonce, client_nonce, proof}: a browser extension proves it holds the
                           pasted secret -> {id, origin, proof}, the server's proof back (`signing.py`)
@@ -40,6 +41,7 @@ from seqlab.serving.access import CALLER, AccessPolicy, Caller
 from seqlab.serving.credentials import is_extension_origin
 from seqlab.serving.engine import new_session_id
 from seqlab.serving.limits import error
+from seqlab.serving.personal import Forgotten, StoreFull, own_words
 from seqlab.serving.signing import b64, pairing_client_proof, pairing_secret, pairing_server_proof, unb64
 from seqlab.serving.state import ServerState, run_unless_gone
 from seqlab.serving.why import explain
@@ -258,16 +260,44 @@ async def stats(request: Request) -> dict[str, Any]:
             "threshold": s.engine.threshold if s.engine is not None else None, "learning": _learning(s)}
 
 
-@router.post("/v1/sent", responses={409: {"description": "the server was started without --learn"}})
+@router.post("/v1/sent", responses={409: {"description": "the server was started without --learn"},
+                                    413: {"description": "what the person wrote is over the size cap"},
+                                    422: {"description": "nothing of the person's own is left once cleaned"},
+                                    429: {"description": "too many emails from this caller lately"},
+                                    507: {"description": "the store of sent emails is full"}})
 async def sent(req: SentRequest, request: Request) -> Any:
-    """Keep an email the person finished, to learn from while idle (`seqlab serve --learn`)."""
+    """Keep an email the person finished, to learn from while idle (`seqlab serve --learn`).
+
+    Only what the person wrote is kept: the body without the quoted original and the signature (the cleaner
+    `seqlab prepare` gives training mail), the message it answered only for a model that reads one, and who
+    stored it (the caller: "person" or the extension's origin). Every call counts against the caller's rate,
+    stored or not: a page that can send cannot make the server clean and refuse for it without end."""
     s: ServerState = request.app.state.s
-    if s.learner is None or s.personal is None:
+    if s.learner is None or s.personal is None or s.sent_rate is None or s.engine is None:
         if s.engine is None:
             return _not_ready(s)
         return error(409, "this server does not learn from sent mail (start it with --learn); nothing was stored")
-    personal, learner = s.personal, s.learner
-    count = await asyncio.to_thread(personal.append, req.subject, req.body, req.context)  # fsync: off the loop
+    personal, learner, settings = s.personal, s.learner, s.config.learn_settings
+    caller = caller_of(request)
+    origin = caller.name if caller is not None else "person"
+    wait = s.sent_rate.take(origin)
+    if wait:
+        return error(429, f"more than {settings.sent_burst} emails sent lately; nothing was stored, try again in "
+                     f"{wait} s", retry_after=wait)
+    body = await asyncio.to_thread(own_words, req.body)  # linear regex scans, but up to 64 KiB: off the loop
+    if not body.strip():
+        return error(422, "nothing is left of the body once the quoted original and the signature are removed; "
+                     "nothing was stored", field="body")
+    if len(body.encode("utf-8", "replace")) > settings.max_body_bytes:
+        return error(413, f"the body is over {settings.max_body_bytes // 1024} KiB once the quoted original and the "
+                     "signature are removed; nothing was stored", field="body")
+    context = req.context if req.context and s.engine.reads_context else None  # kept only where it is learned
+    try:  # fsync: off the loop
+        count = await asyncio.to_thread(personal.append, req.subject, body, context, origin)
+    except StoreFull as exc:
+        return error(507, f"{exc}; nothing was stored (`seqlab forget` empties it)")
+    except Forgotten as exc:
+        return error(409, f"{exc}; nothing was stored")
     learner.notify()
     return {"stored": True, "emails": count}
 

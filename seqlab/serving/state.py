@@ -21,7 +21,8 @@ from seqlab.serving.credentials import PAIRED_FILE, PairingStore, config_dir, ne
 from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog, RecentIds, ServingStats
 from seqlab.serving.learner import Learner, LearnSettings
-from seqlab.serving.personal import PersonalStore
+from seqlab.serving.limits import RateLimit
+from seqlab.serving.personal import LearnerLock, PersonalStore
 from seqlab.serving.sessions import MAX_SESSION_BYTES
 
 
@@ -47,6 +48,9 @@ class ServerConfig:
     pairing_file: Path | None = None
     learn: bool = False  # keep the person's sent emails and learn from them while idle (`learner.py`)
     learn_settings: LearnSettings = field(default_factory=LearnSettings)
+    # the run's learning lock, already held (`seqlab serve` takes it before it binds, so a second learning
+    # server is refused with a sentence); None: the app takes it itself when it starts learning
+    learn_lock: LearnerLock | None = field(default=None, repr=False)
     phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
     phrase_weight: float = 0.3
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
@@ -71,6 +75,8 @@ class ServerState:
     issued: RecentIds = field(default_factory=RecentIds)  # completion ids an event may name
     learner: Learner | None = None
     personal: PersonalStore | None = None
+    sent_rate: RateLimit | None = None  # /v1/sent's per-caller rate (under --learn)
+    learn_lock: LearnerLock | None = None  # the learning lock this app took itself (released when it stops)
     last_request: float = field(default_factory=time.monotonic)  # when a model request last came in
 
     def idle(self) -> bool:
