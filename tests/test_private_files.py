@@ -5,10 +5,12 @@ folder made the old way (readable by others) gets one warning line naming it and
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import stat
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from trainers import tiny_trainer
 
 import seqlab
 from seqlab.cli.main import main
+from seqlab.data.mail import sources
 from seqlab.private_files import OpenToOthersWarning
 
 # Another user of the machine, as the kernel sees one: uid and gid 65534 (nobody), no supplementary groups.
@@ -191,3 +194,34 @@ def test_the_api_warns_instead_of_printing(tiny_data_dir: Path, tmp_path: Path,
     assert "seqlab: warning" not in capsys.readouterr().err  # nothing printed unless asked
     assert modes(tmp_path / "again") == {}  # the API's own umask, not the caller's 022
     assert current_umask() == 0o022
+
+
+def _tarball(path: Path, messages: int) -> Path:
+    """A package laid out like the SpamAssassin one, members mode 0644 as npm packs them."""
+    with tarfile.open(path, "w:gz") as tf:
+        for n in range(messages):
+            data = (f"From: a{n}@example.com\nTo: b@example.com\nSubject: note {n}\nMessage-ID: <{n}@example.com>\n\n"
+                    f"Body {n}: the meeting moved to room {n}, see you there.\n").encode()
+            info = tarfile.TarInfo(f"package/data/easy-ham-1/{n:05d}.txt")
+            info.size, info.mode = len(data), 0o644
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_the_corpus_cache_is_private_and_an_old_one_warns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tarball = _tarball(tmp_path / "corpus.tgz", 40)
+    monkeypatch.setattr(sources, "SPAMASSASSIN_SHA256", sources.sha256_file(tarball))
+    monkeypatch.setenv(sources.ENV_LOCAL, str(tarball))
+    cache = tmp_path / "home" / ".cache" / "seqlab"
+    prepare_sa = ["prepare", "spamassassin", "--out", str(tmp_path / "data"), "--cache-dir", str(cache),
+                  "--groups", "easy-ham-1", "--quiet"]
+    with umask(0o022):
+        assert main(prepare_sa) == 0
+    assert warning_lines(capsys.readouterr().err) == []
+    assert len(list((cache / "spamassassin" / "easy-ham-1" / "easy-ham-1").iterdir())) == 40  # KEY/GROUP
+    assert modes(tmp_path / "home", tmp_path / "data") == {}  # the extracted mail, the marker, the lock
+    open_up(cache)  # as the cache was before: extracted 0755 to be shared
+    assert main(prepare_sa) == 0
+    (line,) = warning_lines(capsys.readouterr().err)
+    assert line.startswith(f"seqlab: warning: {cache} can be read") and line.endswith(f"chmod -R go= {cache}")
