@@ -83,7 +83,8 @@ def written() -> Iterator[tuple[Path, Path, Path]]:
     of a text) run under umask 022 in a folder every user may enter (0755; pytest's own temporary folders are
     0700, which would hide the files from another user whatever their modes). Also an `old.txt` written there
     the usual way."""
-    shared = Path(tempfile.mkdtemp(prefix="seqlab-shared-"))
+    # /tmp (1777), not $TMPDIR, which may sit in a folder only its owner can enter
+    shared = Path(tempfile.mkdtemp(prefix="seqlab-shared-", dir="/tmp" if os.path.isdir("/tmp") else None))
     try:
         shared.chmod(0o755)
         data, run = shared / "mail" / "data", shared / "run"
