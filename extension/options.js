@@ -68,7 +68,7 @@
             + "port, paste the URL it printed to pair with it there.";
     state.className = h.status === "ok" ? "state ok" : "state off";
     $("server-base").textContent = st.base;
-    $("server-status").textContent = h.status || "—";
+    $("server-status").textContent = h.status === "impostor" ? "not your seqlab server" : h.status || "—";
     $("server-model").textContent = describeModel(h.model);
   }
 

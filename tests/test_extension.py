@@ -19,23 +19,31 @@ for review.
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from extension_harness import NoContentScript, isolated_eval
 from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 from serving_helpers import chromium, require_browser, running_server, static_site
+from starlette.middleware import Middleware
+
+from seqlab.serving.signing import WINDOW_MS
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "extension"
@@ -59,11 +67,13 @@ def extension_id(path: Path) -> str:
 
 @dataclass
 class Recorder:
-    """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body).
+    """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body), as it
+    comes off the wire.
 
-    With `pretend_context` it says on /health that the model reads context and takes `context` out of
-    /v1/complete bodies before the app sees them: the tiny GRU reads none, and the test of the reply page
-    checks what the extension sends to a model that does."""
+    With `pretend_context` its `Pretender`, inside the gate (so after the extension's signature is checked
+    and before the server's proof of the answer is made), says on /health that the model reads context and
+    takes `context` out of /v1/complete bodies before the routes see them: the tiny GRU reads none, and the
+    test of the reply page checks what the extension sends to a model that does."""
 
     app: Any
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -97,26 +107,41 @@ class Recorder:
             body = raw
         entry = {"method": scope["method"], "path": scope["path"], "origin": headers.get("origin"),
                  "authorization": headers.get("authorization"), "body": body}
+        if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
+            entry["context"] = body.get("context")
         with self.lock:
             self.requests.append(entry)
-        if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
-            entry["context"] = body.pop("context", None)
+        await self.app(scope, _replaying(raw, receive), send)
+
+
+@dataclass
+class Pretender:
+    """The part of `Recorder` that pretends the model reads context (see there): a middleware inside the gate."""
+
+    app: Any
+    recorder: Recorder
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.recorder.pretend_context:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        raw = b"".join(chunks)
+        if scope["path"] == "/v1/complete" and raw:
+            body = json.loads(raw)
+            body.pop("context", None)
             raw = json.dumps(body).encode()
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
                      + [(b"content-length", str(len(raw)).encode())]}
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
-
-        if self.pretend_context and scope["path"] == "/health":
-            await self.app(scope, replay, self._reading_context(send))
+        if scope["path"] == "/health":
+            await self.app(scope, _replaying(raw, receive), self._reading_context(send))
         else:
-            await self.app(scope, replay, send)
+            await self.app(scope, _replaying(raw, receive), send)
 
     @staticmethod
     def _reading_context(send: Any) -> Any:
@@ -135,6 +160,20 @@ class Recorder:
             await send({"type": "http.response.body", "body": out, "more_body": False})
 
         return rewrite
+
+
+def _replaying(raw: bytes, receive: Any) -> Any:
+    """A `receive` that gives the body already read, then what comes next."""
+    replayed = False
+
+    async def replay() -> dict:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 @dataclass
@@ -161,6 +200,7 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 
     def wrap(app: Any) -> Recorder:
         holder["recorder"] = Recorder(app)
+        app.user_middleware.append(Middleware(Pretender, recorder=holder["recorder"]))  # innermost: inside the gate
         return holder["recorder"]
 
     with running_server(config, wrap=wrap) as url:
@@ -317,17 +357,24 @@ def _wait_for_event(server: Recorded, mark: int, kind: str) -> None:
 
 
 def test_the_options_page_pairs_and_shows_the_model(driver, server, site, paired):
-    pairs = server.recorder.since(0, "/v1/pair")
-    assert [r["method"] for r in pairs] == ["POST"]
-    assert pairs[0]["origin"] == f"chrome-extension://{paired}"
-    assert pairs[0]["authorization"] == "Bearer " + server.pairing_url.split("token=")[1]
-    assert pairs[0]["body"] == {"name": "seqlab extension in Chromium"}
+    """Pairing proves the pasted token without sending it; every later request is signed once, no key sent."""
+    token = server.pairing_url.split("token=")[1]
+    pairs = [r for r in server.recorder.since(0) if r["path"].startswith("/v1/pair")]
+    assert [(r["method"], r["path"]) for r in pairs] == [("POST", "/v1/pair/challenge"), ("POST", "/v1/pair")]
+    assert all(r["origin"] == f"chrome-extension://{paired}" and r["authorization"] is None for r in pairs)
+    assert pairs[1]["body"]["name"] == "seqlab extension in Chromium" and token not in json.dumps(pairs)
     kept = json.loads(server.pairing_file.read_text())["paired"]
     assert [p["origin"] for p in kept] == [f"chrome-extension://{paired}"]
-    # afterwards the extension speaks with its own key, never the launch token
-    later = [r for r in server.recorder.since(0) if r["path"].startswith("/v1/") and r["path"] != "/v1/pair"]
-    assert all(r["authorization"] and server.pairing_url.split("token=")[1] not in r["authorization"]
-               for r in later)
+    assert token not in server.pairing_file.read_text()
+    _options(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
+    # afterwards each request is signed with a nonce of its own: no token, no key, nothing to replay
+    later = [r for r in server.recorder.since(0) if r["authorization"]]
+    assert later and all(r["authorization"].startswith("SeqlabHMAC id=") and token not in r["authorization"]
+                         and kept[0]["secret"] not in r["authorization"] for r in later)
+    assert len({r["authorization"] for r in later}) == len(later)
+    replayed = httpx.get(f"{server.url}/health", headers={"Authorization": later[-1]["authorization"]})
+    assert replayed.status_code == 401  # a captured request, sent again
     _options(driver)
     WebDriverWait(driver, WAIT_S).until(lambda d: "gru" in d.find_element(By.ID, "server-model").text)
     assert driver.find_element(By.ID, "server-status").text == "ok"
@@ -353,7 +400,8 @@ def test_pairing_refuses_other_addresses_and_wrong_tokens(driver, server, paired
     field.send_keys(f"{server.url}/?token=not-the-token")
     driver.find_element(By.ID, "pair").click()
     WebDriverWait(driver, WAIT_S).until(lambda d: "401" in d.find_element(By.ID, "message").text)
-    assert [r["path"] for r in server.recorder.since(mark)] == ["/v1/pair"]
+    assert [r["path"] for r in server.recorder.since(mark)] == ["/v1/pair/challenge", "/v1/pair"]
+    assert "not-the-token" not in json.dumps(server.recorder.since(mark))  # proven, never sent
     assert len(json.loads(server.pairing_file.read_text())["paired"]) == 1
     _options(driver)
     WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-status").text == "ok")
@@ -515,9 +563,9 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
     assert report["shadowRoot"] in ("null", "no host")
     assert report["tabChanged"] == [False, False]
     pairs = server.recorder.since(0, "/v1/pair")
-    secrets = [server.pairing_url.split("token=")[1]] + [r["authorization"] for r in server.recorder.since(0)
-                                                          if r["authorization"]]
-    assert pairs and all(s.removeprefix("Bearer ") not in report["html"] + report["storage"] for s in secrets)
+    secrets = [server.pairing_url.split("token=")[1]] + [p["secret"] for p in
+                                                          json.loads(server.pairing_file.read_text())["paired"]]
+    assert pairs and all(s not in report["html"] + report["storage"] for s in secrets)
     # with a ghost shown for the person's own typing, the page's synthetic keys still accept nothing
     driver.get(f"{site}/hostile.html")
     driver.find_element(By.ID, "body").click()
@@ -528,6 +576,30 @@ def test_a_hostile_page_cannot_reach_the_extension_or_the_server(driver, server,
             "document.getElementById('body').dispatchEvent(new KeyboardEvent('keydown',"
             " {key: arguments[0], ctrlKey: arguments[0] === 'ArrowRight', bubbles: true, cancelable: true}))", key)
     assert _text(driver) == BODY and _ghost(driver) == ghost
+
+
+def test_a_content_script_cannot_read_the_pairing_secret(driver, server, site, paired):
+    """The pairing secret is a non-extractable CryptoKey in the extension's own IndexedDB; storage.local holds
+    only the address and the public pairing id, and is closed to content scripts (TRUSTED_CONTEXTS)."""
+    _settle(driver)
+    driver.get(f"{site}/textarea.html")
+    seen = WebDriverWait(driver, WAIT_S, ignored_exceptions=(NoContentScript,)).until(lambda d: isolated_eval(d, """
+        (async () => {
+          const out = {};
+          try { out.local = JSON.stringify(await chrome.storage.local.get(null)); }
+          catch (e) { out.local = "refused: " + e.message; }
+          out.databases = JSON.stringify(await indexedDB.databases());
+          return out;
+        })()"""))
+    print(json.dumps(seen))  # for the closing note
+    secrets = [server.pairing_url.split("token=")[1]] + [p["secret"] for p in
+                                                          json.loads(server.pairing_file.read_text())["paired"]]
+    assert all(s not in json.dumps(seen) for s in secrets)
+    assert seen["local"].startswith("refused: ")
+    assert "seqlab" not in seen["databases"]  # the page's origin's databases: the extension's are not among them
+    _options(driver)  # a trusted context: the worker's storage holds no secret either
+    local = driver.execute_async_script("chrome.storage.local.get(null).then(arguments[0])")
+    assert set(local["server"]) == {"base", "id"} and all(s not in json.dumps(local) for s in secrets)
 
 
 def test_sending_the_email_hands_it_to_a_learning_server(driver, server, site, paired):
@@ -553,10 +625,11 @@ def test_sending_the_email_hands_it_to_a_learning_server(driver, server, site, p
 
 
 def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
-    """Last: the options page's Forget deletes the pairing on the server; the compose box then goes quiet.
+    """The options page's Forget deletes the pairing on the server; the compose box then goes quiet.
     First, a pairing dropped on the server's side is noticed by the options page, and pairing again mends it."""
-    key = [r["authorization"] for r in server.recorder.since(0, "/v1/complete")][-1]
-    assert httpx.delete(f"{server.url}/v1/pair", headers={"Authorization": key}).json() == {"ok": True}
+    signed = [r["authorization"] for r in server.recorder.since(0, "/v1/complete")][-1]
+    assert httpx.delete(f"{server.url}/v1/pair", headers={"Authorization": signed}).status_code == 401  # a replay
+    server.pairing_file.write_text('{"paired": []}')  # dropped on the server's side (another server, by hand)
     _options(driver)
     WebDriverWait(driver, WAIT_S).until(lambda d: "no longer knows" in d.find_element(By.ID, "server-state").text)
     driver.find_element(By.ID, "pair-url").send_keys(server.pairing_url)
@@ -567,6 +640,7 @@ def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
     WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text.startswith("forgotten"))
     deletes = [r for r in server.recorder.since(mark, "/v1/pair") if r["method"] == "DELETE"]
     assert len(deletes) == 1 and deletes[0]["origin"] == f"chrome-extension://{paired}"
+    assert deletes[0]["authorization"].startswith("SeqlabHMAC ")
     assert json.loads(server.pairing_file.read_text())["paired"] == []
     assert "Not paired" in driver.find_element(By.ID, "server-state").text
     _settle(driver)
@@ -575,3 +649,172 @@ def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
     time.sleep(QUIET_S)
     assert not server.recorder.since(mark, "/v1/complete")  # no key, no call
     assert _ghost(driver) == ""
+
+
+def test_only_https_sites_and_this_machine_can_be_switched_on(driver, server, paired):
+    """A plain http site elsewhere is refused by the options page and by the worker; https and loopback pass."""
+    _options(driver)
+    check = "try { return siteOrigin(arguments[0]); } catch (e) { return 'refused: ' + e.message; }"
+    for text, want in (("mail.example.org", "https://mail.example.org"),
+                       ("https://mail.example.org/x", "https://mail.example.org"),
+                       ("http://127.0.0.1:8080/mail", "http://127.0.0.1:8080"),
+                       ("http://localhost:3000", "http://localhost:3000")):
+        assert driver.execute_script(check, text) == want
+    for text in ("http://mail.example.org", "http://192.168.1.5", "http://127.0.0.1.evil.example", "ftp://x.org"):
+        assert driver.execute_script(check, text).startswith("refused: only https sites"), text
+    driver.find_element(By.ID, "site-origin").send_keys("http://mail.example.org")
+    driver.find_element(By.ID, "site-add").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: "only https" in d.find_element(By.ID, "message").text)
+    # the worker refuses it too, asked straight (the page's check skipped), and takes an https site
+    ask = "chrome.runtime.sendMessage(arguments[0]).then(arguments[1])"
+    refused = driver.execute_async_script(ask, {"type": "site", "origin": "http://mail.example.org", "on": True})
+    assert "only https" in refused["error"]
+    taken = driver.execute_async_script(ask, {"type": "site", "origin": "https://mail.example.org", "on": True})
+    assert "https://mail.example.org" in taken["sites"]
+    left = driver.execute_async_script(ask, {"type": "site", "origin": "https://mail.example.org", "on": False})
+    assert "https://mail.example.org" not in left["sites"]
+    assert json.loads((EXTENSION / "manifest.json").read_text())["optional_host_permissions"] == ["https://*/*"]
+
+
+def test_an_old_key_and_http_sites_are_dropped_at_start_up(driver, server, site, paired):
+    """What an older version kept: a bearer key (which went to whatever listened on the port) and a plain http
+    site. At the worker's next start both are gone, and the options page says so and why."""
+    _options(driver)
+    driver.execute_async_script(
+        "chrome.storage.local.get('sites').then(({sites}) => chrome.storage.local.set({"
+        " server: {base: arguments[0], key: 'an-old-bearer-key', origin: location.origin},"
+        " sites: [...sites, 'http://mail.example.org']})).then(arguments[1])", server.url)
+    driver.get("about:blank")
+    driver.execute_cdp_cmd("ServiceWorker.enable", {})
+    driver.execute_cdp_cmd("ServiceWorker.stopAllWorkers", {})  # the worker starts afresh at the next message
+    time.sleep(QUIET_S)
+    _options(driver)
+    notice = WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "notice").text)
+    assert "old pairing was deleted" in notice and "Switched off http://mail.example.org" in notice
+    assert "Not paired" in driver.find_element(By.ID, "server-state").text
+    local = driver.execute_async_script("chrome.storage.local.get(null).then(arguments[0])")
+    assert "server" not in local and "an-old-bearer-key" not in json.dumps(local)
+    assert local["sites"] == [site]
+
+
+FAKE_TEXT = " and my bank details are"
+
+
+@contextmanager
+def _serve_on(config: Any, port: int) -> Iterator[str]:
+    """The server of `config` on 127.0.0.1:`port` (0: a free one, which `config.port` is set to), as
+    `running_server`, but on a port of the test's choosing: the real server restarted where it was."""
+    from seqlab.serving.app import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    config.host, config.port = "127.0.0.1", sock.getsockname()[1]
+    url = f"http://127.0.0.1:{config.port}"
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        WebDriverWait(None, WAIT_S, ignored_exceptions=(httpx.TransportError,)).until(
+            lambda _: httpx.get(f"{url}/health", timeout=5).status_code == 200)
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextmanager
+def _fake_seqlab(port: int) -> Iterator[list[dict[str, Any]]]:
+    """A program that took the paired port after the server stopped, answering as seqlab would (/health: ok,
+    a model, learning; /v1/complete: a text of its own; a `Seqlab-Proof` it cannot make), and noting all it
+    is sent."""
+    seen: list[dict[str, Any]] = []
+
+    class Fake(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def answer(self) -> None:
+            size = int(self.headers.get("content-length") or 0)
+            seen.append({"method": self.command, "path": self.path, "body": self.rfile.read(size).decode("latin-1"),
+                         "headers": {k.lower(): v for k, v in self.headers.items()}})
+            data: dict[str, Any] = {"ok": True, "stored": True, "emails": 1}
+            if self.path == "/health":
+                data = {"status": "ok", "learning": {"emails": 3, "steps": 0},
+                        "model": {"mixer": "gru", "params": 61000, "tokenizer": "byte", "cross_attention": True}}
+            elif self.path == "/v1/complete":
+                data = {"id": "fake", "text": FAKE_TEXT, "confidence": 0.99, "words": 4, "latency_ms": 1.0,
+                        "cut_chars": 0, "threshold": 0.0, "session": "fake"}
+            out = json.dumps(data).encode()
+            self.send_response(200)
+            for name, value in (("content-type", "application/json"), ("content-length", str(len(out))),
+                                ("access-control-allow-origin", self.headers.get("origin") or "*"),
+                                ("access-control-allow-headers", "authorization, content-type"),
+                                ("access-control-allow-methods", "GET, POST, DELETE"),
+                                ("access-control-expose-headers", "seqlab-proof"),
+                                ("seqlab-proof", "A" * 43)):
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(out)
+
+        do_GET = do_POST = do_DELETE = do_OPTIONS = answer
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port), Fake)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(driver, site, paired, browser_run_dir,
+                                                                           tmp_path):
+    """Last (it pairs with a server of its own): paired with a real server, which then stops; a fake one takes
+    its port. The person types and sends: the fake gets only the signed challenge, which is worth nothing to the
+    real server started again there; no text, no sent mail, no ghost of its own; and the options page says it
+    is not the person's server."""
+    from seqlab.serving.app import ServerConfig
+
+    config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path / "serve",
+                          pairing_file=tmp_path / "paired.json")
+    with _serve_on(config, 0) as url:
+        _options(driver)
+        driver.find_element(By.ID, "pair-url").send_keys(f"{url}/?token={config.token}")
+        driver.find_element(By.ID, "pair").click()
+        WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "message").text == "paired")
+        _open_textarea(driver, site)
+        _wait_for_ghost(driver)  # the real server suggests
+        _settle(driver)
+    with _fake_seqlab(config.port) as fake:
+        _open_editor(driver, site)
+        time.sleep(QUIET_S)
+        assert _ghost(driver) == "" and FAKE_TEXT not in _text(driver)
+        _keys(driver, Keys.TAB)  # nothing to accept: the site's own Tab
+        assert FAKE_TEXT not in _text(driver)
+        driver.find_element(By.ID, "send").click()
+        time.sleep(QUIET_S)
+        _options(driver)
+        WebDriverWait(driver, WAIT_S).until(
+            lambda d: "not your seqlab server" in d.find_element(By.ID, "server-state").text)
+        _screenshot(driver, "extension-not-ours.png")
+    print(json.dumps([(r["method"], r["path"], r["headers"].get("authorization")) for r in fake]))  # closing note
+    assert fake and {(r["method"], r["path"]) for r in fake} <= {("GET", "/health"), ("OPTIONS", "/health")}
+    everything = json.dumps(fake)
+    assert all(text not in everything for text in ("Could you send me", "Dana", SUBJECT, "Sam Okafor"))
+    kept = json.loads(config.pairing_file.read_text())["paired"][0]["secret"]
+    assert config.token not in everything and kept not in everything and "bearer" not in everything.lower()
+    # what it did get, sent on to the real server started again on the port while still fresh: 401
+    with _serve_on(config, config.port) as url:
+        for r in fake:
+            header = r["headers"].get("authorization")
+            if header:
+                ts = int(header.split("ts=")[1].split(",")[0])
+                assert time.time() * 1000 - ts < WINDOW_MS  # within its time window: refused for what it is
+                got = httpx.request(r["method"], url + r["path"], headers={"authorization": header})
+                assert got.status_code == 401, got.text
+        _options(driver)  # and the extension is at home again
+        WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-status").text == "ok")
