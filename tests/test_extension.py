@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from extension_harness import NoContentScript, isolated_eval
+from extension_harness import NoContentScript, isolated_contexts, isolated_eval
 from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
@@ -111,7 +111,25 @@ class Recorder:
             entry["context"] = body.get("context")
         with self.lock:
             self.requests.append(entry)
-        await self.app(scope, _replaying(raw, receive), send)
+        noted = self._noting_answer(entry, send) if scope["path"] == "/v1/complete" else send
+        await self.app(scope, _replaying(raw, receive), noted)
+
+    @staticmethod
+    def _noting_answer(entry: dict[str, Any], send: Any) -> Any:
+        """A `send` that also keeps the JSON answer in entry["answer"]: what the server suggested."""
+        chunks: list[bytes] = []
+
+        async def noting(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    try:
+                        entry["answer"] = json.loads(b"".join(chunks))
+                    except ValueError:
+                        entry["answer"] = None
+            await send(message)
+
+        return noting
 
 
 @dataclass
@@ -249,35 +267,22 @@ def paired(driver: webdriver.Chrome, server: Recorded, site: str) -> str:
 # ----------------------------------------------------------------------------- helpers
 
 
+def _drawn(driver: webdriver.Chrome) -> dict[str, Any]:
+    """What the content script has drawn: {text, lines, inked, ink} from its isolated world (the ghost is
+    pixels on a canvas, with no text in the DOM; `inked` counts the canvas's painted pixels and `ink` is
+    their bounds in the window). Nothing drawn on a page where the script does not run."""
+    try:
+        return isolated_eval(driver, "globalThis.__seqlabGhost")
+    except NoContentScript:
+        return {"text": "", "lines": [], "inked": 0, "ink": None}
+
+
 def _ghost(driver: webdriver.Chrome) -> str:
-    """The ghost text on screen: read through the DevTools protocol, which sees into the closed shadow
-    root that no script of the page can open."""
-    doc = driver.execute_cdp_cmd("DOM.getDocument", {"depth": -1, "pierce": True})
-
-    def find(node: dict, name: str) -> dict | None:
-        if node.get("localName") == name:
-            return node
-        for child in node.get("children", []) + node.get("shadowRoots", []):
-            hit = find(child, name)
-            if hit:
-                return hit
-        return None
-
-    host = find(doc["root"], "seqlab-ghost")
-    if host is None:
-        return ""
-
-    def text_of_class(node: dict, cls: str) -> str | None:
-        attrs = node.get("attributes", [])
-        if "class" in attrs and attrs[attrs.index("class") + 1] == cls:
-            return "".join(c.get("nodeValue", "") for c in node.get("children", []))
-        for child in node.get("children", []) + node.get("shadowRoots", []):
-            hit = text_of_class(child, cls)
-            if hit is not None:
-                return hit
-        return None
-
-    return text_of_class(host, "ghost") or ""
+    """The ghost text on screen (empty when none), checked to be drawn: a ghost said to be shown with no
+    painted pixels fails here."""
+    drawn = _drawn(driver)
+    assert not drawn["text"] or drawn["inked"] > 0, drawn
+    return drawn["text"]
 
 
 def _wait_for_ghost(driver: webdriver.Chrome) -> str:
@@ -545,7 +550,7 @@ def test_a_site_not_switched_on_gets_nothing(driver, server, site, paired):
     _type_lines(driver, LINES)
     time.sleep(QUIET_S)
     assert not server.recorder.since(mark)
-    assert driver.execute_script("return document.querySelector('seqlab-ghost')") is None
+    assert not isolated_contexts(driver) and _ghost(driver) == ""  # no content script, nothing drawn
     _keys(driver, Keys.TAB)
     assert driver.switch_to.active_element.get_attribute("id") == "password"
 
@@ -622,6 +627,153 @@ def test_sending_the_email_hands_it_to_a_learning_server(driver, server, site, p
     _chord(driver, Keys.CONTROL, Keys.ENTER)
     WebDriverWait(None, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/sent"))
     assert server.recorder.since(mark, "/v1/sent")[0]["body"]["body"].startswith(BODY)
+
+
+# ----------------------------------------------------------------------------- what a switched-on site can get
+
+
+def _answers(server: Recorded, mark: int) -> list[str]:
+    """What the server suggested since `mark` (the texts of its /v1/complete answers)."""
+    return [r["answer"]["text"] for r in server.recorder.since(mark, "/v1/complete")
+            if isinstance(r.get("answer"), dict) and r["answer"].get("text")]
+
+
+def _asked(server: Recorded, mark: int) -> list[str]:
+    """The prefixes the server was asked to complete since `mark`."""
+    return [r["body"]["prefix"] for r in server.recorder.since(mark, "/v1/complete")]
+
+
+def _click(driver: webdriver.Chrome, element_id: str) -> None:
+    """The person's click at the middle of an element, on whatever lies on top there."""
+    ActionChains(driver).move_to_element(driver.find_element(By.ID, element_id)).click().perform()
+
+
+def _rect(driver: webdriver.Chrome, element_id: str) -> dict[str, float]:
+    return driver.execute_script("return document.getElementById(arguments[0]).getBoundingClientRect().toJSON()",
+                                 element_id)
+
+
+def test_a_page_defining_the_ghost_element_gets_no_shadow_root(driver, server, site, paired):
+    """ghost-elements.html defines custom elements under the names an overlay might take (seqlab-ghost first),
+    each keeping the ElementInternals its constructor gets, whose shadowRoot is the element's root even when
+    closed, and watches every element added to the page, looking into each every 3 ms. With a suggestion on
+    screen, none of its constructors has run for the extension, and it has seen no text of the suggestion."""
+    _settle(driver)
+    mark = server.recorder.mark()
+    driver.get(f"{site}/ghost-elements.html")
+    driver.find_element(By.ID, "body").click()
+    _type_lines(driver, LINES)
+    ghost = _wait_for_ghost(driver)
+    answer = _answers(server, mark)[-1]
+    assert answer.strip() and ghost.strip() == answer.strip()
+    time.sleep(QUIET_S)
+    report = driver.execute_script("return report()")
+    assert report["constructed"] == []
+    assert "div" in report["added"] and report["roots"] == 0  # it saw the overlay's host, and no root in it
+    assert all(answer.strip() not in seen for seen in report["seen"]), report["seen"]
+    assert _ghost(driver) == ghost  # on screen all along
+
+
+def test_window_find_never_finds_the_ghost(driver, server, site, paired):
+    """find-ghost.html, told the suggestion on screen, searches for it with window.find() every 2 ms for a
+    second, in a textarea and in a contenteditable editor: it never finds it, though the same search finds the
+    page's own text. The ghost is drawn all the while: the canvas has inked pixels on the caret's line, after
+    the typed text, inside the box."""
+    _settle(driver)
+    driver.get(f"{site}/find-ghost.html")
+    driver.set_script_timeout(WAIT_S)
+    for box_id in ("body", "rich"):
+        mark = server.recorder.mark()
+        driver.find_element(By.ID, box_id).click()
+        _type_lines(driver, LINES)
+        ghost = _wait_for_ghost(driver)
+        target = _answers(server, mark)[-1].strip()
+        assert target == ghost.strip()
+        assert target not in driver.execute_script(
+            "return document.body.innerText + document.getElementById('body').value")
+        drawn = _drawn(driver)
+        box = _rect(driver, box_id)
+        line = 15 * 1.5  # fixture.css: 15px/1.5, 12px padding at the top and 14px at the left
+        ink = drawn["ink"]
+        assert drawn["inked"] > 0 and box["left"] + 14 + 100 < ink["left"] and ink["right"] <= box["right"]
+        assert box["top"] + 12 + 2 * line - 1 <= ink["top"] and ink["bottom"] <= box["top"] + 12 + 3 * line + 1
+        hunt = driver.execute_async_script("hunt(arguments[0], 1000).then(arguments[1])", target)
+        assert hunt["tries"] > 0 and hunt["found"] == 0, hunt
+        assert _ghost(driver) == ghost  # still on screen: the page had its chance
+    assert driver.execute_async_script("hunt('Looks like mail', 20).then(arguments[0])")["found"] > 0
+
+
+def test_the_server_is_asked_only_the_text_the_person_can_see(driver, server, site, paired):
+    """hidden-prefix.html puts text before the caret when the person has typed "thanks": hidden in twelve ways
+    (display:none, visibility, aria-hidden, a transparent, a faint and a text-fill colour, opacity 0, font-size 0,
+    off-screen, clipped, a zero-size box, content-visibility), at once in its own input listener (which runs
+    before the extension's) or 60 ms later, while the extension waits to ask. The server is asked the visible
+    text alone. Visible text the page puts there gets no question until the person types again."""
+    for delay in (-1, 60):
+        _settle(driver)
+        driver.get(f"{site}/hidden-prefix.html")
+        _caret_to_first_line(driver)
+        driver.execute_script("arm('hidden', 'thanks', arguments[0])", delay)
+        mark = server.recorder.mark()
+        _keys(driver, "Hi Dana, thanks")
+        WebDriverWait(None, WAIT_S).until(lambda _, m=mark: "Hi Dana, thanks" in _asked(server, m))
+        time.sleep(QUIET_S)
+        planted = driver.execute_script("return document.getElementById('body').textContent")
+        assert planted.count("PIN") == 12 and planted.index("PIN") < planted.index("Sam Okafor")
+        assert _asked(server, mark)[-1] == "Hi Dana, thanks"
+        assert not any("PIN" in prefix for prefix in _asked(server, mark)), _asked(server, mark)
+    for delay in (-1, 60):
+        _settle(driver)
+        driver.get(f"{site}/hidden-prefix.html")
+        _caret_to_first_line(driver)
+        driver.execute_script("arm('visible', 'thanks', arguments[0])", delay)
+        mark = server.recorder.mark()
+        _keys(driver, "Hi Dana, thanks")
+        WebDriverWait(driver, WAIT_S).until(lambda d: "PIN" in d.find_element(By.ID, "body").text)
+        time.sleep(QUIET_S)
+        assert not any("PIN" in prefix for prefix in _asked(server, mark)), _asked(server, mark)
+        _keys(driver, " 1")  # the person, who now sees the page's words, types on
+        WebDriverWait(None, WAIT_S).until(lambda _, m=mark: any(p.endswith(" 1") for p in _asked(server, m)))
+        assert _asked(server, mark)[-1] == "Hi Dana, thanks and the PIN of my bank card is 1"
+
+
+def test_only_the_persons_own_email_and_send_reach_the_learner(driver, server, site, paired):
+    """fake-send.html holds 1,960 characters of its own in a box and wants them stored as the person's
+    writing. Nothing reaches /v1/sent when its script moves the focus into that box and the person clicks a
+    Send it drew (a [role=button]); nor when the person types a word there and sends; nor when the page adds
+    its text to the box the person wrote in; nor when the person clicks Save draft or Discard, each under a
+    Send the person cannot see (opacity 0; transparent text and background). The person's own email, sent
+    with the real Send, arrives, as its visible text (the page's hidden text in the box left out)."""
+    _settle(driver)
+    mark = server.recorder.mark()
+    driver.get(f"{site}/fake-send.html")
+    driver.execute_script("steal()")  # the page's script: the caret into the box holding its text
+    _click(driver, "fake-send")
+    time.sleep(QUIET_S)
+    assert server.recorder.since(mark, "/v1/sent") == []
+    driver.execute_script("steal()")
+    _keys(driver, " ok")  # the person, thinking the caret is theirs, types a word and sends
+    _click(driver, "send")
+    time.sleep(QUIET_S)
+    assert server.recorder.since(mark, "/v1/sent") == []
+    driver.get(f"{site}/fake-send.html")
+    driver.find_element(By.CSS_SELECTOR, "#body > div").click()
+    _type_lines(driver, LINES)
+    driver.execute_script("stuff()")  # the page adds its text to the person's
+    _click(driver, "send")
+    time.sleep(QUIET_S)
+    assert server.recorder.since(mark, "/v1/sent") == []
+    driver.get(f"{site}/fake-send.html")
+    driver.find_element(By.CSS_SELECTOR, "#body > div").click()
+    _type_lines(driver, LINES)
+    for innocent in ("draft", "discard"):
+        _click(driver, innocent)
+    time.sleep(QUIET_S)
+    assert server.recorder.since(mark, "/v1/sent") == []
+    _click(driver, "send")
+    WebDriverWait(None, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/sent"))
+    sent = server.recorder.since(mark, "/v1/sent")
+    assert len(sent) == 1 and sent[0]["body"]["body"] == BODY and sent[0]["body"]["subject"] == "Invoice"
 
 
 def test_forget_unpairs_and_the_key_stops_working(driver, server, site, paired):
