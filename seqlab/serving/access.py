@@ -69,7 +69,6 @@ SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
 NO_STORE = (b"cache-control", b"no-store")
 PREFLIGHT_HEADERS = [(b"access-control-allow-methods", b"GET, POST, DELETE"),
                      (b"access-control-allow-headers", b"authorization, content-type"),
-                     (b"access-control-expose-headers", PROOF_HEADER),
                      (b"access-control-max-age", b"600")]
 
 
@@ -209,7 +208,8 @@ class AccessGuard:
                 await _refuse(send, 403, "requests from other web pages are refused", extra)
                 return
             if is_extension_origin(origin):
-                cors = [(b"access-control-allow-origin", origin_b), (b"vary", b"origin")]  # type: ignore[list-item]
+                cors = [(b"access-control-allow-origin", origin_b), (b"vary", b"origin"),  # type: ignore[list-item]
+                        (b"access-control-expose-headers", PROOF_HEADER)]
         if scope["method"] == "OPTIONS" and cors:
             await send({"type": "http.response.start", "status": 204,
                         "headers": [*SECURITY_HEADERS, *extra, *cors, *PREFLIGHT_HEADERS]})
