@@ -10,8 +10,10 @@ The tests pair through the options page with the token (the pairing kept in a te
 then check what the writer sees and what the keys do on a textarea, a webmail-shaped contenteditable
 editor and a reply; that undo takes a suggestion back; that the page's own text never holds the ghost;
 that a site not switched on and a password field get nothing; that a hostile page on a switched-on site
-can neither reach the extension's worker nor get a request to the server out of it; and that Forget
-unpairs. The editor test saves out/screenshots/extension.png for the docs (docs/extension.png is a copy,
+can neither reach the extension's worker nor get a request to the server out of it; that a switched-on
+page's own scripts can neither read the ghost (what is drawn is read from the content script's isolated
+world, pixels included: tests/extension_harness.py), nor put hidden or unasked text into the prompt, nor
+make the person "send" its text; and that Forget unpairs. The editor test saves out/screenshots/extension.png for the docs (docs/extension.png is a copy,
 made with SEQLAB_BROWSER_RUN set to a better-trained run); the others save a screenshot of their page
 for review.
 """
