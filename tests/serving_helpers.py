@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import socket
@@ -94,13 +95,17 @@ def wait_ready(client: TestClient, seconds: float = 60.0) -> None:
 
 @dataclass
 class Served:
-    """A `seqlab serve` child process: its base URL, the token it printed, and the page URL carrying it."""
+    """A `seqlab serve` child process: its base URL, its token (from server.json, as the person's scripts read
+    it), and `page`, the newest compose link it printed (each works once; the server prints the next)."""
 
     url: str
     token: str
-    page: str
     proc: subprocess.Popen[str]
     log: Path
+
+    @property
+    def page(self) -> str:
+        return PRINTED_URL.findall(self.log.read_text())[-1][0]
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -110,7 +115,7 @@ class Served:
         return httpx.get(f"{self.url}{path}", headers=self.headers(), timeout=10).json()
 
 
-PRINTED_URL = re.compile(r"(http://127\.0\.0\.1:(\d+))/\?token=([A-Za-z0-9_-]+)")
+PRINTED_URL = re.compile(r"((http://127\.0\.0\.1:(\d+))/\?(?:code|token)=[A-Za-z0-9_-]+)")
 
 
 def _healthy(url: str) -> bool:
@@ -132,14 +137,15 @@ def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> I
     try:
         deadline = time.monotonic() + timeout
         found = None
-        while not (found and _healthy(found.group(1))):
+        while not (found and _healthy(found.group(2))):
             found = found or PRINTED_URL.search(log.read_text())
             if proc.poll() is not None:
                 raise AssertionError(f"seqlab serve exited with {proc.returncode}:\n{log.read_text()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"seqlab serve not healthy after {timeout} s:\n{log.read_text()}")
             time.sleep(0.1)
-        yield Served(found.group(1), found.group(3), found.group(0), proc, log)
+        token = json.loads((run_dir / "serve" / "server.json").read_text())["token"]
+        yield Served(found.group(2), token, proc, log)
     finally:
         proc.terminate()
         try:

@@ -130,13 +130,28 @@ def run_serve(args: argparse.Namespace) -> int:
                           host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn,
                           learn_lock=lock)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    url = f"http://{host}:{port}/?token={config.token}"
     info = args.run_dir / "serve" / SERVER_FILE  # where the person's tools look, whatever --log says
-    write_private(info, {"url": url, "host": args.host, "port": port, "token": config.token, "pid": os.getpid(),
-                         "run_dir": str(args.run_dir.resolve())})
+
+    def record(url: str) -> None:  # server.json: the newest link, and the token for the person's own scripts
+        write_private(info, {"url": url, "host": args.host, "port": port, "token": config.token,
+                             "pid": os.getpid(), "run_dir": str(args.run_dir.resolve())})
+
+    def fresh_link(code: str) -> None:  # a link was used (its code is spent): the next one, here and in server.json
+        url = f"http://{host}:{port}/?code={code}"
+        if _is_ours(info, config.token):  # a later server on the same run keeps its own file
+            record(url)
+        print(f"seqlab serve: that link has been used; the next one is {url}", flush=True)
+
+    if args.allow_remote:  # the page's files carry the token in their URLs there (`routes.page`)
+        url = f"http://{host}:{port}/?token={config.token}"
+    else:  # a one-time code: the browser's history keeps nothing usable (`serving.login_codes`)
+        url = f"http://{host}:{port}/?code={config.login.issue()}"
+        config.login.listen(fresh_link)
+    record(url)
     print(f"seqlab serve: loading {args.run_dir}; the compose page is {url}", flush=True)
-    print(f"seqlab serve: to pair the browser extension, paste that URL into its options page; the token is "
-          f"also in {info} (readable by you only)", flush=True)
+    once = "" if args.allow_remote else "that link works once, and a new one is printed here each time one is used; "
+    print(f"seqlab serve: {once}to pair the browser extension, paste it into its options page; the token for your "
+          f"own scripts is in {info} (readable by you only)", flush=True)
     server = uvicorn_server(create_app(config))  # what the tests serve too: the flood guards, no access log
     # uvicorn shuts down gracefully on SIGTERM and then raises it again for the handler it found: make
     # that handler an exit, so the finally below still runs (the default one would kill the process)
@@ -161,6 +176,14 @@ def _learning_lock(run_dir: Path) -> Any:
         who = f"another server (pid {exc.pid})" if exc.pid is not None else "another server"
         raise UserError(f"{who} is already learning on {run_dir}: stop it first, or serve this one without "
                         "--learn") from None
+
+
+def _is_ours(info: Path, token: str) -> bool:
+    """Whether server.json is still this launch's (a later server on the same run writes its own)."""
+    try:
+        return json.loads(info.read_text(encoding="utf-8")).get("token") == token
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _remove_if_ours(info: Path, token: str) -> None:

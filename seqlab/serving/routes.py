@@ -126,25 +126,16 @@ class LoginRequest(BaseModel):
     code: str = Field(min_length=1, max_length=128)
 
 
-# Sent with the page when it is opened from a printed link (a code or, remote, the token in its URL): the
-# browser then removes every service worker and all storage of this origin before the page runs, so a
-# worker left by another page served earlier on this host and port stops watching. Chromium does so even
-# when that worker fetched the page itself (tests/test_browser.py). Not on a plain reload: "storage"
-# includes the tab's sessionStorage, where the page keeps its credential.
-FRESH_ORIGIN = {"Clear-Site-Data": '"storage"'}
-
-
 @router.get("/", include_in_schema=False)
 async def page(request: Request) -> Any:
     s: ServerState = request.app.state.s
-    fresh = FRESH_ORIGIN if "code" in request.query_params or "token" in request.query_params else None
     if not s.config.allow_remote:
-        return FileResponse(STATIC / "compose.html", media_type="text/html", headers=fresh)
+        return FileResponse(STATIC / "compose.html", media_type="text/html")
     # remote: the page's own files need the token too, and a <script src> can carry it only in its URL
     html = (STATIC / "compose.html").read_text(encoding="utf-8")
     token = request.query_params.get("token", "")
     return HTMLResponse(re.sub(r'(href|src)="(/static/[^"?]+)"', rf'\1="\2?token={token}"', html)
-                        if re.fullmatch(r"[A-Za-z0-9_-]+", token) else html, headers=fresh)
+                        if re.fullmatch(r"[A-Za-z0-9_-]+", token) else html)
 
 
 @router.post("/login", include_in_schema=False)

@@ -22,6 +22,7 @@ from seqlab.serving.engine import CompletionEngine
 from seqlab.serving.events import EventLog, RecentIds, ServingStats
 from seqlab.serving.learner import Learner, LearnSettings
 from seqlab.serving.limits import RateLimit
+from seqlab.serving.login_codes import LoginCodes
 from seqlab.serving.personal import LearnerLock, PersonalStore
 from seqlab.serving.sessions import MAX_SESSION_BYTES
 
@@ -44,6 +45,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     token: str = field(default_factory=new_token, repr=False)
+    login: LoginCodes = field(default_factory=LoginCodes, repr=False)  # the page's one-time codes and credentials
     allow_remote: bool = False
     pairing_file: Path | None = None
     learn: bool = False  # keep the person's sent emails and learn from them while idle (`learner.py`)

@@ -19,8 +19,9 @@
  *
  * API: POST /v1/complete {prefix, subject, session, max_words, context?} -> {id, text, confidence,
  * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars};
- * GET /health. Every call carries this launch's token (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the
- * document for the "why?" panel (why.js).
+ * GET /health; POST /login {code} -> {credential} (see below). Every other call carries this tab's
+ * credential (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the document for the
+ * "why?" panel (why.js).
  */
 (() => {
   "use strict";
@@ -45,25 +46,80 @@
   let readsContext = false;
   const replyContext = () => (readsContext && replyText.value.trim() ? replyText.value : "");
 
-  // The server admits only the person: every call shows this launch's token, which `seqlab serve` printed
-  // in the URL of this page (?token=...). It is kept for this tab in sessionStorage, so a reload still
-  // works, and taken out of the address bar, so it is not in the history, a bookmark or a screenshot.
-  const TOKEN = (() => {
-    const params = new URLSearchParams(location.search);
-    const given = params.get("token");
-    if (given) {
-      sessionStorage.setItem("seqlab-token", given);
-      params.delete("token");
-      const rest = params.toString();
-      history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
-    }
-    return given || sessionStorage.getItem("seqlab-token") || "";
-  })();
-  const NEEDS_TOKEN = "open the URL that `seqlab serve` printed: it carries the token";
+  // The server admits only the person. `seqlab serve` prints this page's URL with a one-time code
+  // (?code=...), which the page trades once (POST /login) for a credential of its own, kept for this tab in
+  // sessionStorage (so a reload still works) and shown with every call. The code is then spent and taken
+  // out of the address bar: the history, a bookmark or a screenshot hold nothing usable. (Under
+  // --allow-remote the URL carries the launch token itself, which the page's own files need.)
+  //
+  // A service worker is script of this origin that sees every request of the pages it controls. This page
+  // has none; one found here was left by another page served earlier on this host and port, and would
+  // see the credential and the mail. So the page then neither reads nor trades the code nor stores or
+  // sends anything: it removes the workers it can and says why. (The server's answer to a printed link
+  // asks the browser to clear this origin's workers and storage before the page runs: `routes.page`.)
+  const STORED = "seqlab-credential";
+  const NEEDS_LOGIN = "open the newest link `seqlab serve` printed (each one works once)";
+  const PORT = location.port || "80";
+  const WATCHED = `A service worker left on ${location.hostname}:${PORT} by another page was watching this ` +
+    "page, so nothing was sent or kept; it has been removed: reload this page (if this message comes back, " +
+    `clear the site data of ${location.hostname}:${PORT} in the browser's settings).`;
+  let refused = "";  // why this page sends nothing, once it knows
 
-  // fetch with the token, and JSON's content type when there is a body (the server takes nothing else)
-  function api(path, options = {}) {
-    const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+  async function serviceWorkers() {
+    const sw = navigator.serviceWorker;
+    if (!sw) return false;
+    const found = await sw.getRegistrations().catch(() => []);
+    if (!sw.controller && !found.length) return false;
+    await Promise.all(found.map((r) => r.unregister().catch(() => false)));
+    return true;
+  }
+
+  function dropFromAddress(name) {
+    const params = new URLSearchParams(location.search);
+    params.delete(name);
+    const rest = params.toString();
+    history.replaceState(null, "", location.pathname + (rest ? `?${rest}` : "") + location.hash);
+  }
+
+  async function logIn() {
+    if (await serviceWorkers()) {
+      refused = WATCHED;
+      return "";
+    }
+    const params = new URLSearchParams(location.search);
+    const code = params.get("code");
+    const token = params.get("token");
+    if (code) {
+      dropFromAddress("code");
+      const res = await fetch("/login", { method: "POST", headers: { "Content-Type": "application/json" },
+                                          body: JSON.stringify({ code }) }).catch(() => null);
+      const data = res ? await res.json().catch(() => ({})) : {};
+      if (res && res.ok && data.credential) {
+        sessionStorage.setItem(STORED, data.credential);
+        return data.credential;
+      }
+      const kept = sessionStorage.getItem(STORED) || "";  // this tab logged in before: it still may
+      if (!kept) refused = res ? `this link was used already: ${NEEDS_LOGIN}` : "the server is unreachable: reload this page once it runs";
+      return kept;
+    }
+    if (token) {
+      dropFromAddress("token");
+      sessionStorage.setItem(STORED, token);
+      return token;
+    }
+    const kept = sessionStorage.getItem(STORED) || "";
+    if (!kept) refused = `not logged in: ${NEEDS_LOGIN}`;
+    return kept;
+  }
+  const CREDENTIAL = logIn();
+  class Refused extends Error {}
+
+  // fetch with the credential, and JSON's content type when there is a body (the server takes nothing
+  // else); nothing at all leaves a page that refused (see above)
+  async function api(path, options = {}) {
+    const credential = await CREDENTIAL;
+    if (!credential) throw new Refused(refused);
+    const headers = { Authorization: `Bearer ${credential}` };
     if (options.body !== undefined) headers["Content-Type"] = "application/json";
     return fetch(path, { ...options, headers });
   }
@@ -176,13 +232,14 @@
       });
       data = await res.json().catch(() => ({}));
       if (!res.ok) {
-        showError(res.status === 401 ? `no suggestion: ${NEEDS_TOKEN}`
+        showError(res.status === 401 ? `no suggestion: this page's login is not this server's: ${NEEDS_LOGIN}`
           : `no suggestion: ${data.error || `server answered ${res.status}`}`);
         return;
       }
       session = data.session || null;
     } catch (err) {
-      if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
+      if (err instanceof Refused) showError(err.message);
+      else if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
       return;
     } finally {
       if (inflight === ctrl) inflight = null;
@@ -325,9 +382,9 @@
     try {
       const res = await api("/health", { cache: "no-store" });
       const data = await res.json().catch(() => ({}));
-      if (res.status === 401 || (res.ok && !data.model)) {  // a wrong token, or none: the model is the person's
-        setModel("down", TOKEN ? "the token is not this server's" : "no token");
-        showError(NEEDS_TOKEN);
+      if (res.status === 401 || (res.ok && !data.model)) {  // a login of another launch: the model is the person's
+        setModel("down", "not this server's login");
+        showError(NEEDS_LOGIN);
         return;
       }
       if (res.ok) {
@@ -336,7 +393,12 @@
         return;
       }
       setModel("waiting", "loading the model…");
-    } catch {
+    } catch (err) {
+      if (err instanceof Refused) {  // nothing is asked, ever again, from this page
+        setModel("down", err.message === WATCHED ? "refused: a service worker was watching" : "not logged in");
+        showError(err.message);
+        return;
+      }
       setModel("down", "server unreachable");
     }
     setTimeout(watchHealth, HEALTH_RETRY_MS);

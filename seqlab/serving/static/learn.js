@@ -3,7 +3,7 @@
  *
  * The button shows only when /health says the server learns; without --learn the server stores no text and
  * the page offers nothing. After the server has kept the email the form is cleared, as after sending.
- * API: POST /v1/sent {subject, body} -> {stored, emails}, through compose.js's `seqlabApi` (the token).
+ * API: POST /v1/sent {subject, body} -> {stored, emails}, through compose.js's `seqlabApi` (this tab's credential).
  */
 (() => {
   "use strict";
