@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import resource
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -43,12 +44,21 @@ class ConnectionLimits:
 def raise_fd_limit() -> tuple[int, int]:
     """Raise this process's soft limit of open files to its hard limit; (soft, hard) as they are now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
+    # an unlimited hard limit is not a soft one Linux accepts: its ceiling is fs.nr_open
+    target = hard if hard != resource.RLIM_INFINITY else _nr_open()
+    if soft != resource.RLIM_INFINITY and soft < target:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):  # an unlimited hard limit some systems refuse as a soft one: keep it
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # refused: serve with the limit there is
             pass
     return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def _nr_open() -> int:
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return 65536
 
 
 def guarded_http(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
