@@ -46,8 +46,9 @@
   const QUOTE = ['blockquote', '.gmail_quote', '[type="cite"]', '#divRplyFwdMsg', '.quoted-original'].join(",");
 
   let box = null;        // the compose box being watched: a textarea or a contenteditable editing host
-  let left = null;       // {box, text, caret, verified, typed}: the box's visible text as the person's last edit
-                         // left it, whether that edit did just what it should, and how much they have written
+  let left = null;       // {box, text, caret, verified}: the box's visible text as the person's last edit left
+                         // it, and whether that edit did just what it should
+  const typedIn = new WeakMap();  // compose box -> how many characters the person has written into it
   let current = null;    // the suggestion shown: {id, base, text, taken}
   let timer = 0;
   let asked = 0;         // increments per request; an answer to an older one is dropped
@@ -197,7 +198,7 @@
       if (node.nodeType === Node.TEXT_NODE) {
         const keep = see.keep(node);
         const part = (from, to) => norm(keep === null ? node.data.slice(from, to) : keep === "" ? ""
-          : Array.from(node.data.slice(from, to)).filter((_, i) => keep[from + i]).join(""));
+          : node.data.slice(from, to).split("").filter((_, i) => keep[from + i]).join(""));
         if (node === caretNode) {
           const before = part(0, caretOffset);
           if (before) { flush(); out += before; }
@@ -643,7 +644,8 @@
     const prev = left && left.box === box ? left : null;
     const verified = expected(prev, e.inputType, e.data).some((x) => x.text === snap.text && x.caret === snap.caret);
     const added = prev ? Math.max(0, snap.text.length - prev.text.length) : (e.data || "").length;
-    left = { box, text: snap.text, caret: snap.caret, verified, typed: (prev ? prev.typed : 0) + added };
+    typedIn.set(box, (typedIn.get(box) || 0) + added);
+    left = { box, text: snap.text, caret: snap.caret, verified };
     if (!verified) {
       cancelPending();
       if (current) finish("dismissed");
@@ -808,8 +810,8 @@
     if (!el || !left || left.box !== el || !el.isConnected || !onScreen(el, 40, 16)) return;
     const snap = snapshot(el);
     if (snap.text !== left.text || !snap.text.trim()) return;  // the page wrote in it since the person did
-    const pagePart = snap.text.length - quotedLength(el) - left.typed;
-    if (pagePart > Math.max(left.typed, PAGE_PART_MAX)) return;
+    const typed = typedIn.get(el) || 0;
+    if (snap.text.length - quotedLength(el) - typed > Math.max(typed, PAGE_PART_MAX)) return;
     ask({ type: "sent", subject: subjectFor(el), body: snap.text, context: contextFor(el) });
   }
 
