@@ -13,10 +13,14 @@ The last test saves out/screenshots/compose.png for the README.
 
 from __future__ import annotations
 
+import http.server
 import json
+import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -28,6 +32,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from serving_helpers import Served, chromium, require_browser, served, static_site
 
 REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "browser_fixtures"
 SCREENSHOT = REPO / "out" / "screenshots" / "compose.png"
 WHY_SCREENSHOT = REPO / "out" / "screenshots" / "why.png"
 # Generous: the first completion loads the model on 2 shared CPU cores. Waits end as soon as they succeed.
@@ -271,14 +276,118 @@ def test_why_panel_shows_the_alternatives_and_where_the_model_looked(driver, ser
     assert not panel.is_displayed()
 
 
-def test_the_token_leaves_the_address_bar_and_a_page_without_it_says_what_to_open(driver, server):
+def _code(link: str) -> str:
+    return re.search(r"[?&]code=([A-Za-z0-9_-]+)", link).group(1)
+
+
+def _exchange(base: str, code: str) -> httpx.Response:
+    """What anyone who found the code (in the history, say) would try: trade it for a page credential."""
+    return httpx.post(f"{base}/login", json={"code": code}, headers={"Origin": base}, timeout=10)
+
+
+def test_the_printed_link_works_once_and_the_history_keeps_nothing_usable(driver, server):
+    link = server.page
     _open(driver, server)
     _wait_for_ghost(driver)
-    assert "token" not in driver.current_url  # not in the history, a bookmark or a screenshot
+    # the address bar, and so the history entry, lost the code; the code itself is spent
+    assert "code=" not in driver.current_url and "token" not in driver.current_url
+    driver.get("about:blank")
+    driver.back()
+    assert driver.current_url == server.url + "/"
+    assert _exchange(server.url, _code(link)).status_code == 401
+    # the terminal (and server.json) got the next link, which works once too
+    fresh = server.page
+    assert fresh != link and _code(fresh) != _code(link)
+    # a tab opened again from the old link says so, and asks for nothing
     driver.execute_script("sessionStorage.clear()")
-    driver.get(server.url + "/")
-    WebDriverWait(driver, WAIT_S).until(lambda d: "seqlab serve" in d.find_element(By.ID, "status").text)
+    driver.get(link)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "used already" in d.find_element(By.ID, "status").text)
+    assert "seqlab serve" in driver.find_element(By.ID, "status").text
     assert "down" in driver.find_element(By.ID, "model").get_attribute("class")
+    assert driver.execute_script("return sessionStorage.length") == 0
+    # a page without any link says what to open
+    driver.get(server.url + "/")
+    WebDriverWait(driver, WAIT_S).until(lambda d: "not logged in" in d.find_element(By.ID, "status").text)
+    # the code is good for one exchange only, from the page's own origin
+    code = _code(server.page)
+    assert httpx.post(f"{server.url}/login", json={"code": code}, timeout=10).status_code == 403  # no Origin
+    first, second = _exchange(server.url, code), _exchange(server.url, code)
+    assert first.status_code == 200 and second.status_code == 401
+    credential = first.json()["credential"]
+    assert httpx.get(f"{server.url}/v1/stats", headers={"Authorization": f"Bearer {credential}"},
+                     timeout=10).status_code == 200  # the page credential counts as the person
+
+
+@contextmanager
+def _collector() -> Iterator[tuple[int, list[dict]]]:
+    """A loopback HTTP server that keeps every JSON body posted to it: what the service worker reports."""
+    seen: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers.get("content-length", 0)))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1], seen
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _registrations(driver: webdriver.Chrome) -> int:
+    return driver.execute_async_script(
+        "navigator.serviceWorker.getRegistrations().then((r) => arguments[0](r.length))")
+
+
+def test_a_service_worker_left_on_the_port_gets_nothing_usable(driver, browser_run_dir, tmp_path):
+    """Another app served on a port registered a worker that records every request and answer; seqlab then
+    runs on that same port and the person opens the link it printed. The page refuses to log in while the
+    worker watches and says why; the worker gets the link (whose code the page spends after the reload it
+    asks for), the page's files, and no credential, call or text."""
+    run = tmp_path / "run"
+    shutil.copytree(browser_run_dir, run, ignore=shutil.ignore_patterns("serve", "personal"))
+    with _collector() as (collector, seen):
+        with static_site(FIXTURES) as site:
+            port = int(site.rsplit(":", 1)[1])
+            driver.get(f"{site}/sw_register.html?collector={collector}")
+            WebDriverWait(driver, WAIT_S).until(lambda d: d.title == "registered")
+        with served(run, tmp_path / "log", "--port", str(port), "--min-confidence", "0", timeout=WAIT_S) as s:
+            link = s.page
+            driver.get(link)
+            status = WebDriverWait(driver, WAIT_S).until(
+                lambda d: "service worker" in d.find_element(By.ID, "status").text
+                and d.find_element(By.ID, "status").text)
+            assert f"127.0.0.1:{port}" in status and "reload" in status and "clear the site data" in status
+            assert "down" in driver.find_element(By.ID, "model").get_attribute("class")
+            assert driver.execute_script("return sessionStorage.length") == 0  # nothing kept
+            assert _registrations(driver) == 0  # the page removed the worker
+            WebDriverWait(driver, WAIT_S).until(lambda _: any(r["url"].endswith("/static/learn.js") for r in seen))
+            watched = sorted(r["url"] for r in seen)
+            # the worker saw the page load, and nothing else: no login, no call
+            assert watched == sorted([link, *(f"{s.url}/static/{name}" for name in
+                                              ("compose.css", "compose.js", "why.js", "learn.js"))]), watched
+            # the recovery the page names: the reload is no longer watched, and the page logs in with the code
+            driver.refresh()
+            _ready(driver)
+            assert not driver.execute_script("return navigator.serviceWorker.controller")
+            area = driver.find_element(By.ID, "body")
+            area.click()
+            area.send_keys(BODY)
+            _wait_for_ghost(driver)
+            credential = driver.execute_script("return sessionStorage.getItem('seqlab-credential')")
+            # the code the worker saw is spent: trading it now, as the worker would, is refused
+            assert _exchange(s.url, _code(link)).status_code == 401
+            assert len(seen) == len(watched)  # and it saw nothing more
+            everything = json.dumps(seen)
+            assert credential and credential not in everything and s.token not in everything
+            assert not any("authorization" in r["headers"] for r in seen) and BODY[:20] not in everything
 
 
 def test_a_hostile_page_reads_nothing(driver, server, tmp_path):
