@@ -177,6 +177,6 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
     best = min(rows, key=lambda r: r["test_bpb"])["model"]
     print(f"\neverything is under {out.resolve()}")
     print(f"write an email with the better model (suggestions as you type, Tab accepts):\n"
-          f"  {printed_command('serve', out / 'runs' / best)}    # then open the URL it prints (it carries this "
-          "launch's token)")
+          f"  {printed_command('serve', out / 'runs' / best)}    # then open the link it prints (it works once; "
+          "each use prints the next)")
     return result
