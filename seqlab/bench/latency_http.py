@@ -56,9 +56,10 @@ def start_server(run: Path, log_dir: Path, *extra: str) -> tuple[subprocess.Pope
         except queue.Empty:
             line = ""
         seen.append(line)
-        m = re.search(r"http://[^:/]+:(\d+)/\?token=([A-Za-z0-9_-]+)", line)
-        if m:
-            port, token = int(m.group(1)), m.group(2)
+        m = re.search(r"http://[^:/]+:(\d+)/\?(?:code|token)=", line)
+        if m:  # the printed link is one-time; the token for scripts is in server.json, written before it
+            port = int(m.group(1))
+            token = json.loads((run / "serve" / "server.json").read_text(encoding="utf-8"))["token"]
         elif proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise SystemExit("the server did not start:\n" + "".join(seen))
