@@ -13,9 +13,9 @@ that a site not switched on and a password field get nothing; that a hostile pag
 can neither reach the extension's worker nor get a request to the server out of it; that a switched-on
 page's own scripts can neither read the ghost (what is drawn is read from the content script's isolated
 world, pixels included: tests/extension_harness.py), nor put hidden or unasked text into the prompt, nor
-make the person "send" its text; and that Forget unpairs. The editor test saves out/screenshots/extension.png for the docs (docs/extension.png is a copy,
-made with SEQLAB_BROWSER_RUN set to a better-trained run); the others save a screenshot of their page
-for review.
+make the person "send" its text; and that Forget unpairs. The editor test saves
+out/screenshots/extension.png for the docs (docs/extension.png is a copy, made with SEQLAB_BROWSER_RUN
+set to a better-trained run); the others save a screenshot of their page for review.
 """
 
 from __future__ import annotations
@@ -655,6 +655,29 @@ def _rect(driver: webdriver.Chrome, element_id: str) -> dict[str, float]:
                                  element_id)
 
 
+def _ghost_grey_on_screen(driver: webdriver.Chrome, rect: dict[str, float]) -> int:
+    """How many pixels of a screenshot (the page as the person sees it, at scale 1) inside `rect` have the
+    ghost's grey (#8a8f98, the cores of its glyphs; the page's text is near-black)."""
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})["data"]
+    return driver.execute_async_script("""
+        const [data, r, done] = arguments;
+        const img = new Image();
+        img.onload = () => {
+          const c = document.createElement("canvas");
+          [c.width, c.height] = [img.width, img.height];
+          const ctx = c.getContext("2d");
+          ctx.drawImage(img, 0, 0);
+          const px = ctx.getImageData(Math.floor(r.left), Math.floor(r.top), Math.ceil(r.right - r.left),
+                                      Math.ceil(r.bottom - r.top)).data;
+          let n = 0;
+          for (let i = 0; i < px.length; i += 4) {
+            if (Math.abs(px[i] - 0x8a) < 24 && Math.abs(px[i + 1] - 0x8f) < 24 && Math.abs(px[i + 2] - 0x98) < 24) n++;
+          }
+          done(n);
+        };
+        img.src = "data:image/png;base64," + data;""", shot, rect)
+
+
 def test_a_page_defining_the_ghost_element_gets_no_shadow_root(driver, server, site, paired):
     """ghost-elements.html defines custom elements under the names an overlay might take (seqlab-ghost first),
     each keeping the ElementInternals its constructor gets, whose shadowRoot is the element's root even when
@@ -680,7 +703,7 @@ def test_window_find_never_finds_the_ghost(driver, server, site, paired):
     """find-ghost.html, told the suggestion on screen, searches for it with window.find() every 2 ms for a
     second, in a textarea and in a contenteditable editor: it never finds it, though the same search finds the
     page's own text. The ghost is drawn all the while: the canvas has inked pixels on the caret's line, after
-    the typed text, inside the box."""
+    the typed text, inside the box, and a screenshot shows its grey there (none once Esc dismissed it)."""
     _settle(driver)
     driver.get(f"{site}/find-ghost.html")
     driver.set_script_timeout(WAIT_S)
@@ -702,6 +725,9 @@ def test_window_find_never_finds_the_ghost(driver, server, site, paired):
         hunt = driver.execute_async_script("hunt(arguments[0], 1000).then(arguments[1])", target)
         assert hunt["tries"] > 0 and hunt["found"] == 0, hunt
         assert _ghost(driver) == ghost  # still on screen: the page had its chance
+        assert _ghost_grey_on_screen(driver, ink) > 0  # and seen there in a screenshot
+        _keys(driver, Keys.ESCAPE)
+        assert _ghost(driver) == "" and _ghost_grey_on_screen(driver, ink) == 0
     assert driver.execute_async_script("hunt('Looks like mail', 20).then(arguments[0])")["found"] > 0
 
 
