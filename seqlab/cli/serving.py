@@ -24,8 +24,9 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                        description="Serve RUN_DIR's model on this machine: a compose page that shows "
                        "suggestions as ghost text while you type (Tab accepts), and a JSON API "
                        "(POST /v1/complete, POST /v1/events, GET /v1/stats, GET /health). Nothing leaves the "
-                       "machine. Only the person is served: open the URL it prints (it carries this launch's "
-                       "token; RUN_DIR/serve/server.json holds it too), or pair the browser extension with it.")
+                       "machine. Only the person is served: open the link it prints (it works once and each use "
+                       "prints the next; RUN_DIR/serve/server.json holds the newest, and the token for your own "
+                       "scripts), or pair the browser extension with it.")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only; another needs --allow-remote)")
     p.add_argument("--allow-remote", action="store_true",

@@ -12,7 +12,8 @@ look-ups per request, so typing does not get slower):
    origin, which still has to prove it holds the pasted secret (`signing.py`).
 3. Preflight: `OPTIONS` from an admitted extension origin is answered here; CORS headers name that origin
    alone, never `*`.
-4. Credential: `/v1/*` needs `Authorization: Bearer` with the launch token, or a paired extension's
+4. Credential: `/v1/*` needs `Authorization: Bearer` with the launch token (or the compose page's
+   credential, traded once for the printed link's one-time code: `login_codes.py`), or a paired extension's
    signed request (`Authorization: SeqlabHMAC ...`, `signing.py`: fresh, never seen before, signed over
    method, path, time, nonce and body with the pairing's secret, from the paired origin when it names
    one); 401 otherwise, before any route runs. The answer to a signed request carries `Seqlab-Proof`, by
