@@ -127,8 +127,9 @@ def _healthy(url: str) -> bool:
 
 @contextmanager
 def served(run_dir: Path, log_dir: Path, *args: str, timeout: float = 60.0) -> Iterator[Served]:
-    """`python -m seqlab serve RUN_DIR --port 0 ARGS` as a child, as a person starts it: the URL and token
-    are read from what it prints. Yields once /health answers 200; stops it after the block."""
+    """`python -m seqlab serve RUN_DIR --port 0 ARGS` as a child, as a person starts it: the URL is read
+    from what it prints (the newest link: `Served.page`), the token from server.json. Yields once /health
+    answers 200; stops it after the block."""
     log = log_dir.parent / f"{log_dir.name}-output.log"  # beside: the server makes log_dir itself, 0700
     cmd = [sys.executable, "-m", "seqlab", "serve", str(run_dir), "--port", "0", "--log", str(log_dir), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

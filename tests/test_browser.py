@@ -8,6 +8,8 @@ Ctrl+Right, Esc, typing through a suggestion, Tab moving the focus on when nothi
 The "replying to" box is checked against a second server whose tiny GRU reads a context
 (model.context=cross): its text goes with the request, and the page shows what a direct call with
 that context answers; for the first model the box stays closed and says the model does not read it.
+The printed link's one-time code is checked as someone who finds it in the history would use it, and a
+service worker left on the port by another program's page (tests/browser_fixtures/) records what it sees.
 The last test saves out/screenshots/compose.png for the README.
 """
 
