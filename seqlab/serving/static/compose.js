@@ -55,8 +55,10 @@
   // A service worker is script of this origin that sees every request of the pages it controls. This page
   // has none; one found here was left by another page served earlier on this host and port, and would
   // see the credential and the mail. So the page then neither reads nor trades the code nor stores or
-  // sends anything: it removes the workers it can and says why. (The server's answer to a printed link
-  // asks the browser to clear this origin's workers and storage before the page runs: `routes.page`.)
+  // sends anything: it removes the workers it can and says why; the reload it asks for is not watched
+  // and trades the code still in the address bar. (A Clear-Site-Data header on the page would remove the
+  // worker before the page runs, but Chromium then never finishes a navigation from another process that
+  // the worker fetched: docs/privacy.md.)
   const STORED = "seqlab-credential";
   const NEEDS_LOGIN = "open the newest link `seqlab serve` printed (each one works once)";
   const PORT = location.port || "80";
@@ -90,16 +92,20 @@
     const code = params.get("code");
     const token = params.get("token");
     if (code) {
-      dropFromAddress("code");
       const res = await fetch("/login", { method: "POST", headers: { "Content-Type": "application/json" },
                                           body: JSON.stringify({ code }) }).catch(() => null);
-      const data = res ? await res.json().catch(() => ({})) : {};
-      if (res && res.ok && data.credential) {
+      if (!res) {  // the code is still good: a reload once the server runs trades it
+        refused = "the server is unreachable: reload this page once it runs";
+        return "";
+      }
+      dropFromAddress("code");  // spent now, or never good
+      const data = await res.json().catch(() => ({}));
+      if (res.ok && data.credential) {
         sessionStorage.setItem(STORED, data.credential);
         return data.credential;
       }
       const kept = sessionStorage.getItem(STORED) || "";  // this tab logged in before: it still may
-      if (!kept) refused = res ? `this link was used already: ${NEEDS_LOGIN}` : "the server is unreachable: reload this page once it runs";
+      if (!kept) refused = `this link was used already: ${NEEDS_LOGIN}`;
       return kept;
     }
     if (token) {
