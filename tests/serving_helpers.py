@@ -71,6 +71,16 @@ def running_server(config: ServerConfig, timeout: float = 60.0, wrap: Callable[[
         sock.close()
 
 
+@contextmanager
+def gate_server(run_dir: Path, folder: Path) -> Iterator[tuple[str, ServerConfig]]:
+    """A real server of `run_dir` on loopback that always suggests, its log and pairings under `folder`: what the
+    tests of the gate attack; yields its URL and config."""
+    config = ServerConfig(run_dir, min_confidence=0.0, log_dir=folder / "log",
+                          pairing_file=folder / "config" / "paired.json")
+    with running_server(config) as url:
+        yield url, config
+
+
 def person_client(config: ServerConfig) -> TestClient:
     """A TestClient addressed to the config's host and port, carrying its token (enter it to start the app)."""
     return TestClient(create_app(config), base_url=f"http://{config.host}:{config.port}", headers=auth(config))

@@ -45,6 +45,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from serving_helpers import chromium, require_browser, running_server, static_site
 from starlette.middleware import Middleware
 
+from seqlab.serving.access import replay_body
 from seqlab.serving.signing import WINDOW_MS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +115,7 @@ class Recorder:
         with self.lock:
             self.requests.append(entry)
         noted = self._noting_answer(entry, send) if scope["path"] == "/v1/complete" else send
-        await self.app(scope, _replaying(raw, receive), noted)
+        await self.app(scope, replay_body(raw, receive), noted)
 
     @staticmethod
     def _noting_answer(entry: dict[str, Any], send: Any) -> Any:
@@ -159,9 +160,9 @@ class Pretender:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
                      + [(b"content-length", str(len(raw)).encode())]}
         if scope["path"] == "/health":
-            await self.app(scope, _replaying(raw, receive), self._reading_context(send))
+            await self.app(scope, replay_body(raw, receive), self._reading_context(send))
         else:
-            await self.app(scope, _replaying(raw, receive), send)
+            await self.app(scope, replay_body(raw, receive), send)
 
     @staticmethod
     def _reading_context(send: Any) -> Any:
@@ -180,20 +181,6 @@ class Pretender:
             await send({"type": "http.response.body", "body": out, "more_body": False})
 
         return rewrite
-
-
-def _replaying(raw: bytes, receive: Any) -> Any:
-    """A `receive` that gives the body already read, then what comes next."""
-    replayed = False
-
-    async def replay() -> dict:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 @dataclass

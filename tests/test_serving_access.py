@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import WebSocket
-from serving_helpers import auth, person_client, running_server, served
+from serving_helpers import auth, gate_server, person_client, running_server, served
 from signing_client import Paired, pair
 
 from seqlab.serving.access import CSP
@@ -35,11 +35,8 @@ BODY = {"prefix": "Hi Dana,\n\nCould you send me the report", "subject": "Report
 
 @pytest.fixture(scope="module")
 def server(word_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServerConfig]]:
-    folder = tmp_path_factory.mktemp("access")
-    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=folder / "log",
-                          pairing_file=folder / "config" / "paired.json")
-    with running_server(config) as url:
-        yield url, config
+    with gate_server(word_run_dir, tmp_path_factory.mktemp("access")) as served:
+        yield served
 
 
 def _computed(url: str, config: ServerConfig) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serving_helpers import person_client, running_server
+from serving_helpers import gate_server, person_client
 from signing_client import pair
 
 from seqlab.serving.app import ServerConfig
@@ -20,11 +20,8 @@ EXTENSION = "chrome-extension://abcdefghijklmnopabcdefghijklmnop"
 
 @pytest.fixture(scope="module")
 def server(word_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServerConfig]]:
-    folder = tmp_path_factory.mktemp("login")
-    config = ServerConfig(word_run_dir, min_confidence=0.0, log_dir=folder / "log",
-                          pairing_file=folder / "config" / "paired.json")
-    with running_server(config) as url:
-        yield url, config
+    with gate_server(word_run_dir, tmp_path_factory.mktemp("login")) as served:
+        yield served
 
 
 def _login(url: str, code: str, origin: str | None = "") -> httpx.Response:

@@ -236,7 +236,7 @@ class AccessGuard:
                 return
             caller, secret, nonce = verified
             proof = (secret, nonce)
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         else:
             caller = p.identify(authorization, origin)
         # the page and its files under --allow-remote only (a <script src> sends no header), never the API
@@ -286,7 +286,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A `receive` that gives the app `body` (already read) first, then whatever comes next (a disconnect)."""
     given = False
 
