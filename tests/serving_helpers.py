@@ -38,14 +38,14 @@ def auth(config: ServerConfig) -> dict[str, str]:
 
 @contextmanager
 def running_server(config: ServerConfig, timeout: float = 60.0, wrap: Callable[[Any], Any] | None = None,
-                   limits: ConnectionLimits | None = None) -> Iterator[str]:
-    """Serve `config` with uvicorn on 127.0.0.1 (a free port, which `config.port` is set to) until the block
+                   limits: ConnectionLimits | None = None, port: int = 0) -> Iterator[str]:
+    """Serve `config` with uvicorn on 127.0.0.1:`port` (0: a free one; `config.port` is set to it) until the block
     ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls. `wrap` takes
     the app and returns the ASGI app to serve (a recorder, say). The server is `seqlab serve`'s
     (`connections.uvicorn_server`: its settings, its flood guards), under `limits` if given."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     config.host, config.port = "127.0.0.1", sock.getsockname()[1]
     url = f"http://127.0.0.1:{config.port}"

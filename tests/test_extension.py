@@ -24,7 +24,6 @@ import hashlib
 import http.server
 import json
 import shutil
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from extension_harness import NoContentScript, isolated_contexts, isolated_eval
 from selenium import webdriver
 from selenium.webdriver.common.action_chains import ActionChains
@@ -868,31 +866,6 @@ FAKE_TEXT = " and my bank details are"
 
 
 @contextmanager
-def _serve_on(config: Any, port: int) -> Iterator[str]:
-    """The server of `config` on 127.0.0.1:`port` (0: a free one, which `config.port` is set to), as
-    `running_server`, but on a port of the test's choosing: the real server restarted where it was."""
-    from seqlab.serving.app import create_app
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(128)
-    config.host, config.port = "127.0.0.1", sock.getsockname()[1]
-    url = f"http://127.0.0.1:{config.port}"
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        WebDriverWait(None, WAIT_S, ignored_exceptions=(httpx.TransportError,)).until(
-            lambda _: httpx.get(f"{url}/health", timeout=5).status_code == 200)
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
-@contextmanager
 def _fake_seqlab(port: int) -> Iterator[list[dict[str, Any]]]:
     """A program that took the paired port after the server stopped, answering as seqlab would (/health: ok,
     a model, learning; /v1/complete: a text of its own; a `Seqlab-Proof` it cannot make), and noting all it
@@ -948,7 +921,7 @@ def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(drive
 
     config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path / "serve",
                           pairing_file=tmp_path / "paired.json")
-    with _serve_on(config, 0) as url:
+    with running_server(config) as url:
         _options(driver)
         driver.find_element(By.ID, "pair-url").send_keys(f"{url}/?token={config.token}")
         driver.find_element(By.ID, "pair").click()
@@ -975,7 +948,7 @@ def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(drive
     kept = json.loads(config.pairing_file.read_text())["paired"][0]["secret"]
     assert config.token not in everything and kept not in everything and "bearer" not in everything.lower()
     # what it did get, sent on to the real server started again on the port while still fresh: 401
-    with _serve_on(config, config.port) as url:
+    with running_server(config, port=config.port) as url:
         for r in fake:
             header = r["headers"].get("authorization")
             if header:
