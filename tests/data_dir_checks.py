@@ -14,7 +14,7 @@ from seqlab.data.tokenizer import load_tokenizer
 
 SPLITS = ("train", "val", "test")
 DATA_FILES = ({f"{s}.{ext}" for s in SPLITS for ext in ("bin", "idx", "ctx.bin", "ctx.idx")}
-              | {"tokenizer.json", "emails.jsonl", "meta.json"})
+              | {"tokenizer.json", "emails.jsonl", "meta.json", "seen.bin", "sources.json"})
 
 
 def read_split(data: Path, split: str, dtype: str) -> list[np.ndarray]:

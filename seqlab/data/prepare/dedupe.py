@@ -20,6 +20,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from seqlab.data.mail.records import Email
 from seqlab.data.prepare.digests import DigestSet, bytes_key
 from seqlab.data.prepare.thread_keys import normalize_subject
@@ -59,9 +61,23 @@ class Deduper:
     """
 
     min_body_chars: int = MIN_DUPLICATE_BODY_CHARS
-    counts: Counter = field(default_factory=Counter)  # keys: "kept", "duplicate", "duplicate_body"
+    counts: Counter = field(default_factory=Counter)  # keys: "kept", "duplicate", "duplicate_body", "held"
     _exact: DigestSet = field(default_factory=DigestSet, repr=False)
     _bodies: DigestSet = field(default_factory=DigestSet, repr=False)
+    # `prepare --update`: the keys of the mail the DATA_DIR already holds, counted apart as "held"
+    _held: tuple[DigestSet, DigestSet] | None = field(default=None, repr=False)
+
+    @classmethod
+    def holding(cls, exact: np.ndarray, bodies: np.ndarray) -> Deduper:
+        """A deduper that also drops what a DATA_DIR holds (its keys, `keys_held`), counted as "held"."""
+        return cls(_held=(DigestSet.from_array(exact), DigestSet.from_array(bodies)))
+
+    def keys_held(self) -> tuple[np.ndarray, np.ndarray]:
+        """(exact, body) keys of every email kept, the held ones included: each sorted uint64."""
+        exact, bodies = self._exact.array(), self._bodies.array()
+        if self._held is not None:
+            exact, bodies = (np.sort(np.concatenate((h.array(), a))) for h, a in zip(self._held, (exact, bodies)))
+        return exact, bodies
 
     def keys(self, email: Email) -> tuple[bytes, bytes | None]:
         """The (exact, body) digests `check_keys` compares; pure, so parallel workers can compute them."""
@@ -72,10 +88,13 @@ class Deduper:
     def check_keys(self, exact: bytes, body_key: bytes | None) -> str | None:
         """None for a new email (remembered), else the duplicate reason."""
         exact_key = bytes_key(exact)
+        body = None if body_key is None else bytes_key(body_key)
+        if self._held is not None and (exact_key in self._held[0] or (body is not None and body in self._held[1])):
+            self.counts["held"] += 1
+            return "held"
         if exact_key in self._exact:
             self.counts["duplicate"] += 1
             return "duplicate"
-        body = None if body_key is None else bytes_key(body_key)
         if body is not None and body in self._bodies:
             self.counts["duplicate_body"] += 1
             return "duplicate_body"

@@ -73,6 +73,18 @@ class DigestSet:
     def __len__(self) -> int:
         return len(self._sorted) + len(self._recent)
 
+    def array(self) -> np.ndarray:
+        """Every key, sorted (uint64): what `prepare --update` keeps of the set in the DATA_DIR."""
+        self._merge()
+        return self._sorted
+
+    @classmethod
+    def from_array(cls, keys: np.ndarray, buffer: int = 1 << 14) -> DigestSet:
+        """A set holding `keys` (sorted uint64, as `array` gives them)."""
+        out = cls(buffer)
+        out._sorted = np.asarray(keys, dtype=np.uint64)
+        return out
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the sorted array (the recent set adds at most `buffer` entries)."""

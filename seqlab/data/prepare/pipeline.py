@@ -20,8 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from seqlab.data.mail.imap_auth import ImapOptions
 from seqlab.data.mail.sources import resolve_source
 from seqlab.data.prepare.encode import encode_all
+from seqlab.data.prepare.held import SEEN_FILE, held_of, save_held
+from seqlab.data.prepare.ledger import source_name, tracked_source, write_ledger
 from seqlab.data.prepare.meta_report import build_meta, nothing_kept
 from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.read_mail import spool_mail
@@ -31,7 +34,7 @@ from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE
 from seqlab.data.prepare.staging import discard, publish, staging_folder
 from seqlab.data.prepare.threadtable import MIN_HELD_EMAILS, NAMES_FILE
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer, train_texts
-from seqlab.data.prepare.workers import default_workers
+from seqlab.data.prepare.workers import ReaderItems, default_workers
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.durable import atomic_write_text
 from seqlab.errors import UserError
@@ -40,13 +43,13 @@ __all__ = ["prepare"]
 
 
 def prepare(config: PrepareConfig, out: Path, *, workers: int | None = None, cache_dir: Path | None = None,
-            progress: bool = True, stats: dict[str, Any] | None = None) -> dict:
+            progress: bool = True, stats: dict[str, Any] | None = None, imap: ImapOptions | None = None) -> dict:
     """Build DATA_DIR `out` as `config` says; return the metadata also written to `out/meta.json`.
 
     The keywords change how the work is done, never what is written: `workers` processes parse mail
     (default: the CPUs available; 1 parses in-process), `cache_dir` holds a downloaded corpus, `progress`
-    shows bars. `stats`, when given, is filled with wall seconds per stage, raw bytes parsed and the workers
-    used; none of that goes into meta.json.
+    shows bars, `imap` says how to reach and log in to an IMAP source. `stats`, when given, is filled with wall
+    seconds per stage, raw bytes parsed and the workers used; none of that goes into meta.json.
     """
     if workers is None:
         workers = default_workers()
@@ -58,7 +61,8 @@ def prepare(config: PrepareConfig, out: Path, *, workers: int | None = None, cac
     out = Path(out)
     staging = staging_folder(out)
     try:
-        meta = _build(staging, config, _Run(workers, cache_dir, progress, stats if stats is not None else {}), reused)
+        run = _Run(workers, cache_dir, progress, stats if stats is not None else {}, imap)
+        meta = _build(staging, config, run, reused)
         publish(staging, out)
     except BaseException as exc:
         discard(staging, out, exc)
@@ -69,8 +73,10 @@ def prepare(config: PrepareConfig, out: Path, *, workers: int | None = None, cac
 class _Run:
     """How this prepare runs (not what it writes), and the seconds each stage took (`lap`)."""
 
-    def __init__(self, workers: int, cache_dir: Path | None, progress: bool, stats: dict[str, Any]) -> None:
+    def __init__(self, workers: int, cache_dir: Path | None, progress: bool, stats: dict[str, Any],
+                 imap: ImapOptions | None = None) -> None:
         self.workers, self.cache_dir, self.progress, self.stats = workers, cache_dir, progress, stats
+        self.imap = imap
         self._clock = time.perf_counter()
 
     def lap(self, name: str) -> None:
@@ -82,18 +88,24 @@ class _Run:
 def _build(folder: Path, config: PrepareConfig, run: _Run, reused: tuple[Tokenizer, Path] | None) -> dict[str, Any]:
     """The stages in order, writing into `folder` (the staging folder); returns meta."""
     messages = resolve_source(config.source, cache_dir=run.cache_dir, groups=config.groups, count=config.count,
-                              seed=config.seed)
+                              seed=config.seed, folders=config.folders, imap=run.imap,
+                              progress=run.progress)
+    tracked = tracked_source(messages)  # what was read of it goes to sources.json, for `prepare --update`
     spool, context_spool, names = folder / SPOOL_FILE, folder / CONTEXT_SPOOL_FILE, folder / NAMES_FILE
     assignment = None
     try:
-        mail = spool_mail(messages, config.clean, config.limit, spool, context_spool, names, run.workers,
-                          run.progress, run.stats)
+        mail = spool_mail(ReaderItems(tracked.items(None)) if tracked is not None else messages, config.clean,
+                          config.limit, spool, context_spool, names, run.workers, run.progress, run.stats)
         run.lap("read_s")
         if not mail.table.emails:
             raise UserError(nothing_kept(config, mail))
         parents = thread_parents(mail.nodes, mail.replies)  # for emails that quote nothing: the parent's body
         assignment = mail.table.finish(config.seed, config.split, by_date=config.split_by == "date",
                                        min_held=MIN_HELD_EMAILS if config.split_by == "date" else 0)
+        save_held(folder / SEEN_FILE, held_of(*mail.deduper.keys_held(), mail.nodes, assignment))
+        # --limit may stop inside a source: nothing is recorded as read, so an update reads it all again
+        write_ledger(folder, {source_name(config.source): tracked.state()}
+                     if tracked is not None and config.limit is None else {})
         mail = mail._replace(table=None, nodes=None, replies=None)  # their arrays are freed; the split is compact
         run.lap("thread_split_s")
         if "train" not in assignment.splits:

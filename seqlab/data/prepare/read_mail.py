@@ -35,16 +35,20 @@ class SpooledMail(NamedTuple):
     duplicates: dict[str, int]  # emails dropped as "duplicate" / "duplicate_body"
     nodes: np.ndarray  # (N,) uint64 digest of each kept email's node
     replies: np.ndarray  # (N,) uint64 digest of its In-Reply-To node, 0 without one
+    deduper: Deduper | None = None  # its keys are kept in the DATA_DIR for `prepare --update` (held.py)
 
 
 def spool_mail(messages: Path | str | Iterable[Item], opts: CleanOptions, limit: int | None, spool: Path,
-               context_spool: Path, names: Path, workers: int, progress: bool, stats: dict[str, Any]) -> SpooledMail:
+               context_spool: Path, names: Path, workers: int, progress: bool, stats: dict[str, Any],
+               deduper: Deduper | None = None) -> SpooledMail:
     """Read, clean and dedupe; spool each kept email (`spool`, `context_spool`) and its thread links (`names`).
 
-    `stats` gets the seconds the main process spent on dedupe and spool writes (the rest of this stage's
-    wall time is reading and parsing, mostly overlapped with it when workers parse).
+    `deduper` (default: a new one) may already hold a DATA_DIR's mail (`prepare --update`). `stats` gets the
+    seconds the main process spent on dedupe and spool writes (the rest of this stage's wall time is reading
+    and parsing, mostly overlapped with it when workers parse).
     """
-    report, deduper, table, stream = SkipReport(), Deduper(), ThreadTable(names), StreamStats()
+    deduper = deduper if deduper is not None else Deduper()
+    report, table, stream = SkipReport(), ThreadTable(names), StreamStats()
     spent = 0.0
     contexts = ContextSpool(context_spool)
     nodes, replies = array("Q"), array("Q")
@@ -66,5 +70,7 @@ def spool_mail(messages: Path | str | Iterable[Item], opts: CleanOptions, limit:
                  pool_fallback=stream.fallback, read_peak_rss_bytes=peak_rss_bytes(),
                  table_bytes=table.nbytes + deduper.nbytes, kept_emails=table.emails)
     duplicates = {reason: deduper.counts[reason] for reason in ("duplicate", "duplicate_body")}
+    if deduper.counts["held"]:
+        duplicates["held"] = deduper.counts["held"]
     return SpooledMail(table, report, duplicates, np.frombuffer(nodes, dtype=np.uint64),
-                       np.frombuffer(replies, dtype=np.uint64))
+                       np.frombuffer(replies, dtype=np.uint64), deduper)

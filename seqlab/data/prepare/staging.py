@@ -24,6 +24,7 @@ __all__ = ["discard", "publish", "staging_folder"]
 # a folder holding only these may be replaced.
 _EXTS = ("bin", "idx", "ctx.bin", "ctx.idx")
 _OURS = ({f"{s}.{ext}" for s in SPLITS for ext in _EXTS} | {"tokenizer.json", "emails.jsonl", "meta.json",
+         "seen.bin", "sources.json",
          SPOOL_FILE, CONTEXT_SPOOL_FILE, "meta.json.tmp", "tokenizer.json.tmp"}
          | {f".{s}.{ext}.tmp" for s in SPLITS for ext in _EXTS})
 

@@ -175,7 +175,7 @@ class ThreadTable:
         """Thread key and split of every email added, as `assign_threads` and `split_for_thread` give them;
         with `by_date`, the split of each thread is by its first email's date instead (`split_by_date`)."""
         self._flush()
-        n, at = self._index()
+        n, at, universe = self._index()
         label = _components(n, np.concatenate((at["parent"], at["subject"])),
                             np.concatenate((at["child"], at["subject_node"])))
         del at["parent"], at["subject_node"]
@@ -211,10 +211,14 @@ class ThreadTable:
         except BaseException:
             names.close()
             raise
-        return ThreadSplit(names, email_comp.astype(np.int32), name_off[comp_key], name_len[comp_key], split)
+        split_ = ThreadSplit(names, email_comp.astype(np.int32), name_off[comp_key], name_len[comp_key], split)
+        # every node's thread (each component holds an email): what `prepare --update` joins new mail to
+        split_.node_digests, split_.node_comp = universe, np.searchsorted(comps, label).astype(np.int32)
+        return split_
 
-    def _index(self) -> tuple[int, dict[str, np.ndarray]]:
-        """The number of distinct nodes, and each column of digests as node indices (digest order).
+    def _index(self) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+        """The number of distinct nodes, each column of digests as node indices (digest order), and the
+        distinct node digests (sorted).
 
         Each digest column is freed as soon as it is indexed, so the peak is the digests once, the
         mentions and subjects sorted, and the (4-byte) indices.
@@ -232,7 +236,7 @@ class ThreadTable:
         del distinct
         dtype = np.int32 if len(universe) < 2**31 else np.int64
         at = {name: universe.searchsorted(digests.pop(name)).astype(dtype) for name in list(digests)}
-        return len(universe), at
+        return len(universe), at, universe
 
 
 def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -337,6 +341,8 @@ class ThreadSplit:
         self.split_codes = split  # (components,) index into SPLITS
         self.threads = _Threads(self)
         self.splits = _Splits(self)
+        self.node_digests = np.empty(0, dtype=np.uint64)  # (nodes,) sorted digests of every node ("m:", "s:")
+        self.node_comp = np.empty(0, dtype=np.int32)  # (nodes,) the component each belongs to
 
     def thread(self, i: int) -> str:
         c = self.email_comp[i]
@@ -344,6 +350,10 @@ class ThreadSplit:
 
     def split(self, i: int) -> str:
         return SPLITS[self.split_codes[self.email_comp[i]]]
+
+    def key(self, comp: int) -> str:
+        """The thread key of component `comp`."""
+        return self._names.get(self._key_off[comp], self._key_len[comp])
 
     def __len__(self) -> int:
         return len(self.email_comp)

@@ -27,7 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
-from seqlab.data.mail.message_files import iter_source_items
+from seqlab.data.mail.message_files import FoundItems, iter_source_items
 from seqlab.data.mail.reader import CleanOptions, parse_message
 from seqlab.data.mail.records import SkipReport
 from seqlab.data.prepare.dedupe import Deduper
@@ -102,7 +102,14 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
     return out
 
 
-def source_items(source: Path | str | Iterable[tuple[str, bytes | str]], limit: int | None = None
+class ReaderItems:
+    """Items a mail reader made (`ledger.FileSource`): (label, raw bytes or a skip reason), passed on as they are."""
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self.items = items
+
+
+def source_items(source: Path | str | ReaderItems | Iterable[tuple[str, bytes | str]], limit: int | None = None
                  ) -> Iterator[Item]:
     """At most `limit` items of a mail path (`message_files.iter_source_items`) or of a `(label, raw)` iterable.
 
@@ -111,6 +118,12 @@ def source_items(source: Path | str | Iterable[tuple[str, bytes | str]], limit: 
     """
     if isinstance(source, (str, os.PathLike)):
         yield from iter_source_items(Path(source), limit)
+        return
+    if isinstance(source, ReaderItems):
+        yield from islice(source.items, limit)
+        return
+    if isinstance(source, FoundItems):  # a source's own items: its str items are skip reasons, kept as they are
+        yield from islice(source, limit)
         return
     for label, raw in islice(source, limit):
         yield str(label), raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
