@@ -19,6 +19,7 @@ from seqlab.private_files import private_umask, warn_if_open
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from seqlab.data.mail.thunderbird import ThunderbirdMail
     from seqlab.data.tokenizer import Tokenizer
 
 SPLITS = ("train", "val", "test")
@@ -121,13 +122,16 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             keep_quotes: bool = False, keep_signatures: bool = False, mask_pii: bool = False,
             limit: int | None = None, count: int = 2000, groups: Sequence[str] | None = None,
             cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
-            exclude_senders: Sequence[str] = (), split_by: str | None = None, progress: bool = False) -> DataDir:
+            exclude_senders: Sequence[str] = (), split_by: str | None = None, folders: Sequence[str] | None = None,
+            progress: bool = False) -> DataDir:
     """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
 
-    `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message) or a named
+    `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message), a named
     corpus: "synthetic" (generated offline, `count` emails) or "spamassassin" (`groups`, cached in
-    `cache_dir`). The options are those of `seqlab prepare`: `tokenizer` "byte" (default) or "bpe" with
-    `vocab_size` (default 4096), or `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) to reuse one;
+    `cache_dir`), or a Thunderbird profile: "thunderbird" (the default one) or "thunderbird:PROFILE" (by name
+    or folder), reading `folders` (names such as "Inbox"; default: all but Trash and Junk; see `thunderbird`).
+    The options are those of `seqlab prepare`: `tokenizer` "byte" (default) or "bpe" with `vocab_size` (default
+    4096), or `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json) to reuse one;
     `split` the train/val/test fractions; `seed` the split's seed; `limit` messages read at most; `workers`
     parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses; `split_by`
     "thread" (a seeded hash of each thread) or "date" (earlier threads train, the latest are held out, at
@@ -144,6 +148,10 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     for name, value in (("vocab_size", vocab_size), ("limit", limit), ("count", count)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise UserError(f"{name} must be a positive integer, not {value!r}.")
+    if isinstance(folders, str):  # a bare string would otherwise be read letter by letter
+        folders = [folders]
+    if folders and not is_thunderbird_source(str(source)):
+        raise UserError(f"--folders chooses Thunderbird folders; {str(source)!r} is not a Thunderbird source.")
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
     warn_if_open(tokenizer_from, _corpus_cache(str(source), cache_dir))
@@ -155,10 +163,31 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
                            split=fractions, split_by=split_by, seed=seed, keep_quotes=keep_quotes,
                            keep_signatures=keep_signatures, mask_pii=mask_pii, senders=tuple(senders),
                            exclude_senders=tuple(exclude_senders), limit=limit, count=count,
-                           groups=tuple(groups) if groups else None)
+                           groups=tuple(groups) if groups else None,
+                           folders=tuple(folders) if folders else None)
     meta = build(config, Path(out), workers=workers, cache_dir=Path(cache_dir) if cache_dir is not None else None,
                  progress=progress)
     return DataDir(Path(out), meta)
+
+
+def is_thunderbird_source(source: str | Path) -> bool:
+    """True for the sources `thunderbird` and `thunderbird:PROFILE`."""
+    from seqlab.data.mail.thunderbird import is_thunderbird_source as check
+
+    return not isinstance(source, Path) and check(str(source))
+
+
+def thunderbird(source: str = "thunderbird", folders: Sequence[str] | None = None) -> ThunderbirdMail:
+    """The Thunderbird profile `source` names ("thunderbird": the default one; "thunderbird:NAME" by its name in
+    profiles.ini, or "thunderbird:PATH" by its folder) and the folders `prepare` would read from it: `.profile`,
+    `.folders` (read), `.left_out` (Trash and Junk, or what `folders` did not name), `.counts()` (messages and
+    deleted messages per folder) and `.listing()` (what `seqlab prepare thunderbird` prints). `UserError` when
+    no Thunderbird is found (naming the folders looked in) or no profile has that name (naming the profiles)."""
+    from seqlab.data.mail.thunderbird import thunderbird_mail
+
+    if isinstance(folders, str):
+        folders = [folders]
+    return thunderbird_mail(source, folders)
 
 
 def _corpus_cache(source: str, cache_dir: str | Path | None) -> Path | None:

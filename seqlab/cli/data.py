@@ -15,9 +15,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
         help="read a mail source, clean, dedupe, split by thread, fit a tokenizer, write DATA_DIR",
         description="Read mail from SOURCE (an mbox file, a Maildir, a folder of message files, an Enron-style "
         "tree, a CSV with a raw-message column, one message file, or the named corpora 'spamassassin' and "
-        "'synthetic'), split it by thread and write token files to DATA_DIR.",
+        "'synthetic', or a Thunderbird profile: 'thunderbird' or 'thunderbird:PROFILE'), split it by thread and "
+        "write token files to DATA_DIR.",
     )
-    p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic'")
+    p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic' / 'thunderbird[:PROFILE]'")
     p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
     p.add_argument("--tokenizer", choices=("byte", "bpe"), default=None, help="byte (default) or bpe")
     p.add_argument("--vocab-size", type=positive_int, default=None, help="BPE vocabulary size (default 4096)")
@@ -37,6 +38,9 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=positive_int, default=2000, help="emails to generate for 'synthetic'")
     p.add_argument("--groups", default=None, help="spamassassin groups, comma-separated (default: the ham groups)")
     p.add_argument("--cache-dir", type=Path, default=None, help="download cache (default ~/.cache/seqlab)")
+    p.add_argument("--folders", default=None, metavar="NAMES",
+                   help="thunderbird: only these folders, comma-separated, e.g. Inbox,Sent (default: all but Trash "
+                   "and Junk)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes that parse mail (default: one per CPU; 1 parses in-process)")
     p.add_argument("--sender", action="append", default=[], metavar="ADDRESS",
@@ -47,14 +51,17 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from seqlab.api.data import prepare
+    from seqlab.api.data import is_thunderbird_source, prepare, thunderbird
 
+    folders = [f for f in args.folders.split(",") if f.strip()] if args.folders else None
+    if is_thunderbird_source(args.source):  # what will be read, before the reading starts
+        print(thunderbird(args.source, folders).listing(), flush=True)
     data = prepare(args.source, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
                    tokenizer_from=args.tokenizer_from, split=args.split, seed=args.seed, keep_quotes=args.keep_quotes,
                    keep_signatures=args.keep_signatures, mask_pii=args.mask_pii, limit=args.limit, count=args.count,
                    groups=args.groups.split(",") if args.groups else None, cache_dir=args.cache_dir,
                    workers=args.workers, senders=args.sender, exclude_senders=args.exclude_sender,
-                   split_by=args.split_by, progress=not args.quiet)
+                   split_by=args.split_by, folders=folders, progress=not args.quiet)
     print(data.report())
     print(f"wrote {args.out}")
     return 0

@@ -14,7 +14,7 @@ import mailbox
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from seqlab.data.mail.mbox import is_envelope, split_mbox
@@ -22,6 +22,17 @@ from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
 from seqlab.errors import UserError
 
 Item = tuple[str, "bytes | str"]  # (label, raw message bytes or a skip reason)
+
+
+class FoundItems:
+    """Items a source found itself, as `iter_source_items` yields them: a str is a skip reason to count. (In a
+    caller's own `(label, raw)` iterable a str is message text; `prepare.workers.source_items` tells them apart.)"""
+
+    def __init__(self, items: Iterable[Item]) -> None:
+        self._items = items
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self._items)
 
 CSV_FIELD_LIMIT = 16 * 1024 * 1024  # the csv module's default (128 KiB) is smaller than many messages
 CSV_MESSAGE_COLUMNS = ("message", "raw", "email", "text")

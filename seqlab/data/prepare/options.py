@@ -28,7 +28,8 @@ class PrepareConfig:
     `tokenizer` and `vocab_size` are not used when `tokenizer_from` (a RUN_DIR, DATA_DIR or tokenizer.json)
     names a tokenizer to reuse. `split_by` is "thread" (a seeded hash of each thread) or "date" (earlier
     threads train, the latest are held out); left None it becomes "date" when `senders` picks one person's
-    mail, else "thread". `count` is the synthetic corpus's size, `groups` the SpamAssassin groups.
+    mail, else "thread". `count` is the synthetic corpus's size, `groups` the SpamAssassin groups, `folders` the
+    Thunderbird folders read (None: all but Trash and Junk).
     """
 
     source: str
@@ -46,6 +47,7 @@ class PrepareConfig:
     limit: int | None = None
     count: int = 2000
     groups: tuple[str, ...] | None = None
+    folders: tuple[str, ...] | None = None
     clean: CleanOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,6 +59,7 @@ class PrepareConfig:
         set_(self, "senders", tuple(self.senders))
         set_(self, "exclude_senders", tuple(self.exclude_senders))
         set_(self, "groups", None if self.groups is None else tuple(self.groups))
+        set_(self, "folders", tuple(self.folders) if self.folders else None)
         if self.split_by is None:
             set_(self, "split_by", "date" if self.senders else "thread")
         if self.split_by not in ("thread", "date"):
