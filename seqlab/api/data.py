@@ -19,6 +19,7 @@ from seqlab.private_files import private_umask, warn_if_open
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from seqlab.data.mail.imap_auth import ImapOptions
     from seqlab.data.mail.thunderbird import ThunderbirdMail
     from seqlab.data.tokenizer import Tokenizer
 
@@ -123,7 +124,8 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             limit: int | None = None, count: int = 2000, groups: Sequence[str] | None = None,
             cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
             exclude_senders: Sequence[str] = (), split_by: str | None = None, folders: Sequence[str] | None = None,
-            progress: bool = False) -> DataDir:
+            progress: bool = False, password_command: str | None = None, oauth2: bool = False,
+            ca_file: str | Path | None = None, insecure: bool = False) -> DataDir:
     """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
 
     `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message), a named
@@ -136,9 +138,12 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     parsing processes; `senders` / `exclude_senders` keep or drop mail From those addresses; `split_by`
     "thread" (a seeded hash of each thread) or "date" (earlier threads train, the latest are held out, at
     least 10 emails each), by default "date" with `senders` (one person's mail) and "thread" without. `progress`
-    shows a bar on stderr. Bad options are a `UserError` with the CLI's sentence. Every file written is
-    readable by this user only (0600, folders 0700); an `OpenToOthersWarning` names `tokenizer_from` or the
-    corpus cache when other users can read it.
+    shows a bar on stderr. An IMAP source, "imaps://USER@HOST[:PORT]/FOLDER[,FOLDER...]" (docs/data.md, "IMAP"),
+    logs in with the password (or, with `oauth2`, the access token) from SEQLAB_IMAP_PASSWORD (SEQLAB_IMAP_TOKEN),
+    else `password_command`'s first line, else a prompt on a terminal; `ca_file` trusts a private CA; `insecure`
+    allows imap:// without TLS to this machine only. Bad options are a `UserError` with the CLI's sentence.
+    Every file written is readable by this user only (0600, folders 0700); an `OpenToOthersWarning` names
+    `tokenizer_from` or the corpus cache when other users can read it.
     """
     if split_by not in (None, "thread", "date"):
         raise UserError(f"split_by must be thread or date, not {split_by!r}.")
@@ -152,6 +157,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
         folders = [folders]
     if folders and not is_thunderbird_source(str(source)):
         raise UserError(f"--folders chooses Thunderbird folders; {str(source)!r} is not a Thunderbird source.")
+    imap = _imap_options(str(source), password_command, oauth2, ca_file, insecure)
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
     warn_if_open(tokenizer_from, _corpus_cache(str(source), cache_dir))
@@ -166,7 +172,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
                            groups=tuple(groups) if groups else None,
                            folders=tuple(folders) if folders else None)
     meta = build(config, Path(out), workers=workers, cache_dir=Path(cache_dir) if cache_dir is not None else None,
-                 progress=progress)
+                 progress=progress, imap=imap)
     return DataDir(Path(out), meta)
 
 
@@ -188,6 +194,26 @@ def thunderbird(source: str = "thunderbird", folders: Sequence[str] | None = Non
     if isinstance(folders, str):
         folders = [folders]
     return thunderbird_mail(source, folders)
+
+
+def _imap_options(source: str, password_command: str | None, oauth2: bool, ca_file: str | Path | None,
+                  insecure: bool) -> ImapOptions | None:
+    """The IMAP login options, checked with the URL before anything is read; `UserError` when they are given
+    for a source that is not an IMAP URL."""
+    from seqlab.data.mail.imap import check_transport
+    from seqlab.data.mail.imap_auth import ImapOptions
+    from seqlab.data.mail.imap_url import is_imap_url, parse_imap_url
+
+    if not is_imap_url(source):
+        given = [flag for flag, value in (("--password-command", password_command), ("--oauth2", oauth2),
+                                          ("--ca-file", ca_file), ("--insecure", insecure)) if value]
+        if given:
+            raise UserError(f"{given[0]} is for an IMAP source (imaps://USER@HOST/FOLDER), not {source!r}.")
+        return None
+    options = ImapOptions(ca_file=str(ca_file) if ca_file is not None else None, insecure=insecure,
+                          password_command=password_command, oauth2=oauth2)
+    check_transport(parse_imap_url(source), options)
+    return options
 
 
 def _corpus_cache(source: str, cache_dir: str | Path | None) -> Path | None:

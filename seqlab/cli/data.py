@@ -15,10 +15,11 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
         help="read a mail source, clean, dedupe, split by thread, fit a tokenizer, write DATA_DIR",
         description="Read mail from SOURCE (an mbox file, a Maildir, a folder of message files, an Enron-style "
         "tree, a CSV with a raw-message column, one message file, or the named corpora 'spamassassin' and "
-        "'synthetic', or a Thunderbird profile: 'thunderbird' or 'thunderbird:PROFILE'), split it by thread and "
-        "write token files to DATA_DIR.",
+        "'synthetic', an IMAP server's folders: 'imaps://USER@HOST[:PORT]/FOLDER[,FOLDER...]', or a Thunderbird "
+        "profile: 'thunderbird' or 'thunderbird:PROFILE'), split it by thread and write token files to DATA_DIR.",
     )
-    p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic' / 'thunderbird[:PROFILE]'")
+    p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic' / 'thunderbird[:PROFILE]' / "
+                   "'imaps://USER@HOST/FOLDER'")
     p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
     p.add_argument("--tokenizer", choices=("byte", "bpe"), default=None, help="byte (default) or bpe")
     p.add_argument("--vocab-size", type=positive_int, default=None, help="BPE vocabulary size (default 4096)")
@@ -41,6 +42,15 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--folders", default=None, metavar="NAMES",
                    help="thunderbird: only these folders, comma-separated, e.g. Inbox,Sent (default: all but Trash "
                    "and Junk)")
+    p.add_argument("--password-command", default=None, metavar="COMMAND",
+                   help="imaps:// sources: a command printing the password (or token) on its first line, e.g. "
+                   "'pass show mail'; else SEQLAB_IMAP_PASSWORD (SEQLAB_IMAP_TOKEN with --oauth2), else a prompt")
+    p.add_argument("--oauth2", action="store_true", help="imaps:// sources: log in with XOAUTH2 and an access token "
+                   "(Gmail, Outlook) instead of a password")
+    p.add_argument("--ca-file", default=None, metavar="PEM",
+                   help="imaps:// sources: trust the certificates in this file (a private CA) instead of the system's")
+    p.add_argument("--insecure", action="store_true",
+                   help="imap:// without TLS, for a server on this machine only (refused for any other host)")
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes that parse mail (default: one per CPU; 1 parses in-process)")
     p.add_argument("--sender", action="append", default=[], metavar="ADDRESS",
@@ -61,7 +71,9 @@ def run_prepare(args: argparse.Namespace) -> int:
                    keep_signatures=args.keep_signatures, mask_pii=args.mask_pii, limit=args.limit, count=args.count,
                    groups=args.groups.split(",") if args.groups else None, cache_dir=args.cache_dir,
                    workers=args.workers, senders=args.sender, exclude_senders=args.exclude_sender,
-                   split_by=args.split_by, folders=folders, progress=not args.quiet)
+                   split_by=args.split_by, folders=folders, progress=not args.quiet,
+                   password_command=args.password_command, oauth2=args.oauth2, ca_file=args.ca_file,
+                   insecure=args.insecure)
     print(data.report())
     print(f"wrote {args.out}")
     return 0

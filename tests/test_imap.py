@@ -1,0 +1,235 @@
+"""`seqlab prepare imaps://...` against a real Dovecot on loopback (tests/imap_server.py), filled by IMAP APPEND.
+
+The same mail prepared from the server and from an mbox gives the same DATA_DIR: every token file byte for byte,
+emails.jsonl and meta.json equal but for where each email came from (`source`: an mbox offset there, an IMAP URL
+with UIDVALIDITY and UID here; sources.json, --update's record of what was read, says it in its own terms).
+Nothing on the server changes (no \\Seen). Faults as a person meets them: a wrong password, a missing folder,
+plain IMAP to another host, a password in the URL, a connection cut mid-fetch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hostile_mail import HEAVY, KINDS
+from imap_server import PASSWORD, USER, Dovecot, TcpCutter, dovecot_server
+from mail_samples import corpus_messages, write_mbox
+
+from seqlab.cli.main import main as cli_main
+from seqlab.data.mail import mime
+from seqlab.data.mail.imap import FolderState, ImapSource
+from seqlab.data.mail.imap_auth import ImapOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def as_stored(raw: bytes) -> bytes:
+    """A message as an mbox holds it after the envelope: `write_mbox` ends each with one blank line."""
+    return raw.rstrip(b"\n") + b"\n\n"
+
+
+def hostile_messages() -> list[bytes]:
+    import random
+
+    rng = random.Random(0)
+    light = [build(rng) for name, (build, _) in KINDS.items() if name not in HEAVY]
+    # IMAP APPEND carries no NUL byte (RFC 3501 literals are text), and an empty message is no message
+    return [m for m in light if m.strip() and b"\0" not in m] + [KINDS["huge_message"][0](rng)]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Dovecot]:
+    with dovecot_server() as d:
+        d.append("INBOX", [as_stored(m) for m in corpus_messages()])
+        d.append("Hostile", hostile_messages())
+        yield d
+
+
+@pytest.fixture
+def env(server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in ("SEQLAB_IMAP_PASSWORD", "SEQLAB_IMAP_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    return {**os.environ, "SEQLAB_IMAP_PASSWORD": PASSWORD}
+
+
+def url(server: Dovecot, folder: str = "INBOX", port: int | None = None) -> str:
+    return f"imaps://{USER}@127.0.0.1:{port or server.port}/{folder}"
+
+
+def seqlab(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "seqlab", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def without_source(folder: Path) -> dict[str, bytes | object]:
+    """Every file of a DATA_DIR; emails.jsonl and meta.json without the fields that name the source."""
+    out: dict[str, bytes | object] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name == "sources.json":  # what was read where, for --update: files there, folders and UIDs here
+            continue
+        if p.name == "emails.jsonl":
+            rows = [json.loads(line) for line in p.read_text().splitlines()]
+            out[p.name] = [{k: v for k, v in r.items() if k != "source"} for r in rows]
+        elif p.name == "meta.json":
+            meta = json.loads(p.read_text())
+            meta.pop("source", None)
+            meta.get("prepare", {}).pop("source", None)
+            out[p.name] = meta
+        else:
+            out[p.name] = p.read_bytes()
+    return out
+
+
+def flags(server: Dovecot, folder: str) -> list[bytes]:
+    conn = server.client()
+    try:
+        conn.select(f'"{folder}"', readonly=True)
+        _, data = conn.uid("FETCH", "1:*", "(FLAGS)")
+        return sorted(line.replace(b"\\Recent", b"") for line in data)
+    finally:
+        conn.logout()
+
+
+def test_imaps_prepare_equals_the_mbox_and_changes_no_flag(server: Dovecot, env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    before = flags(server, "INBOX")
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "imap"), "--ca-file", str(server.ca_file),
+               "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+    mbox = write_mbox(tmp_path / "mail.mbox", corpus_messages())
+    assert cli_main(["prepare", str(mbox), "--out", str(tmp_path / "mbox"), "--quiet"]) == 0
+    imap, local = without_source(tmp_path / "imap"), without_source(tmp_path / "mbox")
+    assert imap == local and len(imap["emails.jsonl"]) == 42
+    rows = [json.loads(line) for line in (tmp_path / "imap" / "emails.jsonl").read_text().splitlines()]
+    assert all(row["source"].startswith(f"imaps://127.0.0.1:{server.port}/INBOX;UIDVALIDITY=") for row in rows)
+    # EXAMINE and BODY.PEEK[]: no message became \Seen, no flag changed
+    after = flags(server, "INBOX")
+    assert after == before and not any(b"\\Seen" in line for line in after)
+    assert PASSWORD not in r.stdout + r.stderr
+
+
+def test_hostile_mail_over_imap_is_counted_as_from_an_mbox(server: Dovecot, env: dict[str, str],
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    options = ImapOptions(ca_file=str(server.ca_file))
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", PASSWORD)
+    source = ImapSource(url(server, "Hostile"), options)
+    items = list(source)
+    # the message over the reader's cap was never downloaded: it is a skip the reader counts
+    assert [raw for _, raw in items if isinstance(raw, str)] == ["too_large"]
+    mbox = write_mbox(tmp_path / "hostile.mbox", [as_stored(m) for m in hostile_messages()])
+    assert cli_main(["prepare", str(mbox), "--out", str(tmp_path / "mbox"), "--quiet", "--workers", "1"]) == 0
+    assert cli_main(["prepare", url(server, "Hostile"), "--ca-file", str(server.ca_file), "--out",
+                     str(tmp_path / "imap"), "--quiet", "--workers", "1"]) == 0
+    imap, local = (json.loads((tmp_path / d / "meta.json").read_text()) for d in ("imap", "mbox"))
+    assert imap["skipped"] == local["skipped"] and imap["skipped"]["too_large"] == 1
+    assert imap["kept"] == local["kept"] > 0
+    assert mime.MAX_MESSAGE_BYTES < len(KINDS["huge_message"][0](None)) < 2 * mime.MAX_MESSAGE_BYTES
+
+
+def test_since_reads_only_new_uids_and_a_new_uidvalidity_reads_all(server: Dovecot, env: dict[str, str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", PASSWORD)
+    options = ImapOptions(ca_file=str(server.ca_file))
+    msgs = corpus_messages()
+    server.append("Grow", msgs[:5])
+    first = ImapSource(url(server, "Grow"), options)
+    assert len(list(first)) == 5
+    state = first.states["Grow"]
+    assert state.last_uid == 5 and state.uidvalidity > 0 and not state.reset
+    server.append("Grow", msgs[5:8])
+    second = ImapSource(url(server, "Grow"), options, since={"Grow": state})
+    labels = [label for label, _ in second]
+    assert [label.rsplit("UID=", 1)[1] for label in labels] == ["6", "7", "8"]
+    assert second.states["Grow"] == FolderState("Grow", state.uidvalidity, 8)
+    nothing_new = ImapSource(url(server, "Grow"), options, since={"Grow": second.states["Grow"]})
+    assert list(nothing_new) == [] and nothing_new.states["Grow"].last_uid == 8
+    stale = FolderState("Grow", state.uidvalidity + 1000, 8)  # the server renumbered the folder since
+    again = ImapSource(url(server, "Grow"), options, since={"Grow": stale})
+    assert len(list(again)) == 8 and again.states["Grow"].reset
+
+
+def test_wrong_password_exits_2_with_one_sentence_and_no_password(server: Dovecot, env: dict[str, str],
+                                                                  tmp_path: Path) -> None:
+    wrong = "not-the-password-42"
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "d"), "--ca-file", str(server.ca_file),
+               env={**env, "SEQLAB_IMAP_PASSWORD": wrong})
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the login of tester" in lines[0] and "Traceback" not in r.stderr
+    assert wrong not in r.stdout + r.stderr and PASSWORD not in r.stdout + r.stderr
+    assert not (tmp_path / "d").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_missing_folder_and_bad_certificate_exit_2(server: Dovecot, env: dict[str, str], tmp_path: Path) -> None:
+    r = seqlab("prepare", url(server, "NoSuchFolder"), "--out", str(tmp_path / "d"), "--ca-file",
+               str(server.ca_file), env=env)
+    assert r.returncode == 2 and "'NoSuchFolder' cannot be opened" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+    # without --ca-file the throwaway certificate is trusted by nobody
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "d"), env=env)
+    assert r.returncode == 2 and "could not be verified" in r.stderr and "--ca-file" in r.stderr
+    assert PASSWORD not in r.stdout + r.stderr
+
+
+def test_insecure_is_refused_off_this_machine_and_works_on_it(server: Dovecot, env: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    r = seqlab("prepare", f"imap://{USER}@mail.example.org/INBOX", "--insecure", "--out", str(tmp_path / "d"),
+               env=env)
+    assert r.returncode == 2 and "--insecure is refused for mail.example.org" in r.stderr
+    assert cli_main(["prepare", f"imap://{USER}@127.0.0.1:{server.plain_port}/INBOX", "--insecure", "--out",
+                     str(tmp_path / "plain"), "--quiet"]) == 2  # no password in this process's environment
+    r = seqlab("prepare", f"imap://{USER}@127.0.0.1:{server.plain_port}/INBOX", "--insecure", "--out",
+               str(tmp_path / "plain"), "--quiet", env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_password_in_the_url_is_refused_and_not_repeated(env: dict[str, str], tmp_path: Path) -> None:
+    r = seqlab("prepare", "imaps://me:hunter2secret@imap.example.org/INBOX", "--out", str(tmp_path / "d"), env=env)
+    assert r.returncode == 2 and "password in the IMAP source's URL is refused" in r.stderr
+    assert "hunter2secret" not in r.stdout + r.stderr and not (tmp_path / "d").exists()
+
+
+def test_password_command_runs_without_a_shell(server: Dovecot, env: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "pw.py"
+    script.write_text(f"print({PASSWORD!r})\nprint('second line is ignored')\n")
+    no_env = {k: v for k, v in env.items() if k != "SEQLAB_IMAP_PASSWORD"}
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "d"), "--ca-file", str(server.ca_file), "--quiet",
+               "--password-command", f"{sys.executable} {script}", env=no_env)
+    assert r.returncode == 0, r.stderr
+    # shell syntax is not interpreted: `;` is an argument to echo, so the "password" is the whole line
+    marker = tmp_path / "injected"
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "e"), "--ca-file", str(server.ca_file),
+               "--password-command", f"echo x; touch {marker}", env=no_env)
+    assert r.returncode == 2 and "refused the login" in r.stderr and not marker.exists()
+    # no password anywhere and stdin not a terminal: a sentence, not a hang
+    r = seqlab("prepare", url(server), "--out", str(tmp_path / "f"), "--ca-file", str(server.ca_file), env=no_env)
+    assert r.returncode == 2 and "SEQLAB_IMAP_PASSWORD" in r.stderr
+
+
+def test_a_connection_cut_mid_fetch_writes_nothing_and_a_rerun_succeeds(server: Dovecot, env: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    cutter = TcpCutter(server.port, cut_after=30_000)  # past the login, inside the message bodies
+    try:
+        out = tmp_path / "d"
+        r = seqlab("prepare", url(server, port=cutter.port), "--out", str(out), "--ca-file", str(server.ca_file),
+                   "--quiet", env=env)
+        assert r.returncode == 2 and "was lost while reading 'INBOX'" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and cutter.cuts >= 1
+        assert list(tmp_path.iterdir()) == []  # no DATA_DIR, no staging folder left behind
+        cutter.cut_after = None
+        r = seqlab("prepare", url(server, port=cutter.port), "--out", str(out), "--ca-file", str(server.ca_file),
+                   "--quiet", env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        cutter.close()
+    reference = tmp_path / "reference"
+    r = seqlab("prepare", url(server), "--out", str(reference), "--ca-file", str(server.ca_file), "--quiet", env=env)
+    assert r.returncode == 0
+    same = {p.name for p in out.iterdir() if p.name not in ("emails.jsonl", "meta.json")}
+    assert same and all((out / n).read_bytes() == (reference / n).read_bytes() for n in same)
