@@ -22,7 +22,7 @@ from seqlab.version import __version__
 
 # public name -> the module that defines it; tests/test_api.py holds each name's signature as the contract
 _EXPORTS: dict[str, str] = {
-    "prepare": "seqlab.api.data", "DataDir": "seqlab.api.data",
+    "prepare": "seqlab.api.data", "DataDir": "seqlab.api.data", "thunderbird": "seqlab.api.data",
     "train": "seqlab.api.training", "StepReport": "seqlab.training.progress",
     "load": "seqlab.api.runs", "Run": "seqlab.api.runs",
     "Completion": "seqlab.generation.complete",
@@ -42,14 +42,14 @@ _EXPORTS: dict[str, str] = {
 # the same names as _EXPORTS, spelled out for tools that read __all__ statically (tests/test_api.py compares them)
 __all__ = [
     "__version__",
-    "prepare", "DataDir", "train", "StepReport", "load", "Run", "Completion", "Score", "NextToken", "Attention",
-    "Inspection", "lesson", "lesson_names", "softmax", "soft_lookup", "attention_weights", "self_attention_layer",
-    "state_numbers", "LessonResult", "LookupMath", "preset", "RunConfig", "ModelConfig", "DataConfig", "TrainConfig",
-    "build_model", "LM", "LMState", "lm_loss", "UserError",
+    "prepare", "DataDir", "thunderbird", "train", "StepReport", "load", "Run", "Completion", "Score", "NextToken",
+    "Attention", "Inspection", "lesson", "lesson_names", "softmax", "soft_lookup", "attention_weights",
+    "self_attention_layer", "state_numbers", "LessonResult", "LookupMath", "preset", "RunConfig", "ModelConfig",
+    "DataConfig", "TrainConfig", "build_model", "LM", "LMState", "lm_loss", "UserError",
 ]
 
 if TYPE_CHECKING:  # for type checkers and editors only; at run time `__getattr__` imports on use
-    from seqlab.api.data import DataDir, prepare
+    from seqlab.api.data import DataDir, prepare, thunderbird
     from seqlab.api.lessons import (
         attention_weights,
         lesson,

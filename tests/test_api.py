@@ -25,7 +25,7 @@ TINY = {"max_steps": 20, "threads": 1}
 # The contract: a change here is a change of the public API (say so in the commit, and update docs/api.md).
 # Generated once from the code, then kept by hand.
 SIGNATURES: dict[str, str] = {
-    'prepare': "(source: 'str | Path', out: 'str | Path', *, tokenizer: 'str | None' = None, vocab_size: 'int | None' = None, tokenizer_from: 'str | Path | None' = None, split: 'Sequence[float]' = (0.9, 0.05, 0.05), seed: 'int' = 0, keep_quotes: 'bool' = False, keep_signatures: 'bool' = False, mask_pii: 'bool' = False, limit: 'int | None' = None, count: 'int' = 2000, groups: 'Sequence[str] | None' = None, cache_dir: 'str | Path | None' = None, workers: 'int | None' = None, senders: 'Sequence[str]' = (), exclude_senders: 'Sequence[str]' = (), split_by: 'str | None' = None, progress: 'bool' = False) -> 'DataDir'",  # noqa: E501
+    'prepare': "(source: 'str | Path', out: 'str | Path', *, tokenizer: 'str | None' = None, vocab_size: 'int | None' = None, tokenizer_from: 'str | Path | None' = None, split: 'Sequence[float]' = (0.9, 0.05, 0.05), seed: 'int' = 0, keep_quotes: 'bool' = False, keep_signatures: 'bool' = False, mask_pii: 'bool' = False, limit: 'int | None' = None, count: 'int' = 2000, groups: 'Sequence[str] | None' = None, cache_dir: 'str | Path | None' = None, workers: 'int | None' = None, senders: 'Sequence[str]' = (), exclude_senders: 'Sequence[str]' = (), split_by: 'str | None' = None, folders: 'Sequence[str] | None' = None, progress: 'bool' = False, password_command: 'str | None' = None, oauth2: 'bool' = False, ca_file: 'str | Path | None' = None, insecure: 'bool' = False) -> 'DataDir'",  # noqa: E501
     'DataDir': "(path: 'Path', meta: 'dict[str, Any]') -> None",
     'DataDir.open': "(cls, path: 'str | Path') -> 'DataDir'",
     'DataDir.splits': 'property',
@@ -34,6 +34,7 @@ SIGNATURES: dict[str, str] = {
     'DataDir.report': "(self) -> 'str'",
     'DataDir.texts': "(self, split: 'str' = 'train', limit: 'int | None' = None) -> 'list[str]'",
     'DataDir.windows': "(self, split: 'str' = 'train', *, block_size: 'int' = 64, batch_size: 'int' = 8, seed: 'int' = 0) -> 'Iterator[tuple[Tensor, Tensor]]'",  # noqa: E501
+    'thunderbird': "(source: 'str' = 'thunderbird', folders: 'Sequence[str] | None' = None) -> 'ThunderbirdMail'",  # noqa: E501
     'train': "(data: 'str | Path', out: 'str | Path', preset: 'str | None' = None, *, minutes: 'float | None' = None, resume: 'bool' = False, init: 'str | Path | None' = None, settings: 'Sequence[str]' = (), progress: 'bool' = False, on_step: 'Callable[[StepReport], None] | None' = None, **overrides: 'Mapping[str, Any]') -> 'Run'",  # noqa: E501
     'StepReport': "(step: 'int', max_steps: 'int', loss: 'float', elapsed_s: 'float', tokens: 'int', val_loss: 'float | None' = None, val_bpb: 'float | None' = None) -> None",  # noqa: E501
     'load': "(run_dir: 'str | Path', *, device: 'str' = 'auto', summary: 'dict[str, Any] | None' = None) -> 'Run'",
