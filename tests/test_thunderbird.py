@@ -241,6 +241,44 @@ def test_errors_name_what_was_looked_for(home: Path, tmp_path: Path, monkeypatch
     assert not Path(out).exists()
 
 
+def test_a_profile_folder_that_is_gone_and_an_empty_profiles_ini(home: Path) -> None:
+    root = home / ".thunderbird"
+    (root / "profiles.ini").write_text("[Profile0]\nName=gone\nIsRelative=1\nPath=Profiles/gone\n")
+    with pytest.raises(UserError, match=r"^The Thunderbird profile 'gone' is listed at .*Profiles/gone, which is "
+                                        r"not a folder\.$"):
+        find_profile(None)
+    (root / "profiles.ini").write_text("[General]\nStartWithLastProfile=1\n")
+    with pytest.raises(UserError, match=r"^No Thunderbird profile was found: the profiles.ini in .*\.thunderbird "
+                                        r"lists none; name a profile folder with thunderbird:PATH\.$"):
+        find_profile(None)
+
+
+def test_a_maildir_store_profile_reads_as_the_mbox_one(tmp_path: Path) -> None:
+    """A profile switched to the maildir store: each folder a directory whose cur/ holds one file per message
+    (with Thunderbird's X-Mozilla-Status header), subfolders in .sbd as in the mbox store."""
+    msgs = corpus_messages()
+    profile = tmp_path / "p.default"
+    local = profile / "Mail" / "Local Folders"
+    inbox, sub = local / "Inbox", local / "Inbox.sbd" / "Lists"
+    for folder in (inbox, sub):
+        (folder / "cur").mkdir(parents=True)
+        (folder / "tmp").mkdir()
+    for i, raw in enumerate(msgs):
+        head = b"X-Mozilla-Status: 0001\nX-Mozilla-Status2: 00000000\n"
+        ((inbox if i < 30 else sub) / "cur" / f"{1700000000 + i}.eml").write_bytes(head + raw)
+    (inbox / "cur" / "1800000000.eml").write_bytes(b"X-Mozilla-Status: 0009\n" + DELETED)
+    tb = thunderbird(f"thunderbird:{profile}")
+    assert [(f.name, f.store) for f in tb.folders] == [("Mail/Local Folders/Inbox", "maildir"),
+                                                       ("Mail/Local Folders/Inbox/Lists", "maildir")]
+    assert [(c.messages, c.deleted) for c in tb.counts()] == [(31, 1), (14, 0)]
+    assert "(maildir)" in tb.listing()
+    one = tmp_path / "one.mbox"
+    one.write_bytes(b"".join(tb_message(m) for m in msgs))
+    seqlab.prepare(f"thunderbird:{profile}", tmp_path / "tb", workers=1)
+    seqlab.prepare(one, tmp_path / "mbox", workers=1)
+    assert _bytes_of(tmp_path / "tb") == _bytes_of(tmp_path / "mbox")
+
+
 def test_a_broken_profiles_ini_is_one_sentence(home: Path) -> None:
     (home / ".thunderbird" / "profiles.ini").write_text("Name=no section\n")
     with pytest.raises(UserError, match=r"profiles.ini is not a profiles file Thunderbird writes"):

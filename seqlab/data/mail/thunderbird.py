@@ -232,8 +232,10 @@ def find_profile(selector: str | None, *, platform: str | None = None, home: Pat
     if selector:
         return _named(selector, profiles, roots)
     if not profiles:
-        raise UserError(f"No Thunderbird profile was found: there is no {PROFILES_INI} in {_or_list(roots)}; "
-                        "name a profile folder with thunderbird:PATH.")
+        listed = [r for r in roots if (r / PROFILES_INI).is_file()]
+        where = (f"the {PROFILES_INI} in {_or_list(listed)} lists none" if listed
+                 else f"there is no {PROFILES_INI} in {_or_list(roots)}")
+        raise UserError(f"No Thunderbird profile was found: {where}; name a profile folder with thunderbird:PATH.")
     if default is None:
         raise UserError(f"Thunderbird has {len(profiles)} profiles and none is marked the default; choose one with "
                         f"thunderbird:NAME ({_profile_list(profiles)}).")
