@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,6 +111,9 @@ def test_imaps_prepare_equals_the_mbox_and_changes_no_flag(server: Dovecot, env:
     assert imap == local and len(imap["emails.jsonl"]) == 42
     rows = [json.loads(line) for line in (tmp_path / "imap" / "emails.jsonl").read_text().splitlines()]
     assert all(row["source"].startswith(f"imaps://127.0.0.1:{server.port}/INBOX;UIDVALIDITY=") for row in rows)
+    # what --update needs: the folder's UIDVALIDITY and the highest UID read
+    ledger = json.loads((tmp_path / "imap" / "sources.json").read_text())["sources"][url(server)]
+    assert ledger["folders"]["INBOX"]["last_uid"] == 44 and ledger["folders"]["INBOX"]["uidvalidity"] > 0
     # EXAMINE and BODY.PEEK[]: no message became \Seen, no flag changed
     after = flags(server, "INBOX")
     assert after == before and not any(b"\\Seen" in line for line in after)
@@ -231,5 +237,55 @@ def test_a_connection_cut_mid_fetch_writes_nothing_and_a_rerun_succeeds(server: 
     reference = tmp_path / "reference"
     r = seqlab("prepare", url(server), "--out", str(reference), "--ca-file", str(server.ca_file), "--quiet", env=env)
     assert r.returncode == 0
-    same = {p.name for p in out.iterdir() if p.name not in ("emails.jsonl", "meta.json")}
+    # the source is another URL (the proxy's port): the files that name it differ, no other
+    same = {p.name for p in out.iterdir() if p.name not in ("emails.jsonl", "meta.json", "sources.json")}
     assert same and all((out / n).read_bytes() == (reference / n).read_bytes() for n in same)
+
+
+class LyingServer:
+    """A plain IMAP server on loopback that answers well until the body FETCH, then announces a literal of
+    `size` bytes (a hostile or broken server): imaplib alone would try to allocate all of it at once."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        f = conn.makefile("rwb")
+        f.write(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
+        f.flush()
+        for line in f:
+            tag, _, rest = line.decode().strip().partition(" ")
+            cmd = rest.upper()
+            if cmd.startswith("CAPABILITY"):
+                f.write(b"* CAPABILITY IMAP4rev1\r\n")
+            elif cmd.startswith("LOGOUT"):
+                f.write(b"* BYE\r\n" + tag.encode() + b" OK\r\n")
+                f.flush()
+                break
+            elif cmd.startswith("EXAMINE"):
+                f.write(b"* 1 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n")
+            elif cmd.startswith("FETCH"):
+                f.write(b"* 1 FETCH (UID 1 RFC822.SIZE 100)\r\n")
+            elif cmd.startswith("UID FETCH"):
+                f.write(b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % self.size + b"x" * 1000)
+                f.flush()
+                time.sleep(5)
+                break
+            f.write(tag.encode() + b" OK done\r\n")
+            f.flush()
+        conn.close()
+
+
+def test_a_huge_literal_from_the_server_is_refused_before_it_is_read(env: dict[str, str], tmp_path: Path) -> None:
+    server = LyingServer(size=50 * 1024**3)  # 50 GiB announced
+    r = seqlab("prepare", f"imap://me@127.0.0.1:{server.port}/INBOX", "--insecure", "--out", str(tmp_path / "d"),
+               "--quiet", env=env)
+    assert r.returncode == 2 and "malformed reply while reading 'INBOX'" in r.stderr, r.stderr
+    assert "literal of 53687091200 bytes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

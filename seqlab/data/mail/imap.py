@@ -21,6 +21,11 @@ For `--update` (a DATA_DIR that grows), the source reports what it read and can 
     ImapSource(url, options, since={folder: FolderState, ...})   # read only UIDs above since's last_uid
     source.states -> {folder: FolderState(folder, uidvalidity, last_uid, reset)}
 
+and as `ledger.TrackedSource`, what `prepare` records in sources.json and `--update` hands back:
+
+    source.items(since: dict | None) -> the items     since: an earlier state(), or None for everything
+    source.state() -> {"folders": {folder: {"uidvalidity": V, "last_uid": U}}}
+
 `since[folder]` is honoured when its `uidvalidity` equals the server's; otherwise the whole folder is read
 again and its state says `reset=True` (the server renumbered it: the old UIDs mean nothing now). `states` is
 kept current while items are yielded: after the iterator stops (or a `--limit` stops reading), `last_uid`
@@ -40,6 +45,7 @@ from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -134,6 +140,16 @@ class ImapSource(FoundItems):
                 yield from self._folder(conn, folder)
         finally:
             _logout(conn)
+
+    def items(self, since: Mapping[str, Any] | None) -> Iterator[tuple[str, bytes | str]]:
+        """`ledger.TrackedSource`: the items, leaving out the UIDs an earlier `state()` says were read."""
+        self.since = _folder_states(since)
+        return iter(self)
+
+    def state(self) -> dict[str, Any]:
+        """`ledger.TrackedSource`: per folder its UIDVALIDITY and the highest UID read, JSON-able."""
+        folders = {name: {"uidvalidity": s.uidvalidity, "last_uid": s.last_uid} for name, s in self.states.items()}
+        return {"folders": folders}
 
     def close(self) -> None:
         """Log out, when the items were never read (reading them logs out at the end)."""
@@ -307,6 +323,17 @@ class ImapSource(FoundItems):
     def _lost(self, folder: str, exc: BaseException, done: int) -> UserError:
         return UserError(f"The connection to {self.where} was lost while reading {folder!r} after {done} messages "
                          f"({self._say(exc) or type(exc).__name__}); nothing was written, run it again.")
+
+
+def _folder_states(since: Mapping[str, Any] | None) -> dict[str, FolderState]:
+    """`state()`'s dict as FolderStates; anything unreadable in it is left out (that folder is read whole)."""
+    folders = since.get("folders") if isinstance(since, Mapping) else None
+    out: dict[str, FolderState] = {}
+    for name, entry in (folders.items() if isinstance(folders, Mapping) else ()):
+        v, u = (entry.get("uidvalidity"), entry.get("last_uid")) if isinstance(entry, Mapping) else (None, None)
+        if isinstance(name, str) and type(v) is int and type(u) is int and v > 0 and u >= 0:
+            out[name] = FolderState(name, v, u)
+    return out
 
 
 def check_transport(url: ImapUrl, options: ImapOptions) -> None:
