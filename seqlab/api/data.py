@@ -67,10 +67,12 @@ class DataDir:
         return load_tokenizer(self.path / "tokenizer.json")
 
     def report(self) -> str:
-        """The corpus report `seqlab prepare` prints: emails per split, skips by reason, duplicates, tokens."""
-        from seqlab.data.prepare.meta_report import format_report
+        """The corpus report `seqlab prepare` prints: emails per split, skips by reason, duplicates, tokens, and
+        what the last `--update` added."""
+        from seqlab.data.prepare.meta_report import format_report, format_update
 
-        return format_report(self.meta)
+        report = format_report(self.meta)
+        return report + "\n\n" + format_update(self.meta) if "update" in self.meta else report
 
     def texts(self, split: str = "train", limit: int | None = None) -> list[str]:
         """The emails of `split` as text (decoded from their tokens), at most `limit` of them."""
@@ -125,7 +127,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
             cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
             exclude_senders: Sequence[str] = (), split_by: str | None = None, folders: Sequence[str] | None = None,
             progress: bool = False, password_command: str | None = None, oauth2: bool = False,
-            ca_file: str | Path | None = None, insecure: bool = False) -> DataDir:
+            ca_file: str | Path | None = None, insecure: bool = False, update: bool = False) -> DataDir:
     """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
 
     `source` is a path (mbox, Maildir, folder of message files, Enron tree, CSV, one message), a named
@@ -144,7 +146,16 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     allows imap:// without TLS to this machine only. Bad options are a `UserError` with the CLI's sentence.
     Every file written is readable by this user only (0600, folders 0700); an `OpenToOthersWarning` names
     `tokenizer_from` or the corpus cache when other users can read it.
+
+    `update=True` grows the DATA_DIR `out` instead (`seqlab prepare SOURCE --update DATA_DIR`, docs/data.md, "A
+    DATA_DIR that grows"): only the mail of `source` it does not hold is added, with the folder's own tokenizer and
+    settings (the options that would change them are refused), and `meta["update"]` says what was added.
     """
+    if update:
+        _check_update_options(tokenizer=tokenizer, vocab_size=vocab_size, tokenizer_from=tokenizer_from,
+                              split=tuple(split) != (0.9, 0.05, 0.05), seed=seed != 0, keep_quotes=keep_quotes,
+                              keep_signatures=keep_signatures, mask_pii=mask_pii, limit=limit,
+                              senders=tuple(senders), exclude_senders=tuple(exclude_senders), split_by=split_by)
     if split_by not in (None, "thread", "date"):
         raise UserError(f"split_by must be thread or date, not {split_by!r}.")
     fractions = check_split_fractions(split)
@@ -161,6 +172,11 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
     warn_if_open(tokenizer_from, _corpus_cache(str(source), cache_dir))
+    if update:
+        from seqlab.data.prepare.grow import update as grow
+
+        return DataDir(Path(out), grow(str(source), Path(out), workers=workers, progress=progress, imap=imap,
+                                       cache_dir=Path(cache_dir) if cache_dir is not None else None))
     from seqlab.data.prepare.options import PrepareConfig
     from seqlab.data.prepare.pipeline import prepare as build
 
@@ -214,6 +230,15 @@ def _imap_options(source: str, password_command: str | None, oauth2: bool, ca_fi
                           password_command=password_command, oauth2=oauth2)
     check_transport(parse_imap_url(source), options)
     return options
+
+
+def _check_update_options(**given: object) -> None:
+    """An update keeps the folder's own settings: an option that would change them is refused (UserError)."""
+    named = [name for name, value in given.items() if value not in (None, False, ())]
+    if named:
+        flags = ", ".join("--" + n.replace("_", "-").removesuffix("s") if n.endswith("senders")
+                          else "--" + n.replace("_", "-") for n in named)
+        raise UserError(f"--update keeps the data folder's own settings and tokenizer; leave out {flags}.")
 
 
 def _corpus_cache(source: str, cache_dir: str | Path | None) -> Path | None:

@@ -20,7 +20,10 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", help="path to mail, or 'spamassassin' / 'synthetic' / 'thunderbird[:PROFILE]' / "
                    "'imaps://USER@HOST/FOLDER'")
-    p.add_argument("--out", required=True, type=Path, help="DATA_DIR to write")
+    p.add_argument("--out", type=Path, default=None, help="DATA_DIR to write")
+    p.add_argument("--update", type=Path, default=None, metavar="DATA_DIR",
+                   help="instead of --out: add to DATA_DIR only the mail of SOURCE it does not hold yet, with its "
+                   "own tokenizer and settings, old emails and splits kept as they are")
     p.add_argument("--tokenizer", choices=("byte", "bpe"), default=None, help="byte (default) or bpe")
     p.add_argument("--vocab-size", type=positive_int, default=None, help="BPE vocabulary size (default 4096)")
     p.add_argument("--tokenizer-from", type=Path, default=None, metavar="PATH",
@@ -62,11 +65,16 @@ def add_prepare(sub: argparse._SubParsersAction) -> None:
 
 def run_prepare(args: argparse.Namespace) -> int:
     from seqlab.api.data import is_thunderbird_source, prepare, thunderbird
+    from seqlab.errors import UserError
 
     folders = [f for f in args.folders.split(",") if f.strip()] if args.folders else None
     if is_thunderbird_source(args.source):  # what will be read, before the reading starts
         print(thunderbird(args.source, folders).listing(), flush=True)
-    data = prepare(args.source, args.out, tokenizer=args.tokenizer, vocab_size=args.vocab_size,
+    if (args.out is None) == (args.update is None):
+        raise UserError("prepare needs --out DATA_DIR (a new data folder) or --update DATA_DIR (one to grow), not "
+                        f"{'both' if args.out is not None else 'neither'}.")
+    data = prepare(args.source, args.out or args.update, update=args.update is not None,
+                   tokenizer=args.tokenizer, vocab_size=args.vocab_size,
                    tokenizer_from=args.tokenizer_from, split=args.split, seed=args.seed, keep_quotes=args.keep_quotes,
                    keep_signatures=args.keep_signatures, mask_pii=args.mask_pii, limit=args.limit, count=args.count,
                    groups=args.groups.split(",") if args.groups else None, cache_dir=args.cache_dir,
@@ -75,5 +83,5 @@ def run_prepare(args: argparse.Namespace) -> int:
                    password_command=args.password_command, oauth2=args.oauth2, ca_file=args.ca_file,
                    insecure=args.insecure)
     print(data.report())
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out or args.update}")
     return 0

@@ -19,7 +19,7 @@ from seqlab.data.prepare.threadtable import MIN_HELD_EMAILS
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.version import __version__
 
-__all__ = ["MIN_ADAPT_EMAILS", "build_meta", "format_report", "nothing_kept"]
+__all__ = ["MIN_ADAPT_EMAILS", "build_meta", "format_report", "format_update", "nothing_kept"]
 
 MIN_ADAPT_EMAILS = 50  # train emails below which the report says there is too little to adapt on
 
@@ -77,7 +77,8 @@ def format_report(meta: dict) -> str:
         lines.append(f"{s:<6} {c['emails']:>8} {c['threads']:>8} {c['tokens']:>11} {c['bytes']:>12}")
     dup = meta["duplicates"]
     lines += ["", f"duplicates removed: {sum(dup.values())} "
-                  f"(exact {dup.get('duplicate', 0)}, same body {dup.get('duplicate_body', 0)})"]
+                  f"(exact {dup.get('duplicate', 0)}, same body {dup.get('duplicate_body', 0)}"
+                  + (f", already in the folder {dup['held']}" if dup.get("held") else "") + ")"]
     skipped = meta["skipped"]
     total = sum(skipped.values())
     reasons = ", ".join(f"{k} {v}" for k, v in skipped.items())
@@ -90,3 +91,22 @@ def format_report(meta: dict) -> str:
                          f"a model on (about {MIN_ADAPT_EMAILS} and {MIN_HELD_EMAILS} at least); `train --init` will "
                          "move little and choose its step from noise, and `serve --learn` may serve you better")
     return "\n".join(lines)
+
+
+def format_update(meta: dict[str, Any]) -> str:
+    """What the last `prepare --update` added (meta.json's `update`, `grow.py`), as it prints it."""
+    u = meta["update"]
+    skipped = sum(u["skipped"].values())
+    head = (f"update from {u['source']}: {u['seen']} messages read, {u['held']} already in the folder, "
+            f"{u['duplicates']} duplicates, {skipped} skipped")
+    if not u["added"]:
+        return head + "\nnothing new: added nothing, the token files are as they were"
+    lines = [head, f"added {u['added']} emails:", f"{'split':<6} {'emails':>8} {'new threads':>12} {'tokens':>11}"]
+    for s in SPLITS:
+        c = u["splits"][s]
+        lines.append(f"{s:<6} {c['emails']:>8} {c['new_threads']:>12} {c['tokens']:>11}")
+    if u["threads_across_splits"]:
+        lines.append(f"note: {u['threads_across_splits']} new threads touch old threads of two splits; each went "
+                     "to the first of them")
+    return "\n".join(lines)
+

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.data.mail.imap_auth import ImapOptions
+from seqlab.data.mail.message_files import FoundItems
 from seqlab.data.mail.sources import resolve_source
 from seqlab.data.prepare.encode import encode_all
 from seqlab.data.prepare.held import SEEN_FILE, held_of, save_held
@@ -34,7 +35,7 @@ from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE
 from seqlab.data.prepare.staging import discard, publish, staging_folder
 from seqlab.data.prepare.threadtable import MIN_HELD_EMAILS, NAMES_FILE
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer, train_texts
-from seqlab.data.prepare.workers import ReaderItems, default_workers
+from seqlab.data.prepare.workers import default_workers
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.durable import atomic_write_text
 from seqlab.errors import UserError
@@ -94,7 +95,7 @@ def _build(folder: Path, config: PrepareConfig, run: _Run, reused: tuple[Tokeniz
     spool, context_spool, names = folder / SPOOL_FILE, folder / CONTEXT_SPOOL_FILE, folder / NAMES_FILE
     assignment = None
     try:
-        mail = spool_mail(ReaderItems(tracked.items(None)) if tracked is not None else messages, config.clean,
+        mail = spool_mail(FoundItems(tracked.items(None)) if tracked is not None else messages, config.clean,
                           config.limit, spool, context_spool, names, run.workers, run.progress, run.stats)
         run.lap("read_s")
         if not mail.table.emails:

@@ -18,6 +18,7 @@ import numpy as np
 from seqlab.data.layout import IDX_DTYPE, SPLITS, token_dtype
 from seqlab.data.mail.quoted import MAX_CONTEXT_CHARS, keep_end
 from seqlab.data.prepare.spool import iter_context_spool, iter_spool
+from seqlab.data.prepare.token_files import copy_into
 from seqlab.data.reply_store import CONTEXT_SOURCES, ctx_paths
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.durable import StreamFile
@@ -55,6 +56,12 @@ class ContextWriter:
         self._tmp = tuple(p.with_name(f".{p.name}.tmp") for p in self.paths)
         self._files = [StreamFile(t, _BUFFER_BYTES, shown=p) for t, p in zip(self._tmp, self.paths)]
         self.num_tokens = 0
+
+    def keep(self, data_dir: Path, split: str) -> None:
+        """Start with an earlier DATA_DIR's contexts of `split`, as they are (`prepare --update`)."""
+        bin_path, idx_path = ctx_paths(data_dir, split)
+        self.num_tokens = copy_into(self._files[0], bin_path) // self.dtype.itemsize
+        copy_into(self._files[1], idx_path)
 
     def add(self, ids: np.ndarray) -> None:
         self._files[1].write(np.array([self.num_tokens], dtype=IDX_DTYPE).tobytes())

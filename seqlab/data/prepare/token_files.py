@@ -15,9 +15,19 @@ from seqlab.data.layout import IDX_DTYPE, token_dtype
 from seqlab.durable import StreamFile
 from seqlab.private_files import make_private_dirs
 
-__all__ = ["TokenWriter"]
+__all__ = ["TokenWriter", "copy_into"]
 
 _BUFFER_BYTES = 1 << 20  # write buffer of a TokenWriter: memory stays bounded whatever the corpus size
+
+
+def copy_into(stream: StreamFile, path: Path) -> int:
+    """Append the bytes of the file at `path` to `stream`, a block at a time; return how many."""
+    total = 0
+    with open(path, "rb") as f:
+        while block := f.read(_BUFFER_BYTES):
+            stream.write(block)
+            total += len(block)
+    return total
 
 
 class TokenWriter:
@@ -50,6 +60,13 @@ class TokenWriter:
         self.num_tokens = 0
         self.num_emails = 0
         self.closed = False
+
+    def keep(self, bin_path: Path, idx_path: Path) -> None:
+        """Start with an earlier store's emails, their bytes as they are (`prepare --update`); new ones follow."""
+        if self.num_emails or self.closed:
+            raise ValueError(f"TokenWriter for {self.split} can keep an earlier store only before any email")
+        self.num_tokens = copy_into(self._bin, bin_path) // self.dtype.itemsize
+        self.num_emails = copy_into(self._idx, idx_path) // IDX_DTYPE.itemsize
 
     def add(self, ids: Sequence[int] | np.ndarray) -> int:
         """Append one email's token ids (bos and eos included by the caller); return its start offset."""

@@ -102,14 +102,7 @@ def parse_chunk(chunk: list[Item], opts: CleanOptions) -> list[Kept | str]:
     return out
 
 
-class ReaderItems:
-    """Items a mail reader made (`ledger.FileSource`): (label, raw bytes or a skip reason), passed on as they are."""
-
-    def __init__(self, items: Iterable[Item]) -> None:
-        self.items = items
-
-
-def source_items(source: Path | str | ReaderItems | Iterable[tuple[str, bytes | str]], limit: int | None = None
+def source_items(source: Path | str | Iterable[tuple[str, bytes | str]], limit: int | None = None
                  ) -> Iterator[Item]:
     """At most `limit` items of a mail path (`message_files.iter_source_items`) or of a `(label, raw)` iterable.
 
@@ -118,9 +111,6 @@ def source_items(source: Path | str | ReaderItems | Iterable[tuple[str, bytes | 
     """
     if isinstance(source, (str, os.PathLike)):
         yield from iter_source_items(Path(source), limit)
-        return
-    if isinstance(source, ReaderItems):
-        yield from islice(source.items, limit)
         return
     if isinstance(source, FoundItems):  # a source's own items: its str items are skip reasons, kept as they are
         yield from islice(source, limit)
