@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import configparser
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,19 @@ def test_a_maildir_store_profile_reads_as_the_mbox_one(tmp_path: Path) -> None:
     seqlab.prepare(f"thunderbird:{profile}", tmp_path / "tb", workers=1)
     seqlab.prepare(one, tmp_path / "mbox", workers=1)
     assert _bytes_of(tmp_path / "tb") == _bytes_of(tmp_path / "mbox")
+
+
+def test_a_fifo_and_a_symlink_loop_in_the_profile_are_passed_over(home: Path) -> None:
+    """A FIFO where a folder file would be is never opened (opening it would wait for a writer for ever), and an
+    .sbd that links back to its parent is not walked (it would never end)."""
+    local = home / ".thunderbird" / "Profiles" / "abcd1234.default-release" / "Mail" / "Local Folders"
+    os.mkfifo(local / "Stuck")
+    (local / "Inbox.sbd").symlink_to(local, target_is_directory=True)
+    (local / "Loop").symlink_to(local / "Inbox")  # a link to a folder file is read as that folder
+    tb = thunderbird()
+    assert [f.name for f in tb.folders][:4] == ["Mail/Local Folders/Archives", "Mail/Local Folders/Archives/2023",
+                                                "Mail/Local Folders/Inbox", "Mail/Local Folders/Loop"]
+    assert "Stuck" not in tb.listing()
 
 
 def test_a_broken_profiles_ini_is_one_sentence(home: Path) -> None:
