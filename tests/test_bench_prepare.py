@@ -25,6 +25,8 @@ def test_prepare_speed_runs_from_the_package(tmp_path: Path, monkeypatch: pytest
     figures = {f["name"]: f for f in result["figures"]}
     assert figures["prepare mbox 100 msgs"]["goal"] == f">= {prepare_speed.GOAL_MB_PER_S:g}"
     assert "prepare mbox 100 msgs" in prepare_speed.report(result)
+    update = figures["prepare --update of 1% new mail / full prepare, 100 msgs"]
+    assert result["update"]["added"] == 1 and result["update"]["seen"] == 1 and update["value"] > 0
     json.dumps(result)  # what the section writes to prepare.json
     assert not (tmp_path / "cache" / "runs" / "mbox-byte-10").exists()  # each run's DATA_DIR is removed
 

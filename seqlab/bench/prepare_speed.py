@@ -12,6 +12,8 @@ fresh child process. Rows:
   .eml tree and Enron tree, byte tokenizer, smallest size    many small files instead of one mbox
   mbox, BPE tokenizer (vocab 4096), default workers, smallest the BPE fit and encode stages
   mbox of ~7 KB messages (seed 1), byte, at the smallest      memory when only the message size changes
+  `prepare --update` of the largest mbox's last 1% into a      against that size's full prepare above: the
+  DATA_DIR of the rest (prepared first, not timed)            share of its wall time (goal under 5%)
 
 Throughput is MB of raw mail (the corpus size on disk) per wall second, overall and per stage:
 read+parse+clean, dedupe/spool (main-process time inside the reading loop, overlapped with the workers),
@@ -205,9 +207,17 @@ class TreeMemory:
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run `prepare` once; report stage times, CPU times and peak memory of this process and its workers."""
+    """Run `prepare` once; report stage times, CPU times and peak memory of this process and its workers.
+    With `update` in `spec`, `prepare --update` of the DATA_DIR `out` instead: its wall time and what it added."""
     from seqlab.data.prepare.options import PrepareConfig
     from seqlab.data.prepare.pipeline import prepare
+
+    if spec.get("update"):
+        from seqlab.data.prepare.grow import update
+
+        t0 = time.perf_counter()
+        meta = update(spec["source"], Path(spec["out"]), workers=spec["workers"], progress=False)
+        return {"wall_s": time.perf_counter() - t0, **{k: meta["update"][k] for k in ("seen", "added", "held")}}
 
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     stats: dict[str, Any] = {}
@@ -250,6 +260,38 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
     print(f"  {name:<22} {raw / MB:7.1f} MB  {row['wall_s']:6.2f} s  {row['mb_per_s']:5.2f} MB/s  "
           f"peak {row['peak_rss_bytes'] / MB:6.0f} MB, tree {row['tree_peak_rss_bytes'] / MB:6.0f} MB  "
           f"(load {load:.1f})", flush=True)
+    return row
+
+
+def _child_row(spec: dict[str, Any]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "seqlab.bench.prepare_speed", "--child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"prepare {spec} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_update(source: Path, messages: int, workers: int, scratch: Path, full: dict[str, Any],
+                   share: float = 0.01) -> dict[str, Any]:
+    """`prepare --update` adding the last `share` of the mbox `source` to a DATA_DIR of the rest, against `full`
+    (this run's full prepare of the whole mbox): both the wall seconds of the `prepare` call in a fresh child."""
+    data = source.read_bytes()
+    starts = [m.start() + 2 for m in re.finditer(rb"\n\nFrom bench@example\.com ", data)]  # messages 1..n-1
+    cut = starts[max(int(messages * (1 - share)), 1) - 1]
+    box, out = scratch / "grow.mbox", scratch / "grow-data"
+    shutil.rmtree(out, ignore_errors=True)
+    box.write_bytes(data[:cut])
+    try:
+        _child_row({"source": str(box), "out": str(out), "tokenizer": "byte", "workers": workers})
+        with open(box, "ab") as f:
+            f.write(data[cut:])
+        row = _child_row({"source": str(box), "out": str(out), "workers": workers, "update": True})
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+        box.unlink(missing_ok=True)
+    row.update(messages=messages, share=share, full_wall_s=full["wall_s"], ratio=row["wall_s"] / full["wall_s"])
+    print(f"  update of {share:.0%} new mail  {row['wall_s']:6.2f} s against {full['wall_s']:.2f} s for the full "
+          f"prepare: {row['ratio']:.1%} (added {row['added']}, {row['held']} already held)", flush=True)
     return row
 
 
@@ -304,9 +346,11 @@ def memory_growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 GOAL_MB_PER_S = 10.0  # on 2 cores: a large mailbox prepared while one waits
 GOAL_GROWTH_BYTES_PER_EMAIL = 256  # tables of ~100 B an email, and their copies while threads are found
+GOAL_UPDATE_SHARE = 0.05  # `prepare --update` of 1% new mail: under 5% of a full prepare's time
 
 
-def figures(rows: list[dict[str, Any]], growth: dict[str, Any]) -> list[dict[str, Any]]:
+def figures(rows: list[dict[str, Any]], growth: dict[str, Any], update: dict[str, Any] | None = None
+            ) -> list[dict[str, Any]]:
     """The benchmark's headline figures: {name, value, unit, goal, pass} each."""
     largest = max((r for r in rows if r["name"].startswith("mbox-byte-") and r["workers"] != 1),
                   key=lambda r: r["messages"])
@@ -328,6 +372,10 @@ def figures(rows: list[dict[str, Any]], growth: dict[str, Any]) -> list[dict[str
         fig("prepare main-process peak growth per kept email", growth["bytes_per_email"], "B", None, None),
         fig("prepare dedupe + thread tables per kept email", growth["table_bytes_per_email"], "B", None, None),
     ]
+    if update is not None:
+        out.append(fig(f"prepare --update of {update['share']:.0%} new mail / full prepare, {n:,} msgs",
+                       100 * update["ratio"], "%", f"<= {100 * GOAL_UPDATE_SHARE:g}",
+                       update["ratio"] <= GOAL_UPDATE_SHARE))
     if enron is not None:
         out += [fig(f"prepare Enron layout {enron['messages']:,} msgs", enron["mb_per_s"], "MB/s",
                     f">= {GOAL_MB_PER_S:g}", enron["mb_per_s"] >= GOAL_MB_PER_S),
@@ -365,12 +413,14 @@ def run(messages: int = 100_000, big: bool = False, quick: bool = False, workers
     rows.append(measure(f"enron-byte-{small}", enron, "byte", workers, small, scratch))
     rows.append(measure(f"mbox-bpe-{small}", paths[f"mbox-{small}"], "bpe", workers, small, scratch))
     rows.append(measure(f"long-byte-{small}", long_path[f"mbox-{small}"], "byte", workers, small, scratch))
+    largest = next(r for r in rows if r["name"] == f"mbox-byte-{sizes[-1]}")
+    update = measure_update(paths[f"mbox-{sizes[-1]}"], sizes[-1], workers, scratch, largest)
     growth = memory_growth(rows)
     settings = {"messages": sizes[-1], "sizes": sizes, "workers": workers, "cpus": os.cpu_count(),
                 "python": platform.python_version(), "platform": platform.platform()}
     return {"settings": settings, "rows": rows, "memory": growth,
             "speedup_vs_1_worker": rows[0]["mb_per_s"] / rows[len(sizes)]["mb_per_s"],
-            "figures": figures(rows, growth)}
+            "update": update, "figures": figures(rows, growth, update)}
 
 
 def report(result: dict[str, Any]) -> str:

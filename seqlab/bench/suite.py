@@ -92,7 +92,11 @@ def _prepare(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
             row("prepare", "the same if CPU-bound on 2 cores", "raw MB / max(main CPU, all CPU / 2)",
                 largest["cpu_bound_mb_per_s_2cores"], "MB/s", **detail),
             row("prepare", "workers / 1 worker", "wall-time speedup of the default workers at the smallest size",
-                payload["speedup_vs_1_worker"], "x")]
+                payload["speedup_vs_1_worker"], "x"),
+            row("prepare", f"--update of 1% new mail, {largest['messages']:,} msgs: share of a full prepare",
+                "wall time of `prepare --update` adding the mbox's last 1% / the full prepare's, same run",
+                100 * payload["update"]["ratio"], "%", "<= 5", added=payload["update"]["added"],
+                update_wall_s=payload["update"]["wall_s"], full_wall_s=payload["update"]["full_wall_s"])]
 
 
 def _latency(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
