@@ -237,3 +237,16 @@ def test_a_crash_during_an_update_leaves_the_old_folder_whole_and_a_rerun_finish
     assert "added 10 emails" in r.stdout
     assert files_of(data) == files_of(reference)
     assert not [p for p in data.parent.iterdir() if p.name.startswith(".data.old-")]
+
+
+def test_a_run_on_the_old_folder_resumes_and_inits_on_the_grown_one(grown: tuple, tmp_path: Path) -> None:
+    """The tokenizer file is the same, so a run trained before the update goes on (`--resume`) or starts a new
+    run from its weights (`--init`) on the grown folder; a run on another tokenizer would be refused."""
+    box, data, _ = grown
+    tiny = {"max_steps": 4, "threads": 1, "eval_every": 2}
+    run = seqlab.train(data, tmp_path / "run", preset="tiny", train=tiny)
+    seqlab.prepare(box, data, update=True, workers=1)
+    more = seqlab.train(data, run.path, resume=True, train={"max_steps": 6})
+    assert more.summary["steps"] == 6 and more.summary["resumed_at"] == 4
+    fresh = seqlab.train(data, tmp_path / "init", init=run.path, train={**tiny, "max_steps": 2})
+    assert fresh.summary["steps"] == 2
