@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import imaplib
+import json
 import os
 import pwd
 import shutil
@@ -27,7 +28,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -104,8 +107,14 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
 
 
 def _config(root: Path, port: int, plain_port: int, cert: Path, key: Path, user: str, group: str,
-            uid: int, gid: int) -> Path:
+            uid: int, gid: int, introspection: str | None) -> Path:
     (root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{root / 'home'}::\n")
+    oauth2 = ""
+    if introspection is not None:  # XOAUTH2 tokens checked by the test's introspection endpoint (RFC 7662)
+        (root / "oauth2.conf").write_text(f"introspection_mode = post\nintrospection_url = {introspection}\n"
+                                          "username_attribute = username\nactive_attribute = active\n"
+                                          "active_value = true\n")
+        oauth2 = f"passdb {{\n  driver = oauth2\n  args = {root / 'oauth2.conf'}\n}}\n"
     conf = root / "dovecot.conf"
     conf.write_text(f"""
 base_dir = {root / 'run'}
@@ -117,7 +126,8 @@ ssl = yes
 ssl_cert = <{cert}
 ssl_key = <{key}
 disable_plaintext_auth = no
-auth_mechanisms = plain login
+auth_failure_delay = 0
+auth_mechanisms = plain login{' xoauth2' if introspection else ''}
 default_internal_user = {user}
 default_internal_group = {group}
 default_login_user = {user}
@@ -145,7 +155,7 @@ passdb {{
   driver = passwd-file
   args = scheme=PLAIN username_format=%u {root / 'passwd'}
 }}
-userdb {{
+{oauth2}userdb {{
   driver = passwd-file
   args = username_format=%u {root / 'passwd'}
 }}
@@ -154,8 +164,9 @@ userdb {{
 
 
 @contextlib.contextmanager
-def dovecot_server() -> Iterator[Dovecot]:
-    """A running Dovecot with the test user and an empty INBOX; stopped (and its folder removed) after."""
+def dovecot_server(introspection: str | None = None) -> Iterator[Dovecot]:
+    """A running Dovecot with the test user and an empty INBOX; stopped (and its folder removed) after.
+    With `introspection` (an http:// URL), XOAUTH2 is offered too, each token checked by a POST there."""
     binary = require_dovecot()
     root = Path(tempfile.mkdtemp(prefix="seqlab-dovecot-"))
     user, uid, gid = _owner()
@@ -168,7 +179,7 @@ def dovecot_server() -> Iterator[Dovecot]:
             os.chown(root / sub, uid, gid)
         cert, key = _certificate(root)
         port, plain_port = free_port(), free_port()
-        conf = _config(root, port, plain_port, cert, key, user, group, uid, gid)
+        conf = _config(root, port, plain_port, cert, key, user, group, uid, gid, introspection)
         proc = subprocess.Popen([binary, "-c", str(conf), "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         server = Dovecot(root, port, plain_port, cert)
         _wait_ready(proc, server)
@@ -204,6 +215,39 @@ def _wait_ready(proc: subprocess.Popen, server: Dovecot) -> None:
         except (OSError, imaplib.IMAP4.error):
             time.sleep(0.1)
     pytest.fail("dovecot did not answer within 30 s", pytrace=False)
+
+
+class Introspection:
+    """An OAuth2 token introspection endpoint (RFC 7662) on loopback that Dovecot asks about each XOAUTH2
+    token: `token` is active for the test user, anything else is not."""
+
+    def __init__(self, token: str) -> None:
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                asked = parse_qs(body).get("token", [""])[0]
+                owner.asked.append(asked)
+                answer = {"active": "true", "username": USER} if asked == owner.token else {"active": "false"}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.token, self.asked = token, []
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/introspect"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 class TcpCutter:
@@ -259,4 +303,4 @@ class TcpCutter:
         self.sock.close()
 
 
-__all__ = ["PASSWORD", "USER", "Dovecot", "TcpCutter", "dovecot_server"]
+__all__ = ["PASSWORD", "USER", "Dovecot", "Introspection", "TcpCutter", "dovecot_server"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from hostile_mail import HEAVY, KINDS
-from imap_server import PASSWORD, USER, Dovecot, TcpCutter, dovecot_server
+from imap_server import PASSWORD, USER, Dovecot, Introspection, TcpCutter, dovecot_server
 from mail_samples import corpus_messages, write_mbox
 
 from seqlab.cli.main import main as cli_main
@@ -30,6 +30,7 @@ from seqlab.data.mail.imap import FolderState, ImapSource
 from seqlab.data.mail.imap_auth import ImapOptions
 
 ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "ya29.a0-test-access-token"
 
 
 def as_stored(raw: bytes) -> bytes:
@@ -47,8 +48,15 @@ def hostile_messages() -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[Dovecot]:
-    with dovecot_server() as d:
+def introspection() -> Iterator[Introspection]:
+    endpoint = Introspection(TOKEN)
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.fixture(scope="module")
+def server(introspection: Introspection) -> Iterator[Dovecot]:
+    with dovecot_server(introspection.url) as d:
         d.append("INBOX", [as_stored(m) for m in corpus_messages()])
         d.append("Hostile", hostile_messages())
         yield d
@@ -289,3 +297,18 @@ def test_a_huge_literal_from_the_server_is_refused_before_it_is_read(env: dict[s
     assert r.returncode == 2 and "malformed reply while reading 'INBOX'" in r.stderr, r.stderr
     assert "literal of 53687091200 bytes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_oauth2_logs_in_with_the_token_and_a_bad_token_is_one_sentence(server: Dovecot, env: dict[str, str],
+                                                                      introspection: Introspection,
+                                                                      tmp_path: Path) -> None:
+    no_password = {k: v for k, v in env.items() if k != "SEQLAB_IMAP_PASSWORD"}
+    r = seqlab("prepare", url(server), "--oauth2", "--out", str(tmp_path / "d"), "--ca-file",
+               str(server.ca_file), "--quiet", env={**no_password, "SEQLAB_IMAP_TOKEN": TOKEN})
+    assert r.returncode == 0, r.stderr
+    assert introspection.asked[-1] == TOKEN  # the server checked the token we sent, with XOAUTH2
+    stale = "ya29.expired-token-123"
+    r = seqlab("prepare", url(server), "--oauth2", "--out", str(tmp_path / "e"), "--ca-file", str(server.ca_file),
+               env={**no_password, "SEQLAB_IMAP_TOKEN": stale})
+    assert r.returncode == 2 and "refused the login of tester (wrong user or token?)" in r.stderr
+    assert stale not in r.stdout + r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -138,6 +138,9 @@ class ImapSource(FoundItems):
         try:
             for folder in self.url.folders:
                 yield from self._folder(conn, folder)
+        except UserError:
+            _drop(conn)  # a lost or lying server gets no polite LOGOUT to wait for
+            raise
         finally:
             _logout(conn)
 
@@ -361,9 +364,19 @@ def _batches(uids: array, sizes: array) -> Iterator[list[int]]:
 
 
 def _logout(conn: imaplib.IMAP4) -> None:
+    if getattr(conn, "_dropped", False):
+        return
     try:
         conn.logout()
     except (OSError, imaplib.IMAP4.error, _Malformed):
+        pass
+
+
+def _drop(conn: imaplib.IMAP4) -> None:
+    conn._dropped = True  # type: ignore[attr-defined]
+    try:
+        conn.shutdown()
+    except OSError:
         pass
 
 
