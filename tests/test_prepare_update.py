@@ -250,3 +250,32 @@ def test_a_run_on_the_old_folder_resumes_and_inits_on_the_grown_one(grown: tuple
     assert more.summary["steps"] == 6 and more.summary["resumed_at"] == 4
     fresh = seqlab.train(data, tmp_path / "init", init=run.path, train={**tiny, "max_steps": 2})
     assert fresh.summary["steps"] == 2
+
+
+def test_a_maildir_reads_only_new_keys_and_a_flag_change_reads_nothing(tmp_path: Path) -> None:
+    """A Maildir never rewrites a message: a new key is new mail, a message moved from new/ to cur/ with a
+    flag (read, replied) is the same key and is not read again."""
+    import mailbox
+
+    md = mailbox.Maildir(tmp_path / "Maildir", create=True)
+    keys = [md.add(raw) for raw in old_mail()]
+    data = tmp_path / "data"
+    seqlab.prepare(tmp_path / "Maildir", data, split=SPLIT, workers=1)
+    message = md[keys[0]]
+    message.set_subdir("cur")
+    message.add_flag("S")
+    md[keys[0]] = message  # renamed to cur/KEY:2,S
+    md.add(_msg("new@x", "Fresh", _text(900)))
+    meta = seqlab.prepare(tmp_path / "Maildir", data, update=True, workers=1).meta
+    assert meta["update"]["seen"] == 1 and meta["update"]["added"] == 1
+    check_data_dir(data)
+
+
+def test_ctrl_c_during_an_update_leaves_the_old_folder_and_nothing_beside_it(grown: tuple) -> None:
+    box, data, before = grown
+    cmd = [sys.executable, "-m", "seqlab", "prepare", str(box), "--update", str(data), "--workers", "1", "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1", "SEQLAB_TEST_KILL_AT": "*/train.bin:during@INT"})
+    assert r.returncode == 130 and r.stderr.strip().splitlines()[-1] == "seqlab: interrupted", r.stderr
+    assert files_of(data) == before
+    assert sorted(p.name for p in data.parent.iterdir()) == ["data", "inbox.mbox"]
