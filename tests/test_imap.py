@@ -126,6 +126,7 @@ def test_imaps_prepare_equals_the_mbox_and_changes_no_flag(server: Dovecot, env:
     after = flags(server, "INBOX")
     assert after == before and not any(b"\\Seen" in line for line in after)
     assert PASSWORD not in r.stdout + r.stderr
+    assert not any(PASSWORD.encode() in p.read_bytes() for p in (tmp_path / "imap").iterdir())
 
 
 def test_hostile_mail_over_imap_is_counted_as_from_an_mbox(server: Dovecot, env: dict[str, str],
@@ -312,3 +313,33 @@ def test_oauth2_logs_in_with_the_token_and_a_bad_token_is_one_sentence(server: D
                env={**no_password, "SEQLAB_IMAP_TOKEN": stale})
     assert r.returncode == 2 and "refused the login of tester (wrong user or token?)" in r.stderr
     assert stale not in r.stdout + r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_update_reads_only_new_uids_and_a_uidvalidity_reset_reads_the_folder_again(
+        server: Dovecot, env: dict[str, str], tmp_path: Path) -> None:
+    msgs = corpus_messages()
+    server.append("Upd", [as_stored(m) for m in msgs[:30]])
+    data, args = tmp_path / "d", ("--ca-file", str(server.ca_file), "--quiet")
+    r = seqlab("prepare", url(server, "Upd"), "--out", str(data), *args, env=env)
+    assert r.returncode == 0, r.stderr
+    server.append("Upd", [as_stored(m) for m in msgs[30:]])
+    r = seqlab("prepare", url(server, "Upd"), "--update", str(data), *args, env=env)
+    assert r.returncode == 0, r.stderr
+    update = json.loads((data / "meta.json").read_text())["update"]
+    assert update["seen"] == len(msgs) - 30 and update["held"] == 0  # only the new UIDs were fetched
+    folder = json.loads((data / "sources.json").read_text())["sources"][url(server, "Upd")]["folders"]["Upd"]
+    assert folder["last_uid"] == len(msgs)
+    # The folder deleted and made again (as a server migration does): a new UIDVALIDITY, so every message
+    # is read again, and dedupe finds each one already held.
+    conn = server.client()
+    try:
+        assert conn.delete("Upd")[0] == "OK"
+    finally:
+        conn.logout()
+    server.append("Upd", [as_stored(m) for m in msgs])
+    r = seqlab("prepare", url(server, "Upd"), "--update", str(data), *args, env=env)
+    assert r.returncode == 0, r.stderr
+    update = json.loads((data / "meta.json").read_text())["update"]
+    assert update["seen"] == len(msgs) and update["added"] == 0
+    again = json.loads((data / "sources.json").read_text())["sources"][url(server, "Upd")]["folders"]["Upd"]
+    assert again["uidvalidity"] != folder["uidvalidity"]
