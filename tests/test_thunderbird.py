@@ -278,6 +278,11 @@ def test_a_maildir_store_profile_reads_as_the_mbox_one(tmp_path: Path) -> None:
     seqlab.prepare(f"thunderbird:{profile}", tmp_path / "tb", workers=1)
     seqlab.prepare(one, tmp_path / "mbox", workers=1)
     assert _bytes_of(tmp_path / "tb") == _bytes_of(tmp_path / "mbox")
+    read = tb.items()
+    assert len(list(read)) == 45
+    (sub / "cur" / "1900000000.eml").write_bytes(b"X-Mozilla-Status: 0001\n" + _new(1)[0])  # new mail: only it
+    assert list(thunderbird(f"thunderbird:{profile}").items().items(read.state())) == [
+        (str(sub / "cur" / "1900000000.eml"), b"X-Mozilla-Status: 0001\n" + _new(1)[0])]
 
 
 def test_a_fifo_and_a_symlink_loop_in_the_profile_are_passed_over(home: Path) -> None:
@@ -291,6 +296,73 @@ def test_a_fifo_and_a_symlink_loop_in_the_profile_are_passed_over(home: Path) ->
     assert [f.name for f in tb.folders][:4] == ["Mail/Local Folders/Archives", "Mail/Local Folders/Archives/2023",
                                                 "Mail/Local Folders/Inbox", "Mail/Local Folders/Loop"]
     assert "Stuck" not in tb.listing()
+
+
+def _set_status(path: Path, index: int, status: bytes) -> None:
+    """Rewrite the X-Mozilla-Status of the folder's `index`-th message in place, as Thunderbird marks one read,
+    flagged or deleted: same length, no byte moves."""
+    data = bytearray(path.read_bytes())
+    at = -1
+    for _ in range(index + 1):
+        at = data.index(b"X-Mozilla-Status: ", at + 1)
+    data[at + 18:at + 22] = status
+    path.write_bytes(bytes(data))
+
+
+def _new(n: int) -> list[bytes]:
+    return [mail(f"New {i}", f"A message that came after the first prepare, number {i}, with words enough.",
+                 f"new-{i}@x") for i in range(n)]
+
+
+def test_update_reads_only_what_thunderbird_appended(home: Path) -> None:
+    profile = home / ".thunderbird" / "Profiles" / "abcd1234.default-release"
+    inbox, sent = profile / "Mail" / "Local Folders" / "Inbox", profile / "ImapMail" / "imap.example.org" / "Sent"
+    first = thunderbird().items()
+    labels = [label for label, _ in first]
+    assert len(labels) == 13 + 8 + 16 + 8
+    state = json.loads(json.dumps(first.state()))  # as sources.json keeps it
+    again = thunderbird().items()
+    assert list(again.items(state)) == [] and again.state() == state  # nothing changed: nothing read
+    # Read and flagged (the first and the last message of Inbox), a tag on one in Sent: in place, nothing new.
+    _set_status(inbox, 0, b"0003")
+    _set_status(inbox, 12, b"0005")
+    _set_status(sent, 7, b"0001")
+    assert list(thunderbird().items().items(state)) == []
+    # New mail appended to two folders, and a new folder.
+    new = _new(4)
+    with open(inbox, "ab") as f:
+        f.write(tb_message(new[0]) + tb_message(new[1]))
+    with open(sent, "ab") as f:
+        f.write(tb_message(new[2], crlf=True))
+    write_folder(profile / "Mail" / "Local Folders" / "Drafts", [tb_message(new[3])])
+    grown = thunderbird().items()
+    got = list(grown.items(state))
+    assert [label for label, _ in got] == [f"{profile / 'Mail/Local Folders/Drafts'}:0", f"{inbox}:13",
+                                           f"{inbox}:14", f"{sent}:8"]
+    written = [tb_message(new[3]), tb_message(new[0]), tb_message(new[1]), tb_message(new[2], crlf=True)]
+    assert [raw for _, raw in got] == [block.split(b"\n", 1)[1] for block in written]  # less the envelope line
+    # Compacted (the deleted message gone) and then grown: the folder is read whole again.
+    state = grown.state()
+    blocks = inbox.read_bytes().split(TB_ENVELOPE)[1:]
+    inbox.write_bytes(b"".join(TB_ENVELOPE + b for b in blocks if b"deleted@x" not in b) + tb_message(_new(5)[4]))
+    labels = [label for label, _ in thunderbird().items().items(state)]
+    assert labels == [f"{inbox}:{i}" for i in range(15)]
+    # Another profile's state is no guide to this one.
+    assert len(list(thunderbird().items().items(dict(state, profile="/elsewhere")))) == 1 + 8 + 15 + 16 + 9
+
+
+def test_prepare_update_adds_the_new_thunderbird_mail(home: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "d"
+    assert main(["prepare", "thunderbird", "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    inbox = home / ".thunderbird" / "Profiles" / "abcd1234.default-release" / "Mail" / "Local Folders" / "Inbox"
+    _set_status(inbox, 0, b"0003")
+    with open(inbox, "ab") as f:
+        f.write(b"".join(tb_message(m) for m in _new(3)))
+    assert main(["prepare", "thunderbird", "--update", str(out), "--workers", "1", "--quiet"]) == 0
+    update = json.loads((out / "meta.json").read_text())["update"]
+    assert update["seen"] == 3 and update["added"] == 3
+    ids = [json.loads(line)["id"] for line in (out / "emails.jsonl").read_text().splitlines()]
+    assert ids[-3:] == ["new-0@x", "new-1@x", "new-2@x"] and len(ids) == len(set(ids))
 
 
 def test_a_broken_profiles_ini_is_one_sentence(home: Path) -> None:

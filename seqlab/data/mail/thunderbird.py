@@ -26,20 +26,22 @@ Nothing here writes to the profile: Thunderbird may be running, and its files ar
 from __future__ import annotations
 
 import configparser
+import hashlib
 import os
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from seqlab.data.mail.mbox import is_envelope, split_mbox
+from seqlab.data.mail.mbox import ENVELOPE_WINDOW, is_envelope, split_mbox
 from seqlab.data.mail.message_files import FoundItems, Item
 from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
 from seqlab.errors import UserError
 
-__all__ = ["Folder", "FolderCount", "Profile", "ThunderbirdMail", "is_thunderbird_source", "profile_roots",
-           "read_profiles", "thunderbird_mail"]
+__all__ = ["Folder", "FolderCount", "Profile", "ProfileItems", "ThunderbirdMail", "is_thunderbird_source",
+           "profile_roots", "read_profiles", "thunderbird_mail"]
 
 SOURCE_NAME = "thunderbird"
 PROFILES_INI = "profiles.ini"
@@ -96,9 +98,10 @@ class ThunderbirdMail:
     folders: tuple[Folder, ...]
     left_out: tuple[Folder, ...]
 
-    def items(self) -> FoundItems:
-        """Every message of the folders read, as `(label, raw bytes | skip reason)`: label `path:i`."""
-        return FoundItems(_items(self.folders))
+    def items(self) -> ProfileItems:
+        """Every message of the folders read, as `(label, raw bytes | skip reason)`: label `path:i` (`path` of
+        the file for a maildir folder); a tracked source for `prepare --update` (`ProfileItems`)."""
+        return ProfileItems(self.profile, self.folders)
 
     def counts(self) -> list[FolderCount]:
         """Messages and deleted messages of each folder read (one pass over each file, no parsing)."""
@@ -382,36 +385,134 @@ def thunderbird_mail(source: str = SOURCE_NAME, folders: Sequence[str] | None = 
 # ---------------------------------------------------------------- messages
 
 
-def _items(folders: Sequence[Folder]) -> Iterator[Item]:
-    for folder in folders:
-        yield from _folder_items(folder)
+class ProfileItems(FoundItems):
+    """A profile's messages, and a tracked source for `prepare --update` (the `TrackedSource` of
+    `seqlab/data/prepare/ledger.py`): `items(since)` leaves out what an earlier `state()` says was read.
+
+    Per folder it records, for an mbox, its size, message count and digests of its first 4 KiB and of the 4 KiB
+    before its end; for a maildir folder, its file names. Thunderbird rewrites a message's X-Mozilla-Status,
+    -Status2 and -Keys values in place when the message is read, flagged, tagged or deleted (the bytes around
+    them never move), so the digests leave those values out: a folder whose only change is flags is not read
+    again. One that grew with its old part so kept, ending in a blank line, the new bytes opening with an
+    envelope line (Thunderbird appends new mail), is read from its old end, labels numbered on; anything else
+    (compacted, repaired, another profile) is read whole, and dedupe drops what the DATA_DIR holds. An mbox is
+    read only up to the size stamped before reading, so mail that arrives meanwhile is read by the next update.
+    """
+
+    def __init__(self, profile: Profile, folders: Sequence[Folder]) -> None:
+        super().__init__(())
+        self.profile, self.folders = profile, tuple(folders)
+        self._state: dict[str, Any] = {"profile": str(profile.path), "folders": {}}
+
+    def __iter__(self) -> Iterator[Item]:
+        return self.items(None)
+
+    def state(self) -> dict[str, Any]:
+        """What the last `items` read, JSON-able: the `since` of the next update."""
+        return self._state
+
+    def items(self, since: dict[str, Any] | None) -> Iterator[Item]:
+        old = since.get("folders") if isinstance(since, dict) and since.get("profile") == str(self.profile.path) else {}
+        old = old if isinstance(old, dict) else {}
+        records: dict[str, dict[str, Any]] = {}
+        self._state = {"profile": str(self.profile.path), "folders": records}
+        for folder in self.folders:
+            was = old.get(folder.name)
+            was = was if isinstance(was, dict) and was.get("store") == folder.store else None
+            records[folder.name] = record = {}
+            if folder.store == "maildir":
+                yield from _maildir_items(folder.path, was, record)
+            else:
+                yield from _mbox_items(folder.path, was, record)
+
+
+_EDGE = 4096  # bytes at an mbox's start and before its old end that must be unchanged (flags aside) for a tail read
+_MOZ_VALUES = re.compile(rb"(X-Mozilla-(?:Status2?|Keys):)[^\r\n]*")
+
+
+def _edge_digest(data: bytes) -> str:
+    return hashlib.sha256(_MOZ_VALUES.sub(rb"\1", data)).hexdigest()
+
+
+class _Bounded:
+    """The first `left` bytes from a file's current position: an mbox read up to the size stamped."""
+
+    def __init__(self, f: BinaryIO, left: int) -> None:
+        self.f, self.left = f, left
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        data = self.f.read(n) if n > 0 else b""
+        self.left -= len(data)
+        return data
 
 
 def _folder_items(folder: Folder) -> Iterator[Item]:
-    return _maildir_items(folder.path) if folder.store == "maildir" else _mbox_items(folder.path)
+    if folder.store == "maildir":
+        return _maildir_items(folder.path, None, {})
+    return _mbox_items(folder.path, None, {})
 
 
-def _mbox_items(path: Path) -> Iterator[Item]:
+def _mbox_items(path: Path, since: dict[str, Any] | None, record: dict[str, Any]) -> Iterator[Item]:
+    """The messages of an mbox folder (those after `since`'s, when it still describes the file), label `path:i`;
+    `record` gets what was read."""
     label = str(path)
     n = 0
     try:
         with open(path, "rb") as f:
-            for msg in split_mbox(f, MAX_MESSAGE_BYTES):  # the cap read now: a test may lower it
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(min(size, _EDGE))
+            f.seek(max(0, size - _EDGE))
+            tail = f.read(min(size, _EDGE))
+            start, n = _new_part(f, since, head, size) if since is not None else (0, 0)
+            record.update(store="mbox", size=size, head=_edge_digest(head), tail=_edge_digest(tail),
+                          ends_blank=tail.endswith((b"\n\n", b"\n\r\n")) or not size)
+            f.seek(start)
+            for msg in split_mbox(_Bounded(f, size - start), MAX_MESSAGE_BYTES):  # the cap read now: tests lower it
                 yield f"{label}:{n}", _judge(msg)
                 n += 1
+            record["messages"] = n
     except OSError:  # unreadable, or a read failed part way: what was read stays, the rest is one skip
+        record.clear()  # and the next update reads the folder whole
         yield f"{label}:{n}", "unreadable"
 
 
-def _maildir_items(path: Path) -> Iterator[Item]:
+def _new_part(f: BinaryIO, since: dict[str, Any], head: bytes, size: int) -> tuple[int, int]:
+    """(offset, messages before it) of what `since` did not read: (size, count) for an mbox unchanged but for
+    flags, (old size, count) for one grown by appending, (0, 0) to read it whole."""
+    old, count = since.get("size"), since.get("messages")
+    if not (isinstance(old, int) and isinstance(count, int)) or isinstance(old, bool) or not 0 < old <= size:
+        return 0, 0
+    f.seek(max(0, old - _EDGE))
+    old_tail = f.read(min(old, _EDGE))
+    if _edge_digest(head[:min(old, _EDGE)]) != since.get("head") or _edge_digest(old_tail) != since.get("tail"):
+        return 0, 0
+    if old == size:
+        return size, count
+    if not since.get("ends_blank") or not is_envelope(f.read(ENVELOPE_WINDOW)):
+        return 0, 0
+    return old, count
+
+
+def _maildir_items(path: Path, since: dict[str, Any] | None, record: dict[str, Any]) -> Iterator[Item]:
+    """The messages of a maildir folder (those whose file names `since` does not list); `record` gets the names.
+    Thunderbird never renames a message's file, so a name seen is a message read."""
+    known = set(since.get("names", ())) if since is not None else set()
+    names: list[str] = []
+    record.update(store="maildir", names=names)
     for sub in ("cur", "new"):
         for entry in _sorted_entries(path / sub):
             if entry.name.startswith(".") or not entry.is_file():
+                continue
+            name = f"{sub}/{entry.name}"
+            names.append(name)
+            if name in known:
                 continue
             try:
                 with open(entry.path, "rb") as f:
                     data = f.read(MAX_MESSAGE_BYTES + 1)
             except OSError:
+                names.pop()  # read again next time
                 yield entry.path, "unreadable"
                 continue
             yield entry.path, ("too_large" if len(data) > MAX_MESSAGE_BYTES else _judge(data))
