@@ -279,3 +279,27 @@ def test_ctrl_c_during_an_update_leaves_the_old_folder_and_nothing_beside_it(gro
     assert r.returncode == 130 and r.stderr.strip().splitlines()[-1] == "seqlab: interrupted", r.stderr
     assert files_of(data) == before
     assert sorted(p.name for p in data.parent.iterdir()) == ["data", "inbox.mbox"]
+
+
+def test_a_date_split_folder_grows_with_its_latest_new_threads_held_out(tmp_path: Path) -> None:
+    """One person's mail (`senders`, hence split by date): the latest new threads go to test, then val, until
+    each holds its share of all the mail; the old threads stay where they were."""
+    box = write_mbox(tmp_path / "inbox.mbox", old := old_mail())
+    data = tmp_path / "data"
+    seqlab.prepare(box, data, senders=["kim@example.org"], workers=1)
+    old_rows = _rows(data)
+    fresh = [_msg(f"day{d}@x", f"Day {d}", _text(500 + d)).replace(b"Tue, 9 Jan 2024 09:00:00",
+                                                                  f"{d % 28 + 1:02d} Feb {2024 + d // 28}".encode()
+                                                                  + b" 09:00:00")
+             for d in range(300)]
+    _append(box, new_mail(old) + fresh)
+    meta = seqlab.prepare(box, data, update=True, workers=1).meta
+    _, rows, _ = check_data_dir(data)
+    assert meta["split_by"] == "date" and meta["update"]["added"] == 310 and rows[:len(old_rows)] == old_rows
+    for split in ("val", "test"):
+        assert meta["splits"][split]["emails"] == round(0.05 * meta["kept"])
+    day = {r["id"]: int(r["id"][3:-2]) for r in rows if r["id"].startswith("day")}
+    by_split = {s: [day[r["id"]] for r in rows if r["id"] in day and r["split"] == s] for s in ("train", "val", "test")}
+    assert max(by_split["train"]) < min(by_split["val"]) and max(by_split["val"]) < min(by_split["test"])
+    split_of = {r["thread"]: r["split"] for r in old_rows}
+    assert all(split_of[r["thread"]] == r["split"] for r in rows if r["id"].startswith("late"))

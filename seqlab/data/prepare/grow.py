@@ -23,8 +23,9 @@ to it). They part where a full prepare would move old mail, which an update neve
 - a new email that becomes the root of an old thread (a parent that arrives after its replies) joins that
   thread under its old key; a full prepare may choose the new root as the key and hash it elsewhere;
 - an old email that quoted nothing keeps no context even when its parent arrives now;
-- with `--split-by date`, the new threads are split by date among themselves (the latest held out, no
-  minimum), where a full prepare would also move old threads from test to val to train;
+- with `--split-by date`, the latest new threads go to test, then val, until each holds its fraction of all
+  the folder's emails (`_split_new_by_date`); a full prepare would also move old threads from test to val
+  to train;
 - mail that a source reads again (a changed file) is dropped as held, and counted so.
 """
 
@@ -155,6 +156,8 @@ def _grow(folder: Path, data_dir: Path, config: PrepareConfig, old_meta: dict[st
         joined, across = _join(held, assignment)
         comp_split = assignment.split_codes.copy()
         comp_split[joined >= 0] = held.comp_split[joined[joined >= 0]]
+        if assignment.first_date is not None:
+            _split_new_by_date(comp_split, joined, assignment, old_meta, config.split)
         keys = [held.key(j) if j >= 0 else assignment.key(c) for c, j in enumerate(joined.tolist())]
         codes = comp_split[assignment.email_comp]  # (M,) each new email's split
         splits = [SPLITS[c] for c in codes.tolist()]
@@ -194,6 +197,27 @@ def _join(held: Held, assignment: ThreadSplit) -> tuple[np.ndarray, int]:
     starts = np.flatnonzero(first)
     lowest, highest = np.minimum.reduceat(old_split, starts), np.maximum.reduceat(old_split, starts)
     return joined, int((lowest != highest).sum())
+
+
+def _split_new_by_date(comp_split: np.ndarray, joined: np.ndarray, assignment: ThreadSplit,
+                       old_meta: dict[str, Any], fractions: tuple[float, float, float]) -> None:
+    """`--split-by date` for the new threads (in place): the latest go to test until it holds its fraction of
+    all the folder's emails, then to val likewise, the rest to train (`threadtable.split_by_date` over the old
+    and the new mail, without moving an old thread)."""
+    emails = np.bincount(assignment.email_comp, minlength=len(comp_split))  # (C,) new emails per new thread
+    total = sum(old_meta["splits"][s]["emails"] for s in SPLITS) + int(emails.sum())
+    fresh = np.flatnonzero(joined < 0)
+    order = fresh[np.lexsort((fresh, assignment.first_date[fresh]))]  # oldest first, ties in input order
+    comp_split[fresh] = SPLITS.index("train")
+    at = len(order) - 1
+    for name, fraction in zip(("test", "val"), (fractions[2], fractions[1])):
+        code = SPLITS.index(name)
+        have = old_meta["splits"][name]["emails"] + int(emails[(joined >= 0) & (comp_split == code)].sum())
+        want = round(fraction * total) if fraction > 0 else 0
+        while have < want and at >= 0:
+            comp_split[order[at]] = code
+            have += int(emails[order[at]])
+            at -= 1
 
 
 def _parents(held: Held, nodes: np.ndarray, replies: np.ndarray) -> np.ndarray:

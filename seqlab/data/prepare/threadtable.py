@@ -200,6 +200,7 @@ class ThreadTable:
             del flag, best_date, candidate
             comps, email_comp = np.unique(label[at.pop("node")], return_inverse=True)
             comp_key = key[comps]
+            first = None
             if email_date is not None:
                 first = np.full(len(comps), np.iinfo(np.int64).max, dtype=np.int64)
                 np.minimum.at(first, email_comp, email_date)  # undated emails (-1) count as the oldest
@@ -214,6 +215,7 @@ class ThreadTable:
         split_ = ThreadSplit(names, email_comp.astype(np.int32), name_off[comp_key], name_len[comp_key], split)
         # every node's thread (each component holds an email): what `prepare --update` joins new mail to
         split_.node_digests, split_.node_comp = universe, np.searchsorted(comps, label).astype(np.int32)
+        split_.first_date = first  # (components,) the date key of each thread's first email, for a date split
         return split_
 
     def _index(self) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
@@ -343,6 +345,7 @@ class ThreadSplit:
         self.splits = _Splits(self)
         self.node_digests = np.empty(0, dtype=np.uint64)  # (nodes,) sorted digests of every node ("m:", "s:")
         self.node_comp = np.empty(0, dtype=np.int32)  # (nodes,) the component each belongs to
+        self.first_date: np.ndarray | None = None  # with by_date: (components,) each one's first date_key
 
     def thread(self, i: int) -> str:
         c = self.email_comp[i]
