@@ -35,6 +35,7 @@ from urllib.parse import parse_qs
 import pytest
 
 USER, PASSWORD = "tester", "correct horse 7 battery"
+UTF8_USER, UTF8_PASSWORD = "zoe", "Zoë's pässwörd ☃"  # LOGIN takes ASCII only: this one needs SASL PLAIN
 DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
 
 
@@ -71,18 +72,20 @@ class Dovecot:
     def client(self) -> imaplib.IMAP4_SSL:
         """A logged-in client of the test user, as the tests fill and inspect the server with it."""
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        conn = imaplib.IMAP4_SSL("127.0.0.1", self.port, ssl_context=ctx)
+        conn = imaplib.IMAP4_SSL("127.0.0.1", self.port, ssl_context=ctx, timeout=30)
         conn.login(USER, PASSWORD)
         return conn
 
     def append(self, folder: str, messages: list[bytes]) -> None:
-        """APPEND each message to `folder` (created when missing), in order, with CRLF line ends as IMAP wants."""
+        """APPEND each message to `folder` (created when missing), in order, with CRLF line ends as IMAP wants.
+        `folder` is as the server spells it (modified UTF-7); it is quoted here, imaplib does not."""
+        quoted = '"' + folder.replace("\\", "\\\\").replace('"', '\\"') + '"'
         conn = self.client()
         try:
-            conn.create(folder)  # NO when it exists, which is fine
+            conn.create(quoted)  # NO when it exists, which is fine
             for raw in messages:
                 data = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
-                typ, resp = conn.append(folder, None, None, data)
+                typ, resp = conn.append(quoted, None, None, data)
                 assert typ == "OK", resp
         finally:
             conn.logout()
@@ -108,7 +111,9 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
 
 def _config(root: Path, port: int, plain_port: int, cert: Path, key: Path, user: str, group: str,
             uid: int, gid: int, introspection: str | None) -> Path:
-    (root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{root / 'home'}::\n")
+    (root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{root / 'home'}::\n"
+                                 f"{UTF8_USER}:{{PLAIN}}{UTF8_PASSWORD}:{uid}:{gid}::{root / 'home'}::\n",
+                                 encoding="utf-8")
     oauth2 = ""
     if introspection is not None:  # XOAUTH2 tokens checked by the test's introspection endpoint (RFC 7662)
         (root / "oauth2.conf").write_text(f"introspection_mode = post\nintrospection_url = {introspection}\n"
@@ -303,4 +308,4 @@ class TcpCutter:
         self.sock.close()
 
 
-__all__ = ["PASSWORD", "USER", "Dovecot", "Introspection", "TcpCutter", "dovecot_server"]
+__all__ = ["PASSWORD", "USER", "UTF8_PASSWORD", "UTF8_USER", "Dovecot", "Introspection", "TcpCutter", "dovecot_server"]

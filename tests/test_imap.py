@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 from hostile_mail import HEAVY, KINDS
-from imap_server import PASSWORD, USER, Dovecot, Introspection, TcpCutter, dovecot_server
+from imap_server import PASSWORD, USER, UTF8_PASSWORD, UTF8_USER, Dovecot, Introspection, TcpCutter, dovecot_server
 from mail_samples import corpus_messages, write_mbox
 
 from seqlab.cli.main import main as cli_main
 from seqlab.data.mail import mime
 from seqlab.data.mail.imap import FolderState, ImapSource
 from seqlab.data.mail.imap_auth import ImapOptions
+from seqlab.data.mail.imap_url import encode_mailbox
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "ya29.a0-test-access-token"
@@ -343,3 +344,17 @@ def test_update_reads_only_new_uids_and_a_uidvalidity_reset_reads_the_folder_aga
     assert update["seen"] == len(msgs) and update["added"] == 0
     again = json.loads((data / "sources.json").read_text())["sources"][url(server, "Upd")]["folders"]["Upd"]
     assert again["uidvalidity"] != folder["uidvalidity"]
+
+
+def test_a_non_ascii_folder_and_password(server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = "Entwürfe & Ärger"
+    server.append(encode_mailbox(folder), [as_stored(m) for m in corpus_messages()[:3]])
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", PASSWORD)
+    source = ImapSource(url(server, "Entw%C3%BCrfe%20&%20%C3%84rger"), ImapOptions(ca_file=str(server.ca_file)))
+    items = list(source)
+    assert len(items) == 3 and items[0][0].startswith(f"imaps://127.0.0.1:{server.port}/Entw%C3%BCrfe%20%26%20")
+    assert list(source.states) == [folder]
+    # a password LOGIN cannot carry goes as SASL PLAIN in UTF-8
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", UTF8_PASSWORD)
+    other = ImapSource(f"imaps://{UTF8_USER}@127.0.0.1:{server.port}/INBOX", ImapOptions(ca_file=str(server.ca_file)))
+    assert list(other) == []  # zoe shares the home folder but has a mailbox of her own: empty

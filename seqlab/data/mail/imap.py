@@ -268,6 +268,8 @@ class ImapSource(FoundItems):
         if typ != "OK":
             raise UserError(f"The folder {folder!r} cannot be opened on {self.where} (does it exist?): "
                             f"{self._say(data)}.")
+        if not data or not data[0]:
+            raise _Malformed("no EXISTS count")
         exists = int(data[0])
         _, found = conn.response("UIDVALIDITY")
         if not found or found[0] is None:
