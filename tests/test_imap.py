@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from seqlab.data.mail import mime
 from seqlab.data.mail.imap import FolderState, ImapSource
 from seqlab.data.mail.imap_auth import ImapOptions
 from seqlab.data.mail.imap_url import encode_mailbox
+from seqlab.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "ya29.a0-test-access-token"
@@ -253,11 +253,14 @@ def test_a_connection_cut_mid_fetch_writes_nothing_and_a_rerun_succeeds(server: 
 
 
 class LyingServer:
-    """A plain IMAP server on loopback that answers well until the body FETCH, then announces a literal of
-    `size` bytes (a hostile or broken server): imaplib alone would try to allocate all of it at once."""
+    """A plain IMAP server on loopback, a hostile or broken one: it answers EXAMINE, the FETCH of UIDs and
+    sizes, and the UID FETCH of bodies with the bytes it is given (the tag's OK added), then hangs up."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    EXAMINE = b"* 1 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n"
+    SIZES = b"* 1 FETCH (UID 1 RFC822.SIZE 100)\r\n"
+
+    def __init__(self, bodies: bytes, examine: bytes = EXAMINE, sizes: bytes = SIZES) -> None:
+        self.replies = {"EXAMINE": examine, "FETCH": sizes, "UID FETCH": bodies}
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(1)
@@ -274,31 +277,47 @@ class LyingServer:
             cmd = rest.upper()
             if cmd.startswith("CAPABILITY"):
                 f.write(b"* CAPABILITY IMAP4rev1\r\n")
-            elif cmd.startswith("LOGOUT"):
-                f.write(b"* BYE\r\n" + tag.encode() + b" OK\r\n")
-                f.flush()
-                break
-            elif cmd.startswith("EXAMINE"):
-                f.write(b"* 1 EXISTS\r\n* OK [UIDVALIDITY 7] ok\r\n")
-            elif cmd.startswith("FETCH"):
-                f.write(b"* 1 FETCH (UID 1 RFC822.SIZE 100)\r\n")
-            elif cmd.startswith("UID FETCH"):
-                f.write(b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % self.size + b"x" * 1000)
-                f.flush()
-                time.sleep(5)
-                break
+            for name in ("EXAMINE", "FETCH", "UID FETCH"):
+                if cmd.startswith(name + " "):
+                    f.write(self.replies[name])
+            if cmd.startswith("LOGOUT"):
+                f.write(b"* BYE\r\n")
             f.write(tag.encode() + b" OK done\r\n")
             f.flush()
+            if cmd.startswith(("UID FETCH", "LOGOUT")):
+                break
         conn.close()
 
 
 def test_a_huge_literal_from_the_server_is_refused_before_it_is_read(env: dict[str, str], tmp_path: Path) -> None:
-    server = LyingServer(size=50 * 1024**3)  # 50 GiB announced
+    # 50 GiB announced: imaplib alone allocates a buffer of the announced size before reading (MemoryError)
+    server = LyingServer(b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % (50 * 1024**3) + b"x" * 1000)
     r = seqlab("prepare", f"imap://me@127.0.0.1:{server.port}/INBOX", "--insecure", "--out", str(tmp_path / "d"),
                "--quiet", env=env)
     assert r.returncode == 2 and "malformed reply while reading 'INBOX'" in r.stderr, r.stderr
     assert "literal of 53687091200 bytes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bodies,examine,sizes,says", [
+    (b"* 1 FETCH (UID 9 BODY[] {5}\r\nhello)\r\n", None, None, "UID 9, which was not asked for"),
+    (b"* 1 FETCH (UID 1 BODY[] {%d}\r\n" % (5 * 1024**2) + b"x" * 100, None, None, "literal of 5242880 bytes"),
+    (b"* 1 FETCH (BODY[] {5}\r\nhello)\r\n", None, None, "without its UID"),
+    (b"* 1 FETCH (BODY[] {5}\r\nhello BODY[1] {2}\r\nxx UID 1)\r\n", None, None, "two literals"),
+    (b"", b"* 1 EXISTS\r\n", None, "no UIDVALIDITY"),
+    (b"", b"* OK [UIDVALIDITY 7] ok\r\n", None, "no EXISTS"),
+    (b"", b"* 1 EXISTS\r\n* OK [UIDVALIDITY seven] ok\r\n", None, "malformed reply about 'INBOX'"),
+    (b"", None, b"* 1 FETCH (UID 1 RFC822.SIZE {3}\r\n100)\r\n", "a literal where sizes were expected"),
+    (b"* 1 FETCH (UID 1 BODY[] {5}\r\nhel", None, None, "was lost while reading 'INBOX' after 0 messages"),
+])
+def test_a_lying_server_is_one_sentence(bodies: bytes, examine: bytes | None, sizes: bytes | None, says: str,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    server = LyingServer(bodies, examine or LyingServer.EXAMINE, sizes or LyingServer.SIZES)
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", "pw")
+    source = ImapSource(f"imap://me@127.0.0.1:{server.port}/INBOX", ImapOptions(insecure=True, timeout_s=10))
+    with pytest.raises(UserError) as err:
+        list(source)
+    assert says in str(err.value) and "\n" not in str(err.value)
 
 
 def test_oauth2_logs_in_with_the_token_and_a_bad_token_is_one_sentence(server: Dovecot, env: dict[str, str],
