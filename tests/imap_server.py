@@ -109,6 +109,10 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+# Started by another user than root, Dovecot cannot chroot its login and anvil processes: it runs them in place.
+_UNPRIVILEGED = "service anvil {\n  chroot =\n}\n"
+
+
 def _config(root: Path, port: int, plain_port: int, cert: Path, key: Path, user: str, group: str,
             uid: int, gid: int, introspection: str | None) -> Path:
     (root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{root / 'home'}::\n"
@@ -140,7 +144,8 @@ first_valid_uid = {min(uid, 500)}
 first_valid_gid = {min(gid, 500)}
 mail_location = maildir:{root / 'mail'}/%u
 mail_plugins =
-service imap-login {{
+{'' if os.getuid() == 0 else _UNPRIVILEGED}service imap-login {{
+  {'' if os.getuid() == 0 else 'chroot ='}
   inet_listener imap {{
     address = 127.0.0.1
     port = {plain_port}
