@@ -20,7 +20,17 @@ from pathlib import Path
 
 import pytest
 from hostile_mail import HEAVY, KINDS
-from imap_server import PASSWORD, USER, UTF8_PASSWORD, UTF8_USER, Dovecot, Introspection, TcpCutter, dovecot_server
+from imap_server import (
+    PASSWORD,
+    USER,
+    UTF8_PASSWORD,
+    UTF8_USER,
+    Dovecot,
+    Introspection,
+    TcpCutter,
+    dovecot_server,
+    free_port,
+)
 from mail_samples import corpus_messages, write_mbox
 
 from seqlab.cli.main import main as cli_main
@@ -377,3 +387,19 @@ def test_a_non_ascii_folder_and_password(server: Dovecot, monkeypatch: pytest.Mo
     monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", UTF8_PASSWORD)
     other = ImapSource(f"imaps://{UTF8_USER}@127.0.0.1:{server.port}/INBOX", ImapOptions(ca_file=str(server.ca_file)))
     assert list(other) == []  # zoe shares the home folder but has a mailbox of her own: empty
+
+
+def test_starttls_on_imap_and_tls_refused(server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", PASSWORD)
+    options = ImapOptions(ca_file=str(server.ca_file), timeout_s=10)
+    # imap:// upgrades with STARTTLS (Dovecot offers it on its plain port), the certificate checked the same way
+    assert len(list(ImapSource(f"imap://{USER}@127.0.0.1:{server.plain_port}/Hostile", options))) > 0
+    with pytest.raises(UserError, match="could not be verified"):
+        ImapSource(f"imap://{USER}@127.0.0.1:{server.plain_port}/INBOX", ImapOptions(timeout_s=10))
+    # imaps:// to a port that does not speak TLS: the handshake fails, in one sentence
+    with pytest.raises(UserError, match=f"TLS with 127.0.0.1:{server.plain_port} failed"):
+        ImapSource(f"imaps://{USER}@127.0.0.1:{server.plain_port}/INBOX", options)
+    # nothing listening
+    closed = free_port()
+    with pytest.raises(UserError, match=f"Cannot connect to 127.0.0.1:{closed}"):
+        ImapSource(f"imaps://{USER}@127.0.0.1:{closed}/INBOX", options)
