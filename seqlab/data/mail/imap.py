@@ -60,7 +60,6 @@ __all__ = ["FolderState", "ImapSource"]
 BATCH_UIDS = 250  # messages per UID FETCH: few round trips, and a batch's reply stays small
 BATCH_BYTES = 8 << 20  # ... and about this many bytes of mail per batch (one large message may exceed it)
 SIZE_WINDOW = 1000  # messages per FETCH of UIDs and sizes
-_FETCH_HEAD = re.compile(rb"^\d+ \((.*)$", re.S)
 _UID = re.compile(rb"\bUID (\d+)")
 _SIZE = re.compile(rb"\bRFC822\.SIZE (\d+)")
 
@@ -89,7 +88,7 @@ class _Capped:
     """imaplib reads an announced literal with one read(size), allocating `size` bytes first: cap it."""
 
     def read(self, size: int) -> bytes:
-        if size > _fetch_cap() + 65536:
+        if size > _fetch_cap() + 65536:  # the slack: a server may count a message's size a little differently
             raise _Malformed(f"it announced a literal of {size} bytes, larger than any message asked for")
         return super().read(size)  # type: ignore[misc]
 
