@@ -303,3 +303,13 @@ def test_a_date_split_folder_grows_with_its_latest_new_threads_held_out(tmp_path
     assert max(by_split["train"]) < min(by_split["val"]) and max(by_split["val"]) < min(by_split["test"])
     split_of = {r["thread"]: r["split"] for r in old_rows}
     assert all(split_of[r["thread"]] == r["split"] for r in rows if r["id"].startswith("late"))
+
+
+def test_thunderbird_folders_other_than_the_folders_prepared_from_are_refused(grown: tuple) -> None:
+    """--folders chooses what a Thunderbird folder reads; an update keeps the folder's own choice (none here)."""
+    box, data, before = grown
+    from seqlab.data.prepare.grow import update
+
+    with pytest.raises(seqlab.UserError, match="differs from the folders"):
+        update(str(box), data, folders=("Inbox",), workers=1, progress=False)
+    assert files_of(data) == before

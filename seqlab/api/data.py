@@ -176,7 +176,8 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
         from seqlab.data.prepare.grow import update as grow
 
         return DataDir(Path(out), grow(str(source), Path(out), workers=workers, progress=progress, imap=imap,
-                                       cache_dir=Path(cache_dir) if cache_dir is not None else None))
+                                       cache_dir=Path(cache_dir) if cache_dir is not None else None,
+                                       folders=tuple(folders) if folders else None))
     from seqlab.data.prepare.options import PrepareConfig
     from seqlab.data.prepare.pipeline import prepare as build
 

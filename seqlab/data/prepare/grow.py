@@ -67,10 +67,11 @@ __all__ = ["update"]
 
 
 def update(source: str, data_dir: Path, *, workers: int | None = None, cache_dir: Path | None = None,
-           progress: bool = True, stats: dict[str, Any] | None = None, imap: ImapOptions | None = None
-           ) -> dict[str, Any]:
+           progress: bool = True, stats: dict[str, Any] | None = None, imap: ImapOptions | None = None,
+           folders: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Grow DATA_DIR `data_dir` with the mail of `source` it does not hold; return its new meta.json, whose
-    `update` says what this update added. The keywords are `pipeline.prepare`'s."""
+    `update` says what this update added. The keywords are `pipeline.prepare`'s; `folders` (Thunderbird's),
+    when given, must be those the folder was prepared from."""
     data_dir = Path(data_dir)
     _put_back(data_dir)
     if not (data_dir / "meta.json").is_file():
@@ -80,6 +81,9 @@ def update(source: str, data_dir: Path, *, workers: int | None = None, cache_dir
     stats = stats if stats is not None else {}
     old_meta = load_meta(data_dir)
     config = _config(old_meta, source, data_dir)
+    if folders and tuple(folders) != config.folders:
+        raise UserError(f"--folders {','.join(folders)} differs from the folders {data_dir} was prepared from "
+                        f"({','.join(config.folders or ('all',))}); leave --folders out with --update.")
     held = load_held(data_dir / SEEN_FILE)
     ledger = read_ledger(data_dir)
     tok = load_tokenizer(data_dir / "tokenizer.json")
