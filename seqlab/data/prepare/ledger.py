@@ -14,6 +14,10 @@ for a local one; the URL for a remote one, never a password), and `prepare --upd
 against the DATA_DIR drops what it already holds. `since` is only a saving: whatever a source reads again
 is dropped as held mail, so a source may always answer a `since` it cannot use by reading everything.
 
+Besides `FileSource` below, `mail/imap.py`'s `ImapSource` (per folder its UIDVALIDITY and highest UID) and
+`mail/thunderbird.py`'s profile items (per folder as an mbox, less the status headers Thunderbird rewrites)
+implement it; `tracked_source` finds them among what `resolve_source` returns.
+
 `FileSource`, the local mail files (`message_files.py`'s layouts), tracks:
 
 - an mbox: its size, mtime, message count, and digests of its first and last 4 KiB read. Unchanged: nothing
