@@ -15,6 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from seqlab.data.mail.mbox import is_envelope, split_mbox
@@ -212,9 +213,17 @@ def _iter_tree(root: Path) -> Iterator[Item]:
             yield from _read_tree_file(label)
 
 
-def _maildir_items(md: mailbox.Maildir, prefix: str) -> Iterator[Item]:
+def maildir_items(md: mailbox.Maildir, prefix: str, folder: str = "", known: AbstractSet[str] = frozenset(),
+                  keys: list[str] | None = None) -> Iterator[Item]:
+    """Every message of `md` and its subfolders, labelled `prefix:key`. A message whose `folder:key` (`folder`
+    "" at the top) is in `known` was read before and is left out (`prepare --update`); `keys`, when given,
+    collects every `folder:key` seen."""
     for key in sorted(md.keys()):
-        label = f"{prefix}:{key}"
+        label, rel = f"{prefix}:{key}", f"{folder}:{key}"
+        if keys is not None:
+            keys.append(rel)
+        if rel in known:
+            continue
         try:
             with md.get_file(key) as f:
                 data = f.read(MAX_MESSAGE_BYTES + 1)
@@ -223,13 +232,13 @@ def _maildir_items(md: mailbox.Maildir, prefix: str) -> Iterator[Item]:
             continue
         yield label, ("too_large" if len(data) > MAX_MESSAGE_BYTES else data)
     for name in sorted(md.list_folders()):
-        yield from _maildir_items(md.get_folder(name), f"{prefix}/.{name}")
+        yield from maildir_items(md.get_folder(name), f"{prefix}/.{name}", f"{folder}/.{name}", known, keys)
 
 
 def _iter_maildir(path: Path) -> Iterator[Item]:
     # create=False: a mistyped path is an error, never a new empty mailbox.
     md = mailbox.Maildir(path, factory=None, create=False)
-    items = _maildir_items(md, str(path))
+    items = maildir_items(md, str(path))
     first = next(items, None)
     if first is None:
         raise UserError(f"{path} is a Maildir with no messages")

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from seqlab.data.layout import SPLITS, token_dtype
 from seqlab.data.prepare.spool import iter_spool
-from seqlab.data.prepare.token_files import TokenWriter
+from seqlab.data.prepare.token_files import TokenWriter, copy_into
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.durable import StreamFile
 
@@ -50,14 +50,27 @@ def encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], s
     Returns the counts per split and the name of the on-disk token dtype.
     """
     counts = {s: {"emails": 0, "tokens": 0, "bytes": 0, "threads": 0} for s in SPLITS}
+    write_token_files(spool, out, tok, threads, splits, counts, progress)
+    for s in SPLITS:
+        counts[s]["threads"] = thread_counts[s]
+    return counts, str(token_dtype(tok.vocab_size))
+
+
+def write_token_files(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], splits: Sequence[str],
+                      counts: dict[str, dict[str, int]], progress: bool, keep_from: Path | None = None) -> None:
+    """The token files and emails.jsonl under `out`, every spooled email added to its split (`encode_into`,
+    counted in `counts`); all of them aborted if one fails. With `keep_from` (a DATA_DIR grown by
+    `prepare --update`), its token files and emails.jsonl come first, as they are."""
     writers: dict[str, TokenWriter] = {}
     index = StreamFile(out / "emails.jsonl")
     try:
+        if keep_from is not None:
+            copy_into(index, keep_from / "emails.jsonl")
         for s in SPLITS:
             writers[s] = TokenWriter(out, s, tok.vocab_size)
+            if keep_from is not None:
+                writers[s].keep(keep_from / f"{s}.bin", keep_from / f"{s}.idx")
         encode_into(spool, writers, index, tok, threads, splits, counts, progress)
-        for s in SPLITS:
-            counts[s]["threads"] = thread_counts[s]
         index.close()
         for w in writers.values():
             w.close()
@@ -66,7 +79,6 @@ def encode_all(spool: Path, out: Path, tok: Tokenizer, threads: Sequence[str], s
         for w in writers.values():
             w.abort()
         raise
-    return counts, str(token_dtype(tok.vocab_size))
 
 
 def encode_flat(tok: Tokenizer, texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -45,19 +45,18 @@ from seqlab.data.layout import IDX_DTYPE, SPLITS, check_tokenizer, dtype_from_me
 from seqlab.data.mail.message_files import FoundItems
 from seqlab.data.mail.sources import resolve_source
 from seqlab.data.prepare.dedupe import Deduper
-from seqlab.data.prepare.encode import encode_into
+from seqlab.data.prepare.encode import write_token_files
 from seqlab.data.prepare.held import SEEN_FILE, Held, load_held, save_held
 from seqlab.data.prepare.ledger import read_ledger, source_name, tracked_source, write_ledger
 from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.read_mail import SpooledMail, spool_mail
-from seqlab.data.prepare.reply_files import ContextWriter, _body, _flush, thread_parents
+from seqlab.data.prepare.reply_files import context_body, thread_parents, write_context_files
 from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE, iter_context_spool, iter_spool
 from seqlab.data.prepare.staging import discard, publish, staging_folder
 from seqlab.data.prepare.threadtable import NAMES_FILE, ThreadSplit
-from seqlab.data.prepare.token_files import TokenWriter, copy_into
 from seqlab.data.prepare.workers import default_workers
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
-from seqlab.durable import StreamFile, atomic_write_bytes, atomic_write_text
+from seqlab.durable import atomic_write_bytes, atomic_write_text
 from seqlab.errors import UserError
 
 if TYPE_CHECKING:
@@ -241,22 +240,7 @@ def _append_tokens(folder: Path, data_dir: Path, tok: Tokenizer, spool: Path, th
                    splits: list[str], progress: bool) -> dict[str, dict[str, int]]:
     """The old token files and emails.jsonl, then the new emails; the counts of what was added."""
     counts = {s: _zero() for s in SPLITS}
-    writers: dict[str, TokenWriter] = {}
-    index = StreamFile(folder / "emails.jsonl")
-    try:
-        copy_into(index, data_dir / "emails.jsonl")
-        for s in SPLITS:
-            writers[s] = TokenWriter(folder, s, tok.vocab_size)
-            writers[s].keep(data_dir / f"{s}.bin", data_dir / f"{s}.idx")
-        encode_into(spool, writers, index, tok, threads, splits, counts, progress)
-        index.close()
-        for w in writers.values():
-            w.close()
-    except BaseException:
-        index.abort()
-        for w in writers.values():
-            w.abort()
-        raise
+    write_token_files(spool, folder, tok, threads, splits, counts, progress, keep_from=data_dir)
     return counts
 
 
@@ -277,7 +261,7 @@ def _old_bodies(data_dir: Path, tok: Tokenizer, held: Held, wanted: set[int], me
         ends = np.append(starts[1:], len(tokens))
         for i in mine:
             ids = tokens[starts[rank[i]]:ends[rank[i]]].tolist()
-            out[i] = _body(b"".join(tok.token_bytes(t) for t in ids))  # specials are b""
+            out[i] = context_body(b"".join(tok.token_bytes(t) for t in ids))  # specials are b""
     return out
 
 
@@ -286,37 +270,15 @@ def _append_contexts(folder: Path, data_dir: Path, tok: Tokenizer, spool: Path, 
     """The old contexts, then each new email's (`reply_files.write_contexts`, the parent maybe old)."""
     quoted_len = [len(q) for q in iter_context_spool(context_spool)]
     wanted = {int(parents[i]) for i, n in enumerate(quoted_len) if n == 0 and parents[i] != -1}
-    new_bodies = {i: _body(rec.text) for i, rec in enumerate(iter_spool(spool)) if i in wanted}
+    new_bodies = {i: context_body(rec.text) for i, rec in enumerate(iter_spool(spool)) if i in wanted}
     old_bodies = _old_bodies(data_dir, tok, held, {-p - 2 for p in wanted if p <= -2}, meta)
-    counts = {s: {"quoted": 0, "thread": 0, "none": 0, "tokens": 0} for s in SPLITS}
-    writers: dict[str, ContextWriter] = {}
-    try:
-        for s in SPLITS:
-            writers[s] = ContextWriter(folder, s, tok.vocab_size)
-            writers[s].keep(data_dir, s)
-        batch: list[tuple[str, bytes]] = []
-        for i, quoted in enumerate(iter_context_spool(context_spool)):
-            split, parent = splits[i], int(parents[i])
-            parent_split = (SPLITS[held.email_split[-parent - 2]] if parent <= -2
-                            else splits[parent] if parent >= 0 else None)
-            if quoted:
-                source, text = "quoted", quoted
-            elif parent_split == split:
-                source, text = "thread", (old_bodies[-parent - 2] if parent <= -2 else new_bodies[parent])
-            else:
-                source, text = "none", b""
-            counts[split][source] += 1
-            batch.append((split, text))
-            if len(batch) >= 512:
-                _flush(batch, tok, writers, counts)
-        _flush(batch, tok, writers, counts)
-        for w in writers.values():
-            w.close()
-    except BaseException:
-        for w in writers.values():
-            w.abort()
-        raise
-    return counts
+    def parent_body(i: int, split: str) -> bytes | None:
+        parent = int(parents[i])
+        if parent <= -2:  # an old email, -2 - its index
+            return old_bodies[-parent - 2] if SPLITS[held.email_split[-parent - 2]] == split else None
+        return new_bodies[parent] if parent >= 0 and splits[parent] == split else None
+
+    return write_context_files(folder, tok, context_spool, splits, parent_body, keep_from=data_dir)
 
 
 def _grown(held: Held, mail: SpooledMail, assignment: ThreadSplit, joined: np.ndarray, comp_split: np.ndarray,

@@ -52,6 +52,7 @@ from seqlab.data.mail.message_files import (
     _read_tree_file,
     _walk,
     detect_source_kind,
+    maildir_items,
 )
 from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
 from seqlab.durable import atomic_write_text
@@ -240,28 +241,10 @@ class FileSource:
         self._state = {"kind": "maildir", "keys": keys}
         md = mailbox.Maildir(self.path, factory=None, create=False)
         found = False
-        for label, item in _maildir_items(md, str(self.path), "", known, keys):
+        for label, item in maildir_items(md, str(self.path), "", known, keys):
             found = True
             yield label, item
         if not found and since is None:
             raise UserError(f"{self.path} is a Maildir with no messages")
 
 
-def _maildir_items(md: mailbox.Maildir, prefix: str, folder: str, known: set[str], keys: list[str]
-                   ) -> Iterator[Item]:
-    """`message_files._maildir_items`, leaving out the keys already read (`known`, as `folder:key` with
-    `folder` "" at the top) and noting each in `keys`."""
-    for key in sorted(md.keys()):
-        label, rel = f"{prefix}:{key}", f"{folder}:{key}"
-        keys.append(rel)
-        if rel in known:
-            continue
-        try:
-            with md.get_file(key) as f:
-                data = f.read(MAX_MESSAGE_BYTES + 1)
-        except (OSError, KeyError):
-            yield label, "unreadable"
-            continue
-        yield label, ("too_large" if len(data) > MAX_MESSAGE_BYTES else data)
-    for name in sorted(md.list_folders()):
-        yield from _maildir_items(md.get_folder(name), f"{prefix}/.{name}", f"{folder}/.{name}", known, keys)

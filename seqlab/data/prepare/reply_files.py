@@ -9,7 +9,7 @@ through In-Reply-To, `threadtable.py`), hence its split. Both are cut to `MAX_CO
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ def _encode(tok: Tokenizer, texts: list[bytes]) -> list[np.ndarray]:
     return [np.array(ids, dtype=np.int64) for ids in tok.encode_batch([t.decode("utf-8") for t in texts])]
 
 
-def _body(text: bytes) -> bytes:
+def context_body(text: bytes) -> bytes:
     """The body of a spooled training text (`subject\\n\\nbody`), its end kept like a quoted context."""
     body = text.split(b"\n\n", 1)[1] if b"\n\n" in text else text
     return keep_end(body.decode("utf-8"), MAX_CONTEXT_CHARS).encode("utf-8")
@@ -102,20 +102,38 @@ def write_contexts(out: Path, tok: Tokenizer, spool: Path, ctx_spool: Path, spli
     """
     quoted_len = [len(q) for q in iter_context_spool(ctx_spool)]
     wanted = {int(parents[i]) for i, n in enumerate(quoted_len) if n == 0 and parents[i] >= 0}
-    bodies = {i: _body(rec.text) for i, rec in enumerate(iter_spool(spool)) if i in wanted}
-    names = list(SPLITS)
-    counts = {s: {"quoted": 0, "thread": 0, "none": 0, "tokens": 0} for s in names}
-    writers = {}
+    bodies = {i: context_body(rec.text) for i, rec in enumerate(iter_spool(spool)) if i in wanted}
+
+    def parent_body(i: int, split: str) -> bytes | None:
+        parent = int(parents[i])
+        return bodies[parent] if parent >= 0 and splits[parent] == split else None  # a parent shares its thread
+
+    counts = write_context_files(out, tok, ctx_spool, splits, parent_body)
+    return {"max_chars": MAX_CONTEXT_CHARS, "sources": list(CONTEXT_SOURCES), "splits": counts}
+
+
+def write_context_files(out: Path, tok: Tokenizer, ctx_spool: Path, splits: Sequence[str],
+                        parent_body: Callable[[int, str], bytes | None],
+                        keep_from: Path | None = None) -> dict[str, dict[str, int]]:
+    """Each spooled email's context into `{split}.ctx.bin/.idx` under `out`: its quoted text, else
+    `parent_body(i, split)` (its parent's body when the parent is known and in the same split), else nothing;
+    the counts per split and source. With `keep_from` (a DATA_DIR grown by `prepare --update`), its context
+    files come first, as they are."""
+    counts = {s: {"quoted": 0, "thread": 0, "none": 0, "tokens": 0} for s in SPLITS}
+    writers: dict[str, ContextWriter] = {}
     try:
-        for s in names:
+        for s in SPLITS:
             writers[s] = ContextWriter(out, s, tok.vocab_size)
+            if keep_from is not None:
+                writers[s].keep(keep_from, s)
         batch: list[tuple[str, bytes]] = []
         for i, quoted in enumerate(iter_context_spool(ctx_spool)):
-            split, parent = splits[i], int(parents[i])
+            split = splits[i]
+            body = None if quoted else parent_body(i, split)
             if quoted:
                 source, text = "quoted", quoted
-            elif parent >= 0 and splits[parent] == split:  # always so: a parent shares its reply's thread
-                source, text = "thread", bodies[parent]
+            elif body is not None:
+                source, text = "thread", body
             else:
                 source, text = "none", b""
             counts[split][source] += 1
@@ -129,7 +147,7 @@ def write_contexts(out: Path, tok: Tokenizer, spool: Path, ctx_spool: Path, spli
         for w in writers.values():
             w.abort()
         raise
-    return {"max_chars": MAX_CONTEXT_CHARS, "sources": list(CONTEXT_SOURCES), "splits": counts}
+    return counts
 
 
 def _flush(batch: list[tuple[str, bytes]], tok: Tokenizer, writers: dict[str, ContextWriter],
