@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
+from seqlab.cli.arguments import add_run_reader, positive_float, positive_int, unit_float
 from seqlab.errors import UserError
 from seqlab.printed_command import printed_command
 
@@ -51,6 +51,20 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                    help="keep the emails you mark as sent (RUN_DIR/personal, readable by you only) and fine-tune "
                    "a copy of the model on them while the server is idle; `seqlab forget RUN_DIR` undoes it "
                    "(default: off, and the server stores no text)")
+    p.add_argument("--sent", default=None, metavar="SOURCE",
+                   help="with --learn: also learn each email you send from any client, read from your Sent folder: "
+                   "imaps://USER@HOST/FOLDER, or a local Sent mbox or Maildir (only mail sent from the first start "
+                   "on; the password is asked once and never stored)")
+    p.add_argument("--sent-every", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="how often --sent reads the folder for new mail (default 30)")
+    p.add_argument("--password-command", default=None, metavar="COMMAND",
+                   help="--sent imaps://: a command printing the password (or token) on its first line, e.g. "
+                   "'pass show mail'; else SEQLAB_IMAP_PASSWORD (SEQLAB_IMAP_TOKEN with --oauth2), else a prompt")
+    p.add_argument("--oauth2", action="store_true", help="--sent imaps://: log in with XOAUTH2 and an access token")
+    p.add_argument("--ca-file", default=None, metavar="PEM",
+                   help="--sent imaps://: trust the certificates in this file (a private CA) instead of the system's")
+    p.add_argument("--insecure", action="store_true",
+                   help="--sent imap:// without TLS, for a server on this machine only")
 
 
 def add_forget(sub: argparse._SubParsersAction) -> None:
@@ -117,19 +131,29 @@ def run_serve(args: argparse.Namespace) -> int:
               + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
                  if info.get("phrases") else "")
               + (f"; learning from the emails you mark as sent (kept in {args.run_dir / 'personal'})"
-                 if args.learn else ""), flush=True)
+                 if args.learn else "")
+              + (f" and from new mail in {sent.origin}, read every {args.sent_every:g} s" if sent else ""),
+              flush=True)
 
+    if args.sent is not None and not args.learn:
+        raise UserError("--sent learns from your Sent folder, which only a learning server does: add --learn")
     phrases = _phrase_file(args)
     # --learn: the run's learning lock, held until this process ends, taken before anything is bound or
     # written (server.json), so a second learner on the run changes nothing and `forget` waits for both
     lock = _learning_lock(args.run_dir) if args.learn else None
+    try:  # --sent: logged into now (the password asked once, kept in memory), so a refused login stops here
+        sent = _sent_source(args) if args.sent is not None else None
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     sock = _bind(args.host, args.port)  # bound here so a taken port is a plain error, and port 0 is known
     port = sock.getsockname()[1]
     config = ServerConfig(run_dir=args.run_dir, threads=args.threads, max_queue=args.max_queue,
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
                           on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight,
                           host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn,
-                          learn_lock=lock)
+                          learn_lock=lock, sent=sent, sent_every_s=args.sent_every)
     host = f"[{args.host}]" if ":" in args.host else args.host
     info = args.run_dir / "serve" / SERVER_FILE  # where the person's tools look, whatever --log says
 
@@ -165,6 +189,16 @@ def run_serve(args: argparse.Namespace) -> int:
         if lock is not None:
             lock.release()  # after the app stopped its learner, which saves and then writes nothing more
     return 0
+
+
+def _sent_source(args: argparse.Namespace) -> Any:
+    """--sent opened (`serving.sent_folder.open_sent_source`), with the IMAP flags."""
+    from seqlab.data.mail.imap_auth import ImapOptions
+    from seqlab.serving.sent_folder import open_sent_source
+
+    options = ImapOptions(ca_file=args.ca_file, insecure=args.insecure, password_command=args.password_command,
+                          oauth2=args.oauth2)
+    return open_sent_source(args.sent, options)
 
 
 def _learning_lock(run_dir: Path) -> Any:

@@ -96,6 +96,12 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
                             record=record, on_forgotten=trained_again)
     state.learner.start()
+    if state.config.sent is not None:
+        from seqlab.serving.sent_folder import SentFolder
+
+        state.sent_folder = SentFolder(state.config.sent, state.personal, state.learner.notify,
+                                       state.config.sent_every_s, settings.max_body_bytes, engine.reads_context)
+        state.sent_folder.start()
 
 
 def take_learning_lock(state: ServerState) -> None:
@@ -159,6 +165,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             yield
         finally:
             s = app.state.s
+            if s.sent_folder is not None:
+                s.sent_folder.stop()  # first: it stores no more mail for the learner to miss
+            elif config.sent is not None:
+                config.sent.close()  # opened by `seqlab serve` but never read (the run failed to load)
             if s.learner is not None:
                 s.learner.stop()  # it checkpoints what it learned since its last swap, then writes nothing
             worker.shutdown(wait=False, cancel_futures=True)

@@ -5,6 +5,7 @@ from them.
         sent.jsonl               0600, one email a line: {"t", "subject", "body", "context"?, "origin"}; append-only
         learned.safetensors      0600, the model fine-tuned on them (`learner.Learner`)
         learned.json             0600, what those weights are: the base weights' digest, steps, passes per email
+        sent_folder.json         0600, with --sent: how far the Sent folder was read (`sent_folder.py`)
     RUN_DIR/serve/learner.lock   0600, held (flock) by every learning server while it runs, and by `forget`
 
 Each email is one `os.write` of a whole line followed by `fsync`, so a kill loses at most the email being
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.data.mail.clean import CleanOptions, clean_body
+from seqlab.durable import atomic_write_bytes
 from seqlab.errors import UserError
 
 PERSONAL = "personal"
@@ -70,6 +72,40 @@ def own_words(body: str) -> str:
     """What the person wrote of an email body: the quoted original and the signature removed, by the cleaner
     `seqlab prepare` gives training mail (`clean_body` with its defaults)."""
     return clean_body(body, CleanOptions())
+
+
+def sent_digest(subject: str, body: str) -> str:
+    """Which email a stored one is, whoever stored it: a digest of its subject and cleaned body with every run of
+    white space made one space (a Sent folder's copy may wrap lines the compose box did not). Unlike
+    `SentEmail.key`, the time is not in it: the same email seen by the extension and in the Sent folder is one."""
+    text = " ".join(subject.split()) + "\n" + " ".join(body.split())
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+class NothingOwn(UserError):
+    """Nothing of the person's own is left of a sent email once the quoted original and signature are removed."""
+
+
+class TooLong(UserError):
+    """What the person wrote of a sent email is over the store's cap of one body."""
+
+
+def store_sent(store: PersonalStore, subject: str, body: str, context: str | None, origin: str,
+               max_body_bytes: int, skip: set[str] | frozenset[str] = frozenset()) -> tuple[int, str | None]:
+    """Keep one email the person sent, as every intake does (`/v1/sent`, the Sent folder): only its own words
+    (`own_words`), at most `max_body_bytes` of them; (emails stored, its `sent_digest`), or (emails stored,
+    None) without storing it when its digest is in `skip`. `NothingOwn`, `TooLong`, and the store's
+    `StoreFull` and `Forgotten`, each with nothing stored."""
+    own = own_words(body)
+    if not own.strip():
+        raise NothingOwn("nothing is left of the body once the quoted original and the signature are removed")
+    if len(own.encode("utf-8", "replace")) > max_body_bytes:
+        raise TooLong(f"the body is over {max_body_bytes // 1024} KiB once the quoted original and the signature "
+                      "are removed")
+    digest = sent_digest(subject, own)
+    if digest in skip:
+        return len(store), None
+    return store.append(subject, own, context, origin), digest
 
 
 class StoreFull(UserError):
@@ -156,6 +192,20 @@ class PersonalStore:
         """Every stored email in the order sent (torn or foreign lines skipped)."""
         with self._lock:
             return self._read()
+
+    def digests(self) -> set[str]:
+        """The `sent_digest` of every stored email."""
+        return {sent_digest(e.subject, e.body) for e in self.emails()}
+
+    def write_file(self, name: str, data: bytes) -> None:
+        """Replace folder/`name` (0600) atomically, creating the folder (0700) as `append` does; `Forgotten`
+        once the folder was deleted (nothing is then written back)."""
+        with self._lock:
+            if self.forgotten():
+                raise Forgotten(f"{self.folder} was deleted while this server ran (seqlab forget)")
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._hold()
+            atomic_write_bytes(self.folder / name, data, mode=0o600)
 
     def close(self) -> None:
         with self._lock:

@@ -41,7 +41,7 @@ from seqlab.serving.access import CALLER, AccessPolicy, Caller
 from seqlab.serving.credentials import is_extension_origin
 from seqlab.serving.engine import new_session_id
 from seqlab.serving.limits import error
-from seqlab.serving.personal import Forgotten, StoreFull, own_words
+from seqlab.serving.personal import Forgotten, NothingOwn, StoreFull, TooLong, store_sent
 from seqlab.serving.signing import b64, pairing_client_proof, pairing_secret, pairing_server_proof, unb64
 from seqlab.serving.state import ServerState, run_unless_gone
 from seqlab.serving.why import explain
@@ -172,8 +172,14 @@ async def health(request: Request) -> JSONResponse:
 
 
 def _learning(s: ServerState) -> dict[str, Any] | bool:
-    """False without --learn; else what the learner has done (emails stored, steps, swaps)."""
-    return s.learner.describe() if s.learner is not None else False
+    """False without --learn; else what the learner has done (emails stored, steps, swaps), and with --sent
+    how the Sent folder is read."""
+    if s.learner is None:
+        return False
+    out = s.learner.describe()
+    if s.sent_folder is not None:
+        out["sent_folder"] = s.sent_folder.describe()
+    return out
 
 
 @router.post("/v1/complete", response_model=CompleteResponse,
@@ -275,16 +281,14 @@ async def sent(req: SentRequest, request: Request) -> Any:
     if wait:
         return error(429, f"more than {settings.sent_burst} emails sent lately; nothing was stored, try again in "
                      f"{wait} s", retry_after=wait)
-    body = await asyncio.to_thread(own_words, req.body)  # linear regex scans, but up to 64 KiB: off the loop
-    if not body.strip():
-        return error(422, "nothing is left of the body once the quoted original and the signature are removed; "
-                     "nothing was stored", field="body")
-    if len(body.encode("utf-8", "replace")) > settings.max_body_bytes:
-        return error(413, f"the body is over {settings.max_body_bytes // 1024} KiB once the quoted original and the "
-                     "signature are removed; nothing was stored", field="body")
     context = req.context if req.context and s.engine.reads_context else None  # kept only where it is learned
-    try:  # fsync: off the loop
-        count = await asyncio.to_thread(personal.append, req.subject, body, context, origin)
+    try:  # cleaning (linear regex scans, but up to 64 KiB) and fsync: off the loop
+        count, _ = await asyncio.to_thread(store_sent, personal, req.subject, req.body, context, origin,
+                                           settings.max_body_bytes)
+    except NothingOwn as exc:
+        return error(422, f"{exc}; nothing was stored", field="body")
+    except TooLong as exc:
+        return error(413, f"{exc}; nothing was stored", field="body")
     except StoreFull as exc:
         return error(507, f"{exc}; nothing was stored (`seqlab forget` empties it)")
     except Forgotten as exc:

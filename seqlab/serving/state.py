@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
@@ -25,6 +25,9 @@ from seqlab.serving.limits import RateLimit
 from seqlab.serving.login_codes import LoginCodes
 from seqlab.serving.personal import LearnerLock, PersonalStore
 from seqlab.serving.sessions import MAX_SESSION_BYTES
+
+if TYPE_CHECKING:  # the mail reader loads only for a server given --sent
+    from seqlab.serving.sent_folder import SentFolder, SentSource
 
 
 @dataclass
@@ -53,6 +56,10 @@ class ServerConfig:
     # the run's learning lock, already held (`seqlab serve` takes it before it binds, so a second learning
     # server is refused with a sentence); None: the app takes it itself when it starts learning
     learn_lock: LearnerLock | None = field(default=None, repr=False)
+    # --sent: the person's Sent folder, opened (logged into) by `seqlab serve`, read every `sent_every_s`
+    # seconds while learning (`sent_folder.py`)
+    sent: SentSource | None = field(default=None, repr=False)
+    sent_every_s: float = 30.0
     phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
     phrase_weight: float = 0.3
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
@@ -78,6 +85,7 @@ class ServerState:
     learner: Learner | None = None
     personal: PersonalStore | None = None
     sent_rate: RateLimit | None = None  # /v1/sent's per-caller rate (under --learn)
+    sent_folder: SentFolder | None = None  # what reads the Sent folder (with --sent)
     learn_lock: LearnerLock | None = None  # the learning lock this app took itself (released when it stops)
     last_request: float = field(default_factory=time.monotonic)  # when a model request last came in
 

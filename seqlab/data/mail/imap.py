@@ -153,6 +153,28 @@ class ImapSource(FoundItems):
         folders = {name: {"uidvalidity": s.uidvalidity, "last_uid": s.last_uid} for name, s in self.states.items()}
         return {"folders": folders}
 
+    def newest(self) -> dict[str, Any]:
+        """A `state()` as if every message now in the folders had been read (per folder its UIDVALIDITY and
+        UIDNEXT - 1, asked with STATUS, nothing downloaded): `items` of it yields only mail that arrives later."""
+        conn = self._conn or self._connect()
+        self._conn = conn  # kept for the next `items`, which logs out
+        folders = {}
+        for folder in self.url.folders:
+            try:
+                typ, data = conn.status(quote_mailbox(folder), "(UIDVALIDITY UIDNEXT)")
+                text = _text(data)
+                v, n = re.search(r"UIDVALIDITY (\d+)", text), re.search(r"UIDNEXT (\d+)", text)
+                if typ != "OK" or v is None or n is None:
+                    raise _Malformed(text)
+            except (imaplib.IMAP4.abort, OSError) as exc:
+                self._conn = None
+                _drop(conn)
+                raise self._lost(folder, exc, 0) from None
+            except (imaplib.IMAP4.error, _Malformed) as exc:
+                raise UserError(f"{self.where} sent a malformed reply about {folder!r} ({self._say(exc)}).") from None
+            folders[folder] = {"uidvalidity": int(v.group(1)), "last_uid": max(0, int(n.group(1)) - 1)}
+        return {"folders": folders}
+
     def close(self) -> None:
         """Log out, when the items were never read (reading them logs out at the end)."""
         if self._conn is not None:
@@ -188,7 +210,7 @@ class ImapSource(FoundItems):
             raise UserError(f"{self.where} did not answer within {o.timeout_s:g} s.") from None
         except OSError as exc:
             raise UserError(f"Cannot connect to {self.where} ({exc.strerror or type(exc).__name__}).") from None
-        except (imaplib.IMAP4.error, _Malformed) as exc:
+        except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:  # ValueError: imaplib decodes replies as ASCII
             raise UserError(f"{self.where} did not greet as an IMAP server ({self._say(exc)}).") from None
         conn.debug = 0  # imaplib's debug output would print the LOGIN line, password included
         self._login(conn)
@@ -211,7 +233,7 @@ class ImapSource(FoundItems):
             how = "token" if o.oauth2 else "password"
             raise UserError(f"{self.where} refused the login of {u.user} (wrong user or {how}?): "
                             f"{redact(_text(exc), secret)}.") from None
-        except (OSError, _Malformed) as exc:
+        except (OSError, _Malformed, ValueError) as exc:
             raise UserError(f"The connection to {self.where} failed while logging in "
                             f"({redact(_text(exc), secret)}).") from None
 
@@ -255,7 +277,7 @@ class ImapSource(FoundItems):
             typ, data = conn.status(quote_mailbox(folder), "(UIDVALIDITY)")
         except (imaplib.IMAP4.abort, OSError) as exc:
             raise self._lost(folder, exc, 0) from None
-        except (imaplib.IMAP4.error, _Malformed) as exc:
+        except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:
             typ, data = "NO", [self._say(exc)]
         if typ != "OK":
             raise UserError(f"The folder {folder!r} cannot be opened on {self.where} (does it exist?): "
@@ -369,7 +391,7 @@ def _logout(conn: imaplib.IMAP4) -> None:
         return
     try:
         conn.logout()
-    except (OSError, imaplib.IMAP4.error, _Malformed):
+    except (OSError, imaplib.IMAP4.error, _Malformed, ValueError):
         pass
 
 
