@@ -73,9 +73,10 @@ def wait(predicate, seconds: float = 60.0) -> None:  # type: ignore[no-untyped-d
         time.sleep(0.05)
 
 
-def imap_config(run: Path, server: Dovecot, monkeypatch: pytest.MonkeyPatch) -> ServerConfig:
+def imap_config(run: Path, server: Dovecot, monkeypatch: pytest.MonkeyPatch, folder: str = "Sent") -> ServerConfig:
     monkeypatch.setenv("SEQLAB_IMAP_PASSWORD", PASSWORD)
-    sent = open_sent_source(f"imaps://{USER}@127.0.0.1:{server.port}/Sent", ImapOptions(ca_file=str(server.ca_file)))
+    sent = open_sent_source(f"imaps://{USER}@127.0.0.1:{server.port}/{folder}",
+                            ImapOptions(ca_file=str(server.ca_file)))
     monkeypatch.delenv("SEQLAB_IMAP_PASSWORD")  # asked once: the server never reads it again
     return ServerConfig(run, min_confidence=0.0, log_dir=run / "serve", learn=True, learn_settings=SETTINGS,
                         sent=sent, sent_every_s=EVERY)
@@ -117,6 +118,30 @@ def test_new_mail_in_the_imap_sent_folder_is_learned_once_and_a_restart_reads_on
     done = subprocess.run([sys.executable, "-m", "seqlab", "forget", str(run)], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0 and f"{PERSONAL}/{POSITION}" in done.stdout and not (run / PERSONAL).exists()
+
+
+def test_a_lost_folder_is_reported_and_a_new_uidvalidity_brings_back_no_old_mail(
+        server: Dovecot, run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder deleted under a running server, then made again (as a server migration does: a new
+    UIDVALIDITY): /health says what failed meanwhile, the server goes on, and the folder read again whole
+    stores only the one new email, neither the old mail nor what was stored before the reset again."""
+    server.append("Moved", [OLD])
+    with ready_client(imap_config(run, server, monkeypatch, "Moved")) as client:
+        wait(lambda: polled(client)["last_poll"] is not None)
+        server.append("Moved", [message(*FROM_PHONE)])
+        wait(lambda: len(stored(run)) == 1)
+        conn = server.client()
+        try:
+            assert conn.delete("Moved")[0] == "OK"
+        finally:
+            conn.logout()
+        wait(lambda: polled(client)["error"] is not None)
+        assert "Moved" in polled(client)["error"] and PASSWORD not in polled(client)["error"]
+        assert client.get("/health").json()["status"] == "ok"
+        server.append("Moved", [OLD, message(*FROM_PHONE), message(*AFTER_RESTART)])
+        wait(lambda: polled(client)["error"] is None and len(stored(run)) == 2, seconds=120)
+        assert polled(client)["duplicates"] == 1
+    assert [e["subject"] for e in stored(run)] == [FROM_PHONE[0], AFTER_RESTART[0]]
 
 
 def test_a_local_sent_mbox_appended_to_is_learned(run: Path, tmp_path: Path) -> None:
