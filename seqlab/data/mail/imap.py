@@ -62,6 +62,7 @@ BATCH_BYTES = 8 << 20  # ... and about this many bytes of mail per batch (one la
 SIZE_WINDOW = 1000  # messages per FETCH of UIDs and sizes
 _UID = re.compile(rb"\bUID (\d+)")
 _SIZE = re.compile(rb"\bRFC822\.SIZE (\d+)")
+_MAX_UID = 0xFFFFFFFF  # UIDs and RFC822.SIZE are 32-bit numbers (RFC 3501); kept in arrays of 64-bit ones
 
 
 def _fetch_cap() -> int:
@@ -311,6 +312,8 @@ class ImapSource(FoundItems):
                     raise _Malformed("a literal where sizes were expected")
                 uid, size = _UID.search(line or b""), _SIZE.search(line or b"")
                 if uid and size and int(uid.group(1)) > start:
+                    if int(uid.group(1)) > _MAX_UID or int(size.group(1)) > _MAX_UID:
+                        raise _Malformed("a UID or size beyond 32 bits")
                     pairs[int(uid.group(1))] = int(size.group(1))
         ordered = sorted(pairs)
         return uidvalidity, array("Q", ordered), array("Q", (pairs[u] for u in ordered))
