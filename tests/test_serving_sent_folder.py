@@ -7,6 +7,7 @@ server reads on from where it was; the password is in no file of the run and not
 from __future__ import annotations
 
 import json
+import mailbox
 import shutil
 import subprocess
 import sys
@@ -155,6 +156,18 @@ def test_a_local_sent_mbox_appended_to_is_learned(run: Path, tmp_path: Path) -> 
             f.write(ENVELOPE + message(*FROM_PHONE) + b"\n")
         wait(lambda: len(stored(run)) == 1)
     assert [(e["subject"], e["origin"]) for e in stored(run)] == [(FROM_PHONE[0], f"file:{mbox.resolve()}")]
+
+
+def test_a_new_empty_sent_maildir_is_watched_and_its_new_mail_learned(run: Path, tmp_path: Path) -> None:
+    maildir = mailbox.Maildir(tmp_path / "Sent", create=True)  # no mail yet: a folder just made
+    config = ServerConfig(run, min_confidence=0.0, log_dir=run / "serve", learn=True, learn_settings=SETTINGS,
+                          sent=open_sent_source(str(tmp_path / "Sent")), sent_every_s=EVERY)
+    with ready_client(config) as client:
+        wait(lambda: polled(client)["last_poll"] is not None)
+        maildir.add(message(*FROM_PHONE))
+        wait(lambda: len(stored(run)) == 1)
+        assert polled(client)["error"] is None
+    assert stored(run)[0]["subject"] == FROM_PHONE[0]
 
 
 def serve(run: Path, *args: str, password: str = PASSWORD) -> subprocess.CompletedProcess:

@@ -64,7 +64,10 @@ class SentSource:
         """The source's state with everything now in it taken as read."""
         if isinstance(self.source, ImapSource):
             return self.source.newest()
-        for _ in self.source.items(None):  # a local file: read through once (only at a first start)
+        try:
+            for _ in self.source.items(None):  # a local file: read through once (only at a first start)
+                pass
+        except UserError:  # an empty Maildir (a new Sent folder): its state says so, which is all we need
             pass
         return self.source.state()
 

@@ -164,6 +164,7 @@ class ImapSource(FoundItems):
             try:
                 typ, data = conn.status(quote_mailbox(folder), "(UIDVALIDITY UIDNEXT)")
                 text = _text(data)
+                text = text[text.rfind("("):]  # the attributes, after the folder's name (which may hold anything)
                 v, n = re.search(r"UIDVALIDITY (\d+)", text), re.search(r"UIDNEXT (\d+)", text)
                 if typ != "OK" or v is None or n is None:
                     raise _Malformed(text)
