@@ -35,16 +35,23 @@ notebooks: venv
 bench: venv
 	$(VENV)/bin/seqlab bench --out out/bench $(BENCH_ARGS)
 
-# Coverage-guided fuzzing of the mail reader (atheris, tests/fuzz_mail.py) for FUZZ_SECONDS, on a corpus kept
-# under out/fuzz/mail/ between runs. A failing input lands in out/fuzz/mail/artifacts/: copy it into
-# tests/fuzz_corpus/mail/ (the replay test runs every file there) and fix the reader.
-FUZZ_SECONDS ?= 600
-FUZZ_DIR     ?= out/fuzz/mail
+# Coverage-guided fuzzing (atheris): the mail reader (tests/fuzz_mail.py), then what the IMAP source parses from a
+# server (tests/fuzz_imap.py), one after the other on one core, each to FUZZ_RUNS executions or FUZZ_SECONDS,
+# whichever comes first, on a corpus kept under out/fuzz/<target>/ between runs. A failing input lands in
+# out/fuzz/<target>/artifacts/: copy it into tests/fuzz_corpus/<target>/ (the replay tests run every file there)
+# and fix the reader. The mail target is the slow one (large "pumped" messages): 1M runs take about an hour.
+FUZZ_RUNS    ?= 1000000
+FUZZ_SECONDS ?= 5400
+FUZZ_DIR     ?= out/fuzz
+FUZZ_FLAGS    = -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1
 fuzz: venv
-	mkdir -p $(FUZZ_DIR)/corpus $(FUZZ_DIR)/artifacts
-	$(PY) tests/fuzz_mail.py --write-seeds $(FUZZ_DIR)/seeds
-	$(PY) tests/fuzz_mail.py -max_total_time=$(FUZZ_SECONDS) -timeout=30 -max_len=16384 -print_final_stats=1 \
-		-artifact_prefix=$(FUZZ_DIR)/artifacts/ $(FUZZ_DIR)/corpus $(FUZZ_DIR)/seeds tests/fuzz_corpus/mail
+	set -e; for t in mail:16384 imap:4096; do name=$${t%%:*}; \
+		mkdir -p $(FUZZ_DIR)/$$name/corpus $(FUZZ_DIR)/$$name/artifacts; \
+		$(PY) tests/fuzz_$$name.py --write-seeds $(FUZZ_DIR)/$$name/seeds; \
+		$(PY) tests/fuzz_$$name.py $(FUZZ_FLAGS) -timeout=30 -max_len=$${t#*:} \
+			-artifact_prefix=$(FUZZ_DIR)/$$name/artifacts/ $(FUZZ_DIR)/$$name/corpus $(FUZZ_DIR)/$$name/seeds \
+			tests/fuzz_corpus/$$name; \
+	done
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
