@@ -98,6 +98,9 @@ def test_new_mail_in_the_imap_sent_folder_is_learned_once_and_a_restart_reads_on
         server.append("Sent", [message(*BY_EXTENSION), message(*FROM_PHONE)])
         wait(lambda: len(stored(run)) == 2 and polled(client)["duplicates"] == 1)
         wait(lambda: client.get("/health").json()["learning"]["learned_emails"] == 2)
+        # the extension sending an email the folder gave first: not stored again either
+        again = client.post("/v1/sent", json={"subject": FROM_PHONE[0], "body": FROM_PHONE[1]})
+        assert again.status_code == 200 and again.json()["stored"] is False and len(stored(run)) == 2
         health = client.get("/health").text
         assert polled(client)["error"] is None and polled(client)["source"] == origin
     assert [(e["subject"], e["origin"]) for e in stored(run)] == [(BY_EXTENSION[0], "person"),

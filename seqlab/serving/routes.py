@@ -12,7 +12,8 @@
     GET    /v1/stats      acceptance rate and latency percentiles since start
     POST   /v1/sent       {subject, body, context?}: an email the person finished; kept (what they wrote of
                           it) and learned from only under --learn (409 otherwise: without it the server
-                          stores no text); capped in size (413), rate (429) and store size (507)
+                          stores no text); capped in size (413), rate (429) and store size (507); one
+                          already read from the Sent folder (--sent) is not stored again ({"stored": false})
     POST   /v1/pair/challenge   from a browser extension -> {nonce}: a one-time nonce to pair over
     POST   /v1/pair       {name, server_nonce, client_nonce, proof}: a browser extension proves it holds the
                           pasted secret -> {id, origin, proof}, the server's proof back (`signing.py`)
@@ -282,9 +283,14 @@ async def sent(req: SentRequest, request: Request) -> Any:
         return error(429, f"more than {settings.sent_burst} emails sent lately; nothing was stored, try again in "
                      f"{wait} s", retry_after=wait)
     context = req.context if req.context and s.engine.reads_context else None  # kept only where it is learned
-    try:  # cleaning (linear regex scans, but up to 64 KiB) and fsync: off the loop
-        count, _ = await asyncio.to_thread(store_sent, personal, req.subject, req.body, context, origin,
-                                           settings.max_body_bytes)
+    folder = s.sent_folder
+
+    def intake() -> tuple[int, str | None]:  # an email read from the Sent folder first is not stored again
+        return store_sent(personal, req.subject, req.body, context, origin, settings.max_body_bytes,
+                          skip=folder.kept() if folder is not None else frozenset())
+
+    try:  # cleaning (linear regex scans, but up to 64 KiB), reading the store, fsync: off the loop
+        count, digest = await asyncio.to_thread(intake)
     except NothingOwn as exc:
         return error(422, f"{exc}; nothing was stored", field="body")
     except TooLong as exc:
@@ -293,6 +299,8 @@ async def sent(req: SentRequest, request: Request) -> Any:
         return error(507, f"{exc}; nothing was stored (`seqlab forget` empties it)")
     except Forgotten as exc:
         return error(409, f"{exc}; nothing was stored")
+    if digest is None:
+        return {"stored": False, "emails": count, "duplicate": "already read from the Sent folder"}
     learner.notify()
     return {"stored": True, "emails": count}
 

@@ -11,7 +11,8 @@ starts, before it binds: the password is asked for then (or taken from SEQLAB_IM
 part), parses each message with prepare's reader (`parse_message`) and keeps what the person wrote through
 `/v1/sent`'s intake (`personal.store_sent`: the same cleaning and caps), with the origin "imap:HOST/FOLDER"
 or "file:PATH", then wakes the learner. An email already stored (the extension sent it first, or a folder
-read again) is recognised by `personal.sent_digest` and not stored twice.
+read again) is recognised by `personal.sent_digest` and not stored twice; nor does `/v1/sent` store again an
+email this thread stored first (`kept`).
 
 Only mail sent from now on is learned: at its first start on a source the thread takes the folder's newest
 message as read (IMAP: UIDNEXT, nothing downloaded; a file: read through once, nothing kept), so thousands of
@@ -44,7 +45,7 @@ from seqlab.data.mail.imap_url import parse_imap_url
 from seqlab.data.mail.reader import parse_message
 from seqlab.data.prepare.ledger import FileSource, TrackedSource
 from seqlab.errors import UserError
-from seqlab.serving.personal import Forgotten, NothingOwn, PersonalStore, StoreFull, TooLong, store_sent
+from seqlab.serving.personal import Forgotten, NothingOwn, PersonalStore, StoreFull, TooLong, sent_digest, store_sent
 
 __all__ = ["POSITION", "SentFolder", "SentSource", "open_sent_source"]
 
@@ -108,6 +109,7 @@ class SentFolder:
         self.duplicates = 0
         self.skipped = 0  # unreadable, empty, old, or nothing of the person's own
         self._position: dict[str, Any] | None = None
+        self._kept: set[str] | None = None  # digests of the emails stored from this source
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -120,6 +122,13 @@ class SentFolder:
         if self._thread is not None:
             self._thread.join(timeout)
         self.sent.close()
+
+    def kept(self) -> set[str]:
+        """The `sent_digest`s of the emails stored from this source (read from the store once): `/v1/sent`
+        stores none of them again, as this thread stores none of what the extension sent."""
+        if self._kept is None:
+            self._kept = {sent_digest(e.subject, e.body) for e in self.store.emails() if e.origin == self.sent.origin}
+        return self._kept
 
     def describe(self) -> dict[str, Any]:
         return {"source": self.sent.origin, "every_s": self.every_s, "last_poll": self.last_poll,
@@ -170,6 +179,7 @@ class SentFolder:
                 self.duplicates += 1
                 continue
             stored.add(digest)
+            self.kept().add(digest)
             self.stored += 1
             new += 1
         position = {**position, "state": self.sent.source.state()}
