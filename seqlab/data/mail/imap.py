@@ -291,11 +291,11 @@ class ImapSource(FoundItems):
         if typ != "OK":
             raise UserError(f"The folder {folder!r} cannot be opened on {self.where} (does it exist?): "
                             f"{self._say(data)}.")
-        if not data or not data[0]:
+        if not data or not isinstance(data[0], bytes) or not data[0]:  # a literal comes as a tuple
             raise _Malformed("no EXISTS count")
         exists = int(data[0])
         _, found = conn.response("UIDVALIDITY")
-        if not found or found[0] is None:
+        if not found or not isinstance(found[-1], bytes):
             raise _Malformed("no UIDVALIDITY")
         uidvalidity = int(found[-1])
         before = self.since.get(folder)
