@@ -295,7 +295,8 @@ class ImapSource(FoundItems):
             raise _Malformed("no EXISTS count")
         exists = int(data[0])
         _, found = conn.response("UIDVALIDITY")
-        if not found or not isinstance(found[-1], bytes):
+        if not found or not isinstance(found[-1], bytes) or not found[-1].isdigit() \
+                or not 0 < int(found[-1]) <= _MAX_UID:  # 32 bits, not 0 (RFC 3501), and never negative
             raise _Malformed("no UIDVALIDITY")
         uidvalidity = int(found[-1])
         before = self.since.get(folder)
