@@ -15,7 +15,7 @@ last UID 2; bit 2: two folders, INBOX and Sent); the rest is the stream.
 - raises anything but `UserError` (its one-sentence error for a malformed reply or a lost connection);
 - says the password in an error;
 - yields what it never should: a label not of the URL, a body over the reader's cap, a skip reason other
-  than "too_large" and "vanished", or a negative UIDVALIDITY or last UID.
+  than "too_large" and "vanished", or a UIDVALIDITY not above 0 or a negative last UID.
 
 Memory stays bounded by the input (a literal is read only as far as the stream goes; an announced one larger
 than any message is refused first): libFuzzer's -rss_limit_mb checks it.
@@ -102,7 +102,7 @@ def _check_items(source: ImapSource, items: Iterator[tuple[str, bytes | str]], f
         elif len(raw) > mime.MAX_MESSAGE_BYTES:
             raise FuzzFailure(f"a body of {len(raw)} bytes, over the reader's cap")
     for state in source.states.values():
-        if type(state.uidvalidity) is not int or state.uidvalidity < 0 or state.last_uid < 0:
+        if type(state.uidvalidity) is not int or state.uidvalidity <= 0 or state.last_uid < 0:
             raise FuzzFailure(f"state {state!r}")
 
 
