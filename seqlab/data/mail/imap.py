@@ -172,7 +172,7 @@ class ImapSource(FoundItems):
                 self._conn = None
                 _drop(conn)
                 raise self._lost(folder, exc, 0) from None
-            except (imaplib.IMAP4.error, _Malformed) as exc:
+            except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:  # ValueError: replies decoded as ASCII
                 raise UserError(f"{self.where} sent a malformed reply about {folder!r} ({self._say(exc)}).") from None
             folders[folder] = {"uidvalidity": int(v.group(1)), "last_uid": max(0, int(n.group(1)) - 1)}
         return {"folders": folders}
