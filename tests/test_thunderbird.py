@@ -19,7 +19,8 @@ from mail_samples import corpus_messages, mail
 import seqlab
 from seqlab.api.data import thunderbird
 from seqlab.cli.main import main
-from seqlab.data.mail.thunderbird import Profile, find_profile, is_expunged, profile_roots, read_profiles
+from seqlab.data.mail.thunderbird import is_expunged
+from seqlab.data.mail.thunderbird_profiles import Profile, find_profile, profile_roots, read_profiles
 from seqlab.errors import UserError
 
 TB_ENVELOPE = b"From - Mon Jan  8 09:00:00 2024"
