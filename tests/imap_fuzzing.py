@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mail_fuzzing import kept_files, write_inputs
+
 from seqlab.data.mail import imap, mime
 from seqlab.data.mail.imap import FolderState, ImapSource
 from seqlab.data.mail.imap_auth import ENV_PASSWORD, ENV_TOKEN, ImapOptions
@@ -171,12 +173,8 @@ def seed_inputs() -> dict[str, bytes]:
 
 
 def write_seeds(directory: Path) -> int:
-    directory.mkdir(parents=True, exist_ok=True)
-    seeds = seed_inputs()
-    for name, data in seeds.items():
-        (directory / name).write_bytes(data)
-    return len(seeds)
+    return write_inputs(directory, seed_inputs())
 
 
 def regression_files() -> list[Path]:
-    return sorted(p for p in REGRESSION_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
+    return kept_files(REGRESSION_DIR)

@@ -273,14 +273,23 @@ def seed_inputs() -> dict[str, bytes]:
     return seeds
 
 
+def write_inputs(directory: Path, inputs: dict[str, bytes]) -> int:
+    """Write `inputs` into `directory` (one file each, named by its key); return how many."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in inputs.items():
+        (directory / name).write_bytes(data)
+    return len(inputs)
+
+
+def kept_files(directory: Path) -> list[Path]:
+    """The inputs kept in a fuzz corpus folder of the repo (hidden files aside), in name order."""
+    return sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
 def write_seeds(directory: Path) -> int:
     """Write `seed_inputs()` into `directory` (one file each); return how many."""
-    directory.mkdir(parents=True, exist_ok=True)
-    seeds = seed_inputs()
-    for name, data in seeds.items():
-        (directory / name).write_bytes(data)
-    return len(seeds)
+    return write_inputs(directory, seed_inputs())
 
 
 def regression_files() -> list[Path]:
-    return sorted(p for p in REGRESSION_DIR.iterdir() if p.is_file() and not p.name.startswith("."))
+    return kept_files(REGRESSION_DIR)
