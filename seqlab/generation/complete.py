@@ -68,6 +68,11 @@ class Completion:
     # P(first k words), k = 1..len(words): the probability of each prefix of the suggestion as a phrase,
     # non-increasing; word_confidences[0] == confidence. Empty when nothing is suggested.
     word_confidences: list[float] = field(default_factory=list)
+    # where it came from: "model" (the network), "memory" (the person's own earlier mail, `origin` naming
+    # the email) or "reply" (the message being answered); the why panel and the saved-characters counts
+    # report each source apart
+    source: str = "model"
+    origin: str | None = None
 
     @property
     def words(self) -> list[str]:
