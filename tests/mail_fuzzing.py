@@ -13,6 +13,13 @@ exception) when the message
 - grows super-linearly: doubling the repeated part of a pumped input (below) takes over SUPERLINEAR_RATIO
   times as long, measured only when the larger message takes at least MIN_TIMED_SECONDS.
 
+A pumped input is first read at its small size (PUMP_BYTES, 4-32 KB); the pair is read again LARGE_FACTOR
+times larger (32-256 KB, and twice that) only when the small pair already grew faster than SUPERLINEAR_RATIO
+(too fast to be a verdict there) or for one input in SAMPLE_EVERY (chosen by a digest of the input, so a
+replay repeats it). Quadratic work shows its ratio at any size, so the small pair finds it; the sample keeps
+costs that only dominate at hundreds of KB in view. This keeps a pumped input near the cost of a dozen plain
+ones instead of about a hundred, so a run of 1M executions fits in under an hour on one core.
+
 Times are CPU seconds of this process (`time.process_time`), not wall-clock, with the garbage collector
 paused: the machines running the tests are shared, and neither another process holding the CPU nor a full
 collection of whatever else this process holds (a fuzzer's heap) may make a message look slow.
@@ -20,7 +27,7 @@ collection of whatever else this process holds (a fuzzer's heap) may make a mess
 Input format, so that a few bytes can describe a large message:
 
     byte 0   flags: bit 0 keep_quotes, bit 1 keep_signatures, bit 2 mask_pii; values 8-15 mean pumped
-             (rare among random bytes: a pumped input costs about a hundred plain ones)
+             (rare among random bytes: a pumped input costs about a dozen plain ones)
     plain    the rest is the raw message
     pumped   2 + 2 bytes (big-endian): lengths of a prefix and a pump; 1 byte: scale (its top two bits s);
              then prefix, pump, and the rest as suffix. The message is prefix + pump * k + suffix, with k
@@ -33,6 +40,7 @@ import gc
 import random
 import struct
 import time
+import zlib
 from pathlib import Path
 
 from seqlab.data.mail import extract, reader
@@ -48,8 +56,9 @@ MAX_SECONDS_PER_MESSAGE = 2.0  # ordinary mail takes about a millisecond; blow-u
 # part costs more than linear time (cache effects on linear code stay near 2-2.5x).
 SUPERLINEAR_RATIO = 3.0
 MIN_TIMED_SECONDS = 0.005  # below this, timer resolution and scheduling noise swamp the ratio
-PUMP_BYTES = 32 * 1024  # the smaller pumped message at scale 0; at most 8x this, and the larger twice that:
-# both below the 2 MiB cap
+PUMP_BYTES = 4 * 1024  # the smaller pumped message at scale 0; at most 8x this, and the larger twice that
+LARGE_FACTOR = 8  # the larger pair: 32 KB to 256 KB, and twice that, both below the 2 MiB cap
+SAMPLE_EVERY = 16  # one pumped input in this many also reads the larger pair, whatever the small one showed
 _PUMPED = 8
 _PUMP_HEADER = struct.Struct(">HHB")
 FILE_REASONS = frozenset(("hidden_file", "hidden_dir", "not_mail_file", "not_a_file", "unreadable", "csv_error",
@@ -90,8 +99,13 @@ def pumped_input(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions =
     return bytes([flags_of(opts) | _PUMPED]) + header + prefix + pump + suffix
 
 
-def pump_reps(prefix: bytes, pump: bytes, suffix: bytes, scale: int = 0) -> int:
-    return max(1, ((PUMP_BYTES << scale) - len(prefix) - len(suffix)) // max(1, len(pump)))
+def pump_reps(prefix: bytes, pump: bytes, suffix: bytes, scale: int = 0, factor: int = 1) -> int:
+    return max(1, ((PUMP_BYTES * factor << scale) - len(prefix) - len(suffix)) // max(1, len(pump)))
+
+
+def sampled(data: bytes) -> bool:
+    """Whether this pumped input is one of the SAMPLE_EVERY whose larger pair is always read."""
+    return zlib.crc32(data) % SAMPLE_EVERY == 0
 
 
 # ---------------------------------------------------------------- checks
@@ -182,14 +196,22 @@ def _best_time(raw: bytes, opts: CleanOptions, tries: int = 3) -> float:
     return min(_timed_parse(raw, opts)[0] for _ in range(tries))
 
 
-def check_pumped(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, scale: int = 0) -> None:
-    """prefix + pump * k + suffix and the same with 2k (2k and 4k when their outcomes differ): all checked, and
-    the larger at most SUPERLINEAR_RATIO times slower when it is large enough to time; a pair that is slower
-    fails only if 4k is also more than SUPERLINEAR_RATIO**2 times slower than k (`_still_superlinear`)."""
+def check_pumped(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, scale: int = 0,
+                 sample: bool = False) -> None:
+    """The pumped messages at the small size; at LARGE_FACTOR times that too when the small pair grew too
+    fast to be linear but too quickly to time, or when `sample` is set (module docstring)."""
     if not pump:
         check_message(prefix + suffix, opts)
         return
-    k = pump_reps(prefix, pump, suffix, scale)
+    if _check_pair(prefix, pump, suffix, opts, pump_reps(prefix, pump, suffix, scale)) or sample:
+        _check_pair(prefix, pump, suffix, opts, pump_reps(prefix, pump, suffix, scale, LARGE_FACTOR))
+
+
+def _check_pair(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, k: int) -> bool:
+    """prefix + pump * k + suffix and the same with 2k (2k and 4k when their outcomes differ): all checked, and
+    the larger at most SUPERLINEAR_RATIO times slower when it is large enough to time; a pair that is slower
+    fails only if 4k is also more than SUPERLINEAR_RATIO**2 times slower than k (`_still_superlinear`).
+    Returns whether the pair grew faster than SUPERLINEAR_RATIO while too quick to time (a hint to look larger)."""
     small, big = prefix + pump * k + suffix, prefix + pump * (2 * k) + suffix
     (t_small, small_outcome), (t_big, big_outcome) = (check_message(m, opts, worker=False) for m in (small, big))
     if small_outcome != big_outcome:  # a threshold lies between them (a cap, a heuristic): compare the next pair
@@ -197,15 +219,18 @@ def check_pumped(prefix: bytes, pump: bytes, suffix: bytes, opts: CleanOptions, 
         big = prefix + pump * (2 * k) + suffix
         t_big, outcome = check_message(big, opts, worker=False)
         if outcome != big_outcome:
-            return
-    if t_big < MIN_TIMED_SECONDS or t_big <= SUPERLINEAR_RATIO * t_small:
-        return
+            return False
+    if t_big <= SUPERLINEAR_RATIO * t_small:
+        return False
+    if t_big < MIN_TIMED_SECONDS:
+        return True
     # One slow timing can be a hiccup (a cold cache, an interrupt): decide on the best of three each.
     t_small, t_big = min(t_small, _best_time(small, opts)), min(t_big, _best_time(big, opts))
     if t_big >= MIN_TIMED_SECONDS and t_big > SUPERLINEAR_RATIO * t_small and _still_superlinear(
             prefix + pump * (4 * k) + suffix, big_outcome, t_small, opts):
         raise FuzzFailure("superlinear", f"{len(small)} bytes took {t_small * 1e3:.1f} ms, {len(big)} bytes took "
                           f"{t_big * 1e3:.1f} ms (pump {pump[:40]!r} x {k} -> x {2 * k})")
+    return False
 
 
 def _still_superlinear(huge: bytes, outcome: str, t_small: float, opts: CleanOptions) -> bool:
@@ -229,7 +254,8 @@ def run_input(data: bytes) -> None:
         return
     n_prefix, n_pump, scale = _PUMP_HEADER.unpack_from(rest)
     body = rest[_PUMP_HEADER.size:]
-    check_pumped(body[:n_prefix], body[n_prefix:n_prefix + n_pump], body[n_prefix + n_pump:], opts, scale >> 6)
+    check_pumped(body[:n_prefix], body[n_prefix:n_prefix + n_pump], body[n_prefix + n_pump:], opts, scale >> 6,
+                 sampled(data))
 
 
 # ---------------------------------------------------------------- seeds and the regression corpus
