@@ -4,8 +4,8 @@ The log is `LOG_DIR/events.jsonl`, one JSON object per line, appended and flushe
 killed server loses at most the line it was writing, and a restarted one adds to the same history:
 
     {"id": "c41", "kind": "completion", "latency_ms": 18.4, "shown": true, "confidence": 0.62, "words": 3}
-    {"id": "c41", "kind": "shown", "accepted_chars": 0}
-    {"id": "c41", "kind": "accepted", "accepted_chars": 14}
+    {"id": "c41", "kind": "shown", "accepted_chars": 0, "typed_through_chars": 0}
+    {"id": "c41", "kind": "accepted", "accepted_chars": 14, "typed_through_chars": 3}
 
 Lines carry no time unless the log is opened with `timestamps=True` (`serve --learn`, where the person
 chose to keep their writing): when each suggestion was asked for is when the person typed, a diary of
@@ -15,11 +15,18 @@ A "completion" line is the server's answer (`shown`: it was non-empty, i.e. abov
 "accepted" and "dismissed" are what the page reports back about that answer. `replay` reads a log back
 into a `ServingStats`, so figures can be recomputed offline from the same lines.
 
+Characters are counted as the evaluation counts them (`seqlab.evaluation.saved_chars`): `accepted_chars`
+are those the page inserted for the writer (Tab, Ctrl+Right), the characters a suggestion saved;
+`typed_through_chars` are those the writer typed by hand while the suggestion showed them (the ghost
+shrank, nothing was saved). A suggestion typed out wholly by hand is therefore "dismissed", not
+"accepted": the page reports "accepted" only once all of it is in and some of it was inserted. Lines
+written before the split have no `typed_through_chars` and replay with 0.
+
 `ServingStats` counts since start, under a lock: completions, suggestions shown (completions with a
 non-empty suggestion), suggestions the page displayed ("shown" events), accepted, dismissed, accepted
-characters, requests refused because the queue was full, and latency percentiles over the newest `window`
-completions. The acceptance rate is accepted / shown, the server's own count of what it offered, which
-does not depend on the page reporting every display.
+characters, typed-through characters, requests refused because the queue was full, and latency
+percentiles over the newest `window` completions. The acceptance rate is accepted / shown, the server's
+own count of what it offered, which does not depend on the page reporting every display.
 
 Checking an event's fields against the API is the app's job; here an unknown kind, a negative character
 count or a non-finite number is a `ValueError`, because a log line that cannot be replayed is lost data.
@@ -126,12 +133,15 @@ class EventLog:
                 self.dropped += 1  # a full disk or a vanished folder costs a log line, never the answer
         return record
 
-    def record_event(self, completion_id: str | int, kind: str, accepted_chars: int = 0) -> dict[str, Any]:
-        """Log what the page did with a suggestion (`kind` in EVENT_KINDS); returns the record written."""
+    def record_event(self, completion_id: str | int, kind: str, accepted_chars: int = 0,
+                     typed_through_chars: int = 0) -> dict[str, Any]:
+        """Log what the page did with a suggestion (`kind` in EVENT_KINDS; characters inserted and typed
+        through, module docstring); returns the record written."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
         return self._write({**self._time(), "id": _check_id(completion_id), "kind": kind,
-                            "accepted_chars": _count("accepted_chars", accepted_chars)})
+                            "accepted_chars": _count("accepted_chars", accepted_chars),
+                            "typed_through_chars": _count("typed_through_chars", typed_through_chars)})
 
     def _time(self) -> dict[str, float]:
         return {"t": time.time()} if self.timestamps else {}
@@ -211,7 +221,7 @@ class ServingStats:
         self._started = time.monotonic()
         self._latencies: deque[float] = deque(maxlen=window)  # bounded: memory stays flat over weeks
         self._counts = {"completions": 0, "shown": 0, "displayed": 0, "accepted": 0, "dismissed": 0,
-                        "accepted_chars": 0, "rejected": 0, "reused_tokens": 0}
+                        "accepted_chars": 0, "typed_through_chars": 0, "rejected": 0, "reused_tokens": 0}
 
     def record_completion(self, latency_ms: float, shown: bool, reused_tokens: int = 0) -> None:
         """One answered completion request; `shown`: it carried a non-empty suggestion; `reused_tokens`:
@@ -224,14 +234,17 @@ class ServingStats:
             self._counts["reused_tokens"] += reused
             self._latencies.append(latency)
 
-    def record_event(self, kind: str, accepted_chars: int = 0) -> None:
-        """What the page reported: "shown" (displayed), "accepted" (with its characters) or "dismissed"."""
+    def record_event(self, kind: str, accepted_chars: int = 0, typed_through_chars: int = 0) -> None:
+        """What the page reported: "shown" (displayed), "accepted" or "dismissed", with the characters of
+        the suggestion it inserted and those the writer typed through (module docstring)."""
         if kind not in EVENT_KINDS:
             raise ValueError(f"event kind must be one of {', '.join(EVENT_KINDS)}, not {kind!r}")
         chars = _count("accepted_chars", accepted_chars)
+        typed = _count("typed_through_chars", typed_through_chars)
         with self._lock:
             self._counts["displayed" if kind == "shown" else kind] += 1
             self._counts["accepted_chars"] += chars
+            self._counts["typed_through_chars"] += typed
 
     def incr_rejected(self) -> None:
         """One request refused because the work queue was full."""
@@ -268,7 +281,7 @@ def replay(path: Path | str, window: int = DEFAULT_WINDOW) -> tuple[ServingStats
                 if rec["kind"] == COMPLETION:
                     stats.record_completion(rec["latency_ms"], rec["shown"])
                 else:
-                    stats.record_event(rec["kind"], rec["accepted_chars"])
+                    stats.record_event(rec["kind"], rec["accepted_chars"], rec.get("typed_through_chars", 0))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 skipped += 1
     return stats, skipped

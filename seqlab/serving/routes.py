@@ -7,7 +7,8 @@
     GET    /health        503 while the run loads, then 200; the model's description only to a caller
     POST   /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
                           and the `session` to name next time
-    POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars} -> appended to events.jsonl
+    POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars, typed_through_chars} -> appended
+                          to events.jsonl (inserted characters and those typed by hand through the ghost)
     POST   /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
     GET    /v1/stats      acceptance rate and latency percentiles since start
     POST   /v1/sent       {subject, body, context?}: an email the person finished; kept (what they wrote of
@@ -97,7 +98,10 @@ class EventRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=64)
     kind: Literal["shown", "accepted", "dismissed"]
-    accepted_chars: int = Field(0, ge=0, le=MAX_BODY_BYTES)
+    accepted_chars: int = Field(0, ge=0, le=MAX_BODY_BYTES,
+                                description="characters of the suggestion the page inserted (Tab, Ctrl+Right)")
+    typed_through_chars: int = Field(0, ge=0, le=MAX_BODY_BYTES,
+                                     description="characters of it the writer typed by hand while it showed them")
 
 
 class SentRequest(BaseModel):
@@ -243,8 +247,8 @@ async def events(ev: EventRequest, request: Request) -> Any:
     if not s.issued.take(ev.id):
         return error(422, "id: no suggestion with this id was given lately (or it has had all its events)", "id")
     if s.events is not None:
-        s.events.record_event(ev.id, ev.kind, ev.accepted_chars)
-    s.stats.record_event(ev.kind, ev.accepted_chars)
+        s.events.record_event(ev.id, ev.kind, ev.accepted_chars, ev.typed_through_chars)
+    s.stats.record_event(ev.kind, ev.accepted_chars, ev.typed_through_chars)
     return {"ok": True}
 
 
