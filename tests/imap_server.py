@@ -1,46 +1,31 @@
 """A real Dovecot IMAP server for the tests: `dovecot_server()` starts one on free loopback ports, in a temp folder.
 
-It runs with its own config file (`dovecot -c CONF -F`), a throwaway TLS certificate made here with the openssl
-CLI (the tests trust it through `--ca-file`), one passwd-file user and Maildir mail under the temp folder. Run as
-root (CI), Dovecot drops privileges: its login and internal processes and the mail user run as `nobody`, so the
-folder is made world-traversable and the mail folder is theirs. Run as anyone else, every process is that user.
-
-`TcpCutter` is a tiny TCP proxy in front of it that forwards a connection's first N server bytes, then closes
-it: a connection dropped mid-fetch, as a flaky network or a server restart drops one.
-
-Without the `dovecot` binary the tests skip, or fail when SEQLAB_REQUIRE_IMAP=1 (set by .ci/run, which installs
-Debian's dovecot-imapd).
+The launcher is `seqlab.bench.dovecot` (the IMAP benchmark starts the same server): its own config file, a
+throwaway TLS certificate the tests trust through `--ca-file`, passwd-file users (USER and UTF8_USER here) and
+Maildir mail under a temp folder. This module adds what only the tests need: skipping without the `dovecot`
+binary (or failing when SEQLAB_REQUIRE_IMAP=1, set by .ci/run, which installs Debian's dovecot-imapd), an OAuth2
+introspection endpoint for XOAUTH2, and `TcpCutter`, a tiny TCP proxy in front of the server that forwards a
+connection's first N server bytes, then closes it: a connection dropped mid-fetch, as a flaky network or a
+server restart drops one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import imaplib
 import json
 import os
-import pwd
-import shutil
 import socket
-import ssl
-import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qs
 
 import pytest
 
+from seqlab.bench.dovecot import Dovecot, DovecotError, dovecot_binary, free_port, missing_tools, running_dovecot
+
 USER, PASSWORD = "tester", "correct horse 7 battery"
 UTF8_USER, UTF8_PASSWORD = "zoe", "Zoë's pässwörd ☃"  # LOGIN takes ASCII only: this one needs SASL PLAIN
-DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
-
-
-def dovecot_binary() -> str | None:
-    return shutil.which("dovecot") or next((p for p in DOVECOT_PATHS if os.access(p, os.X_OK)), None)
 
 
 def require_dovecot() -> str:
@@ -51,180 +36,23 @@ def require_dovecot() -> str:
         if os.environ.get("SEQLAB_REQUIRE_IMAP") == "1":
             pytest.fail(f"SEQLAB_REQUIRE_IMAP=1 but {reason}", pytrace=False)
         pytest.skip(reason)
-    if shutil.which("openssl") is None:
-        pytest.fail("the openssl command is needed to make the test server's certificate", pytrace=False)
+    why = missing_tools()
+    if why is not None:
+        pytest.fail(why, pytrace=False)
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Dovecot:
-    root: Path
-    port: int  # imaps (TLS from the first byte)
-    plain_port: int  # imap without TLS (for --insecure on loopback)
-    ca_file: Path  # the throwaway certificate, to be trusted
-
-    def client(self) -> imaplib.IMAP4_SSL:
-        """A logged-in client of the test user, as the tests fill and inspect the server with it."""
-        ctx = ssl.create_default_context(cafile=str(self.ca_file))
-        conn = imaplib.IMAP4_SSL("127.0.0.1", self.port, ssl_context=ctx, timeout=30)
-        conn.login(USER, PASSWORD)
-        return conn
-
-    def append(self, folder: str, messages: list[bytes]) -> None:
-        """APPEND each message to `folder` (created when missing), in order, with CRLF line ends as IMAP wants.
-        `folder` is as the server spells it (modified UTF-7); it is quoted here, imaplib does not."""
-        quoted = '"' + folder.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        conn = self.client()
-        try:
-            conn.create(quoted)  # NO when it exists, which is fine
-            for raw in messages:
-                data = raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
-                typ, resp = conn.append(quoted, None, None, data)
-                assert typ == "OK", resp
-        finally:
-            conn.logout()
-
-
-def _owner() -> tuple[str, int, int]:
-    """The user Dovecot's unprivileged processes and the mail run as: nobody under root, else ourselves."""
-    if os.getuid() == 0:
-        entry = pwd.getpwnam("nobody")
-    else:
-        entry = pwd.getpwuid(os.getuid())
-    return entry.pw_name, entry.pw_uid, entry.pw_gid
-
-
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
-    return cert, key
-
-
-# Started by another user than root, Dovecot cannot chroot its login and anvil processes: it runs them in place.
-_UNPRIVILEGED = "service anvil {\n  chroot =\n}\n"
-
-
-def _config(root: Path, port: int, plain_port: int, cert: Path, key: Path, user: str, group: str,
-            uid: int, gid: int, introspection: str | None) -> Path:
-    (root / "passwd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}:{uid}:{gid}::{root / 'home'}::\n"
-                                 f"{UTF8_USER}:{{PLAIN}}{UTF8_PASSWORD}:{uid}:{gid}::{root / 'home'}::\n",
-                                 encoding="utf-8")
-    oauth2 = ""
-    if introspection is not None:  # XOAUTH2 tokens checked by the test's introspection endpoint (RFC 7662)
-        (root / "oauth2.conf").write_text(f"introspection_mode = post\nintrospection_url = {introspection}\n"
-                                          "username_attribute = username\nactive_attribute = active\n"
-                                          "active_value = true\n")
-        oauth2 = f"passdb {{\n  driver = oauth2\n  args = {root / 'oauth2.conf'}\n}}\n"
-    conf = root / "dovecot.conf"
-    conf.write_text(f"""
-base_dir = {root / 'run'}
-state_dir = {root / 'state'}
-log_path = {root / 'dovecot.log'}
-protocols = imap
-listen = 127.0.0.1
-ssl = yes
-ssl_cert = <{cert}
-ssl_key = <{key}
-disable_plaintext_auth = no
-auth_failure_delay = 0
-auth_mechanisms = plain login{' xoauth2' if introspection else ''}
-default_internal_user = {user}
-default_internal_group = {group}
-default_login_user = {user}
-first_valid_uid = {min(uid, 500)}
-first_valid_gid = {min(gid, 500)}
-mail_location = maildir:{root / 'mail'}/%u
-mail_plugins =
-{'' if os.getuid() == 0 else _UNPRIVILEGED}service imap-login {{
-  {'' if os.getuid() == 0 else 'chroot ='}
-  inet_listener imap {{
-    address = 127.0.0.1
-    port = {plain_port}
-  }}
-  inet_listener imaps {{
-    address = 127.0.0.1
-    port = {port}
-    ssl = yes
-  }}
-}}
-service stats {{
-  unix_listener stats-writer {{
-    mode = 0666
-  }}
-}}
-passdb {{
-  driver = passwd-file
-  args = scheme=PLAIN username_format=%u {root / 'passwd'}
-}}
-{oauth2}userdb {{
-  driver = passwd-file
-  args = username_format=%u {root / 'passwd'}
-}}
-""")
-    return conf
 
 
 @contextlib.contextmanager
 def dovecot_server(introspection: str | None = None) -> Iterator[Dovecot]:
-    """A running Dovecot with the test user and an empty INBOX; stopped (and its folder removed) after.
+    """A running Dovecot with the test users and an empty INBOX; stopped (and its folder removed) after.
     With `introspection` (an http:// URL), XOAUTH2 is offered too, each token checked by a POST there."""
-    binary = require_dovecot()
-    root = Path(tempfile.mkdtemp(prefix="seqlab-dovecot-"))
-    user, uid, gid = _owner()
-    group = _group_name(gid)
-    proc = None
-    try:
-        root.chmod(0o755)  # its unprivileged processes must reach the mail, the passwd file, the sockets
-        for sub in ("mail", "home"):
-            (root / sub).mkdir()
-            os.chown(root / sub, uid, gid)
-        cert, key = _certificate(root)
-        port, plain_port = free_port(), free_port()
-        conf = _config(root, port, plain_port, cert, key, user, group, uid, gid, introspection)
-        proc = subprocess.Popen([binary, "-c", str(conf), "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        server = Dovecot(root, port, plain_port, cert)
-        _wait_ready(proc, server)
-        yield server
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _group_name(gid: int) -> str:
-    import grp
-
-    return grp.getgrgid(gid).gr_name
-
-
-def _wait_ready(proc: subprocess.Popen, server: Dovecot) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log = (server.root / "dovecot.log")
-            text = log.read_text(errors="replace") if log.exists() else ""
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            pytest.fail(f"dovecot exited with {proc.returncode}: {err} {text}", pytrace=False)
+    require_dovecot()
+    with contextlib.ExitStack() as stack:
         try:
-            server.client().logout()
-            return
-        except (OSError, imaplib.IMAP4.error):
-            time.sleep(0.1)
-    pytest.fail("dovecot did not answer within 30 s", pytrace=False)
+            server = stack.enter_context(running_dovecot({USER: PASSWORD, UTF8_USER: UTF8_PASSWORD}, introspection))
+        except DovecotError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield server
 
 
 class Introspection:
@@ -313,4 +141,5 @@ class TcpCutter:
         self.sock.close()
 
 
-__all__ = ["PASSWORD", "USER", "UTF8_PASSWORD", "UTF8_USER", "Dovecot", "Introspection", "TcpCutter", "dovecot_server"]
+__all__ = ["PASSWORD", "USER", "UTF8_PASSWORD", "UTF8_USER", "Dovecot", "Introspection", "TcpCutter", "dovecot_server",
+           "free_port"]
