@@ -1,0 +1,111 @@
+"""`propose_positions` (prefix reuse and lanes, `seqlab.generation.batched`) against `complete` called once per
+position, for every mixer family, with a BPE tokenizer (token healing: prompts that end in a space, inside a
+word, after punctuation, after a newline) and the byte tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqlab.config import ModelConfig
+from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
+from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
+from seqlab.generation.batched import batchable, propose_positions, stack_states
+from seqlab.generation.complete import Completion, complete
+from seqlab.generation.gate import FIRST_WORD
+from seqlab.models import build_model
+
+TRAIN = ["could you send me the file, please? thanks.", "I will find the figures for you. See you soon!",
+         "Meeting at noon\n\nsee you at the game, bye now"]
+EMAILS = ["Files\n\ncould you send me the figures, please? I will find the file.\nThanks",
+          "Hi\n\nsee you at noon. bye",
+          "Re: game\n\nI will send you the file soon!  See you"]
+FAMILIES = {"rnn": dict(mixer="rnn", pos="none"), "gru": dict(mixer="gru", pos="none"),
+            "mingru": dict(mixer="mingru", pos="none"), "attention": dict(mixer="attention", pos="rope"),
+            "gru-learned": dict(mixer="gru", pos="learned")}
+
+
+@pytest.fixture(scope="module")
+def bpe() -> Tokenizer:
+    return fit_tokenizer("bpe", TRAIN * 20, vocab_size=300)
+
+
+def _model(name: str, tok: Tokenizer, seed: int = 0, steps: int = 40) -> torch.nn.Module:
+    """A tiny model of family `name`, fitted for a few Adam steps on TRAIN so that it suggests real words."""
+    torch.manual_seed(seed)
+    model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=2, n_embd=32, n_head=2,
+                                    mlp_ratio=2, **FAMILIES[name]))  # type: ignore[arg-type]
+    seqs = [torch.tensor([tok.bos_id, *tok.encode(s), tok.eos_id]) for s in TRAIN]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        for s in seqs:
+            logits, _ = model(s[None, :-1])
+            loss = torch.nn.functional.cross_entropy(logits[0], s[1:])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.eval()
+
+
+def _every_character(text: str) -> list[int]:
+    """Each offset of the body, after the subject's blank line: every kind of prompt end."""
+    start = text.index("\n\n") + 2
+    return list(range(start + 1, len(text) + 1))
+
+
+def _same(got: Completion, want: Completion) -> None:
+    assert got.text == want.text and got.ids == want.ids
+    assert got.word_confidences == pytest.approx(want.word_confidences, abs=1e-5)
+    assert got.confidence == pytest.approx(want.confidence, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("max_words", [1, 3])
+def test_propose_positions_equals_complete_at_every_position(bpe: Tokenizer, name: str, max_words: int) -> None:
+    model = _model(name, bpe)
+    positions = [_every_character(t) for t in EMAILS]
+    stats: dict[str, int] = {}
+    got = propose_positions(model, bpe, EMAILS, positions, max_words=max_words, lanes=7, stats=stats)
+    assert batchable(model, None) == (name in ("rnn", "gru", "mingru"))
+    shown = 0
+    for text, where, answers in zip(EMAILS, positions, got):
+        assert len(answers) == len(where)
+        for i, c in zip(where, answers):
+            _same(c, complete(model, bpe, text[:i], max_words=max_words, temperature=0.0, rule=FIRST_WORD))
+            shown += bool(c.text)
+    assert shown > 0  # the comparison covers real suggestions, not only empty ones
+    assert stats["proposals"] == sum(len(p) for p in positions)
+    if batchable(model, None):  # each email's tokens fed about once, far fewer than every prompt again
+        assert stats["fed_tokens"] < stats["prompt_tokens"] / 4
+
+
+def test_byte_tokenizer_and_a_threshold() -> None:
+    tok = ByteTokenizer()
+    model = _model("gru", tok, seed=3, steps=5)
+    positions = [[5, 9, 10, 14], [4, 8, 8, 6]]  # repeated and backward positions too
+    texts = EMAILS[:2]
+    got = propose_positions(model, tok, texts, positions, max_words=2, lanes=3, rule="expected-chars",
+                            threshold=0.0)
+    for text, where, answers in zip(texts, positions, got):
+        for i, c in zip(where, answers):
+            _same(c, complete(model, tok, text[:i], max_words=2, temperature=0.0, rule="expected-chars",
+                              threshold=0.0))
+
+
+def test_stack_states_concatenates_lanes() -> None:
+    model = _model("gru", ByteTokenizer(), steps=0)
+    with torch.inference_mode():
+        _, a = model(torch.tensor([[1, 2, 3]]))
+        _, b = model(torch.tensor([[4, 5]]))
+        both = stack_states([a, b])
+    for layer, la, lb in zip(both.layers, a.layers, b.layers):
+        assert torch.equal(layer, torch.cat([la, lb]))
+    assert both.pos.tolist() == [3, 2]
+
+
+def test_bad_arguments_are_refused(bpe: Tokenizer) -> None:
+    model = _model("gru", bpe, steps=0)
+    with pytest.raises(ValueError, match="one list per email"):
+        propose_positions(model, bpe, EMAILS, [[3]], max_words=2)
+    with pytest.raises(ValueError, match="max_words"):
+        propose_positions(model, bpe, EMAILS[:1], [[3]], max_words=0)
