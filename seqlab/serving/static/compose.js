@@ -1,5 +1,14 @@
-/* The compose page's autocomplete: ask the local model for the next few words as the writer pauses, and
- * draw them in grey after the caret ("ghost text").
+/* The compose page's autocomplete: ask the local model how the writer's sentence goes on at each edit,
+ * and draw it in grey after the caret ("ghost text").
+ *
+ * When to ask. At once, on each edit: a fixed wait before asking (a debounce) was most of the time from a
+ * key to its ghost. But never two requests in flight from this page: an edit made while one is answered
+ * waits for that answer (which, being for a text that no longer exists, is never drawn) and then asks
+ * for the newest text only; edits in between are never asked about. And at most one request starts per
+ * MIN_GAP_MS, so a burst of keys (15 ms apart) costs one request per gap, not one per key. A request
+ * that nothing can use any more (Esc, the caret moved, the box left, typing through the ghost) is
+ * cancelled with its AbortController. `?debounce=MS` in the address brings back the older pacing (wait
+ * MS after the last key, then ask), for the latency benchmark's side-by-side (seqlab/bench/latency_browser.py).
  *
  * How the ghost is drawn. A textarea cannot colour part of its text, and a contenteditable body makes
  * the caret, undo and pasting the page's problem. So the body stays a plain textarea with a transparent
@@ -18,7 +27,8 @@
  * server would refuse a context it cannot read, and the writer should not think it helps.
  *
  * API: POST /v1/complete {prefix, subject, session, max_words, context?} -> {id, text, confidence,
- * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars};
+ * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars,
+ * typed_through_chars} (the characters Tab and Ctrl+Right inserted, and those typed by hand through it);
  * GET /health; POST /login {code} -> {credential} (see below). Every other call carries this tab's
  * credential (`api`). Each suggestion shown is announced as a "seqlab:shown" event on the document for the
  * "why?" panel (why.js).
@@ -26,7 +36,9 @@
 (() => {
   "use strict";
 
-  const DEBOUNCE_MS = 150;  // long enough to skip the keystrokes of a fast typist, short enough to feel live
+  // 0: ask at once (top of this file); > 0: the older pacing, for the benchmark's side-by-side
+  const DEBOUNCE_MS = Math.max(0, Number(new URLSearchParams(location.search).get("debounce")) || 0);
+  const MIN_GAP_MS = 40;  // between two requests' starts: a burst of keys costs one request per 40 ms
   const MAX_WORDS = 3;
   const HEALTH_RETRY_MS = 1000;
 
@@ -136,11 +148,15 @@
   let session = null;
 
   // The suggestion on screen, or null. `base` is the body it was asked for; `taken` counts its characters
-  // that the writer has since accepted or typed, so the ghost is text.slice(taken).
+  // that the writer has since accepted or typed, so the ghost is text.slice(taken); `by` says, one letter
+  // per taken character, whether the page inserted it ("i": Tab, Ctrl+Right) or the writer typed it ("t").
   let current = null;
-  let timer = 0;         // the debounce timer
+  let timer = 0;         // the debounce, or the wait for MIN_GAP_MS
   let inflight = null;   // the AbortController of the one request allowed in flight
+  let wanted = false;    // an edit is waiting to be asked about (the newest text is read when it goes)
+  let lastStart = -Infinity;  // when the last request started (performance.now())
   let requests = 0;
+  let inserting = false; // our own insertion is running: its input event is Tab or Ctrl+Right, not typing
 
   const caretAtEnd = () =>
     body.selectionStart === body.value.length && body.selectionEnd === body.value.length;
@@ -156,27 +172,32 @@
 
   // Fire and forget: a lost event costs a statistic, never the writer's time. keepalive lets the last
   // one out even while the page is being closed.
+  const inserted = (s) => s.by.split("i").length - 1;
+
   function sendEvent(suggestion, kind) {
+    const chars = inserted(suggestion);
     api("/v1/events", {
       method: "POST",
-      body: JSON.stringify({ id: suggestion.id, kind, accepted_chars: suggestion.taken }),
+      body: JSON.stringify({ id: suggestion.id, kind, accepted_chars: chars,
+                             typed_through_chars: suggestion.by.length - chars }),
       keepalive: true,
     }).catch(() => {});
   }
 
   // Ends the shown suggestion. Each suggestion gets one closing event: "accepted" once all of it is in
-  // the body (by Tab, Ctrl+Right or typing it out), else "dismissed", with accepted_chars telling how much
-  // of it was taken before the writer went another way.
+  // the body and the page inserted some of it (Tab, Ctrl+Right), else "dismissed" (a suggestion the
+  // writer typed out by hand saved nothing), with the characters it inserted and those typed through.
   function finish(kind) {
     const done = current;
     current = null;
     render();
-    if (done) sendEvent(done, kind);
+    if (done) sendEvent(done, kind === "accepted" && !inserted(done) ? "dismissed" : kind);
   }
 
   function cancelPending() {
     clearTimeout(timer);
     timer = 0;
+    wanted = false;
     if (inflight) inflight.abort();
     inflight = null;
   }
@@ -186,9 +207,27 @@
     finish("dismissed");
   }
 
+  // An edit wants a suggestion for the body as it now is (top of this file).
   function schedule() {
-    cancelPending();
-    timer = setTimeout(requestSuggestion, DEBOUNCE_MS);
+    if (DEBOUNCE_MS > 0) {
+      cancelPending();
+      timer = setTimeout(() => { timer = 0; requestSuggestion(); }, DEBOUNCE_MS);
+      return;
+    }
+    wanted = true;
+    pump();
+  }
+
+  // Starts the wanted request once nothing is in flight and MIN_GAP_MS has passed since the last start.
+  function pump() {
+    if (!wanted || inflight || timer) return;
+    const wait = lastStart + MIN_GAP_MS - performance.now();
+    if (wait > 0) {
+      timer = setTimeout(() => { timer = 0; pump(); }, wait);
+      return;
+    }
+    wanted = false;
+    requestSuggestion();
   }
 
   // --------------------------------------------------------------------------- status line
@@ -219,7 +258,6 @@
   // --------------------------------------------------------------------------- asking the model
 
   async function requestSuggestion() {
-    timer = 0;
     if (document.activeElement !== body || !caretAtEnd() || !body.value.trim()) return;
     const prefix = body.value;
     const asked = subject.value;
@@ -227,6 +265,7 @@
     if (inflight) inflight.abort();
     const ctrl = new AbortController();
     inflight = ctrl;
+    lastStart = performance.now();
     body.dataset.requests = String(++requests);  // visible to the browser test, and to the curious
     let data;
     try {
@@ -248,7 +287,10 @@
       else if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
       return;
     } finally {
-      if (inflight === ctrl) inflight = null;
+      if (inflight === ctrl) {
+        inflight = null;
+        pump();  // an edit made meanwhile is asked about now
+      }
     }
     // The writer kept going while the model thought: this answer is for a text that no longer exists.
     if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body) return;
@@ -256,7 +298,7 @@
     showMetrics(data);
     if (current) finish("dismissed");
     if (!data.text) return;  // the model was unsure, and said so with an empty text
-    current = { id: data.id, base: prefix, text: data.text, taken: 0 };
+    current = { id: data.id, base: prefix, text: data.text, taken: 0, by: "" };
     render();
     sendEvent(current, "shown");
     // why.js offers "why?" for the suggestion shown last, with the email exactly as it was asked for
@@ -272,6 +314,8 @@
     if (current) {
       const typed = body.value.startsWith(current.base) ? body.value.slice(current.base.length) : null;
       if (typed !== null && caretAtEnd() && current.text.startsWith(typed)) {
+        const grown = typed.length - current.taken;  // < 0: the writer deleted some of what was taken
+        current.by = grown >= 0 ? current.by + (inserting ? "i" : "t").repeat(grown) : current.by.slice(0, typed.length);
         current.taken = typed.length;
         if (typed.length < current.text.length) {
           cancelPending();
@@ -290,9 +334,14 @@
   // execCommand keeps the insertion in the browser's undo history (Ctrl+Z takes a suggestion back), and
   // fires "input" like typing would; setRangeText is the fallback where execCommand is gone.
   function insertAtCaret(text) {
-    if (!document.execCommand("insertText", false, text)) {
-      body.setRangeText(text, body.selectionStart, body.selectionEnd, "end");
-      body.dispatchEvent(new Event("input", { bubbles: true }));
+    inserting = true;
+    try {
+      if (!document.execCommand("insertText", false, text)) {
+        body.setRangeText(text, body.selectionStart, body.selectionEnd, "end");
+        body.dispatchEvent(new Event("input", { bubbles: true }));
+      }
+    } finally {
+      inserting = false;
     }
   }
 
