@@ -221,9 +221,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     stats: dict[str, Any] = {}
+    imap = None
+    if spec.get("ca_file"):  # an imaps:// source on a server with a throwaway certificate (imap_speed.py)
+        from seqlab.data.mail.imap_auth import ImapOptions
+
+        imap = ImapOptions(ca_file=spec["ca_file"])
     t0 = time.perf_counter()
     meta = prepare(PrepareConfig(spec["source"], tokenizer=spec["tokenizer"], vocab_size=4096), Path(spec["out"]),
-                   workers=spec["workers"], progress=False, stats=stats)
+                   workers=spec["workers"], progress=False, stats=stats, imap=imap)
     wall = time.perf_counter() - t0
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     stats["parse_s"] = stats["read_s"] - stats["dedupe_spool_s"]
@@ -237,13 +242,18 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int, scratch: Path) -> dict[str, Any]:
+def measure(name: str, source: Path | str, tokenizer: str, workers: int, messages: int, scratch: Path,
+            raw_bytes: int | None = None, ca_file: Path | None = None, env: dict[str, str] | None = None
+            ) -> dict[str, Any]:
+    """One row: `prepare` of `source` in a fresh child. An imaps:// source (imap_speed.py) gives the size of
+    its mail as `raw_bytes`, the certificate to trust as `ca_file`, and the password in the child's `env`."""
     out = scratch / name
     shutil.rmtree(out, ignore_errors=True)
-    spec = {"source": str(source), "out": str(out), "tokenizer": tokenizer, "workers": workers}
+    spec = {"source": str(source), "out": str(out), "tokenizer": tokenizer, "workers": workers,
+            "ca_file": None if ca_file is None else str(ca_file)}
     load = os.getloadavg()[0]
     proc = subprocess.Popen([sys.executable, "-m", "seqlab.bench.prepare_speed", "--child", json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     with TreeMemory(proc.pid) as tree:
         stdout, stderr = proc.communicate()
     shutil.rmtree(out, ignore_errors=True)
@@ -251,7 +261,7 @@ def measure(name: str, source: Path, tokenizer: str, workers: int, messages: int
         raise SystemExit(f"{name} failed:\n{stderr[-3000:]}")
     row = json.loads(stdout.strip().splitlines()[-1])
     row.update(tree_peak_rss_bytes=tree.peak_rss, tree_peak_pss_bytes=tree.peak_pss)
-    raw = corpus_bytes(source)
+    raw = corpus_bytes(Path(source)) if raw_bytes is None else raw_bytes
     cpu_bound = max(row["main_cpu_s"], (row["main_cpu_s"] + row["workers_cpu_s"]) / 2)
     row.update(name=name, source=str(source), tokenizer=tokenizer, workers=workers, messages=messages,
                raw_bytes=raw, mb_per_s=raw / MB / row["wall_s"], cpu_bound_mb_per_s_2cores=raw / MB / cpu_bound,

@@ -10,7 +10,7 @@ Sections, in order (each a module of this package; `--only` picks some):
   compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
   threads     the default thread policy beside a busy process (`contention`)
   prepare     `seqlab prepare`'s MB/s and memory on synthetic mboxes, each run a fresh process
-              (`prepare_speed`)
+              (`prepare_speed`); IMAP from a local Dovecot against the same mbox (`imap_speed`)
   latency     per-keystroke latency of the server, kept state against recompute (`latency`)
   gpu         on a CUDA device: its bf16 matmul peak, the `base` preset's training tokens/s and MFU, the
               attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
@@ -96,7 +96,18 @@ def _prepare(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
             row("prepare", f"--update of 1% new mail, {largest['messages']:,} msgs: share of a full prepare",
                 "wall time of `prepare --update` adding the mbox's last 1% / the full prepare's, same run",
                 100 * payload["update"]["ratio"], "%", "<= 5", added=payload["update"]["added"],
-                update_wall_s=payload["update"]["wall_s"], full_wall_s=payload["update"]["full_wall_s"])]
+                update_wall_s=payload["update"]["wall_s"], full_wall_s=payload["update"]["full_wall_s"]),
+            *_imap_prepare(out, payload["settings"]["sizes"][:2], payload["settings"]["workers"])]
+
+
+def _imap_prepare(out: Path, sizes: list[int], workers: int) -> list[dict[str, Any]]:
+    """imap_speed's rows: IMAP prepare from a local Dovecot against the same mail's mbox (or one skipped row)."""
+    from seqlab.bench import imap_speed
+
+    result = imap_speed.run(sizes, workers, cache=out / "cache" / "prepare")
+    print(imap_speed.report(result))
+    write_json(out / "prepare_imap.json", result)
+    return imap_speed.rows(result)
 
 
 def _latency(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
