@@ -9,6 +9,9 @@ Thunderbird leaves a deleted message in its mbox, flagged expunged (0x0008) in i
 until the folder is compacted: such a message is counted as "deleted" and not read. Trash and Junk folders
 (by name, `LEFT_OUT_BY_DEFAULT`) are left out unless `--folders` names them.
 
+An account whose folder was moved elsewhere (its Local Directory setting, recorded in the profile's prefs.js:
+`thunderbird_prefs`) is read there too, its folders named by that folder's path.
+
 Nothing here writes to the profile: Thunderbird may be running, and its files are only opened for reading.
 """
 
@@ -25,6 +28,7 @@ from typing import Any, BinaryIO
 from seqlab.data.mail.mbox import ENVELOPE_WINDOW, is_envelope, split_mbox
 from seqlab.data.mail.message_files import FoundItems, Item
 from seqlab.data.mail.mime import MAX_MESSAGE_BYTES
+from seqlab.data.mail.thunderbird_prefs import AccountDir, folder_prefix, outside_accounts
 from seqlab.data.mail.thunderbird_profiles import MAIL_DIRS, Profile, find_profile
 from seqlab.errors import UserError
 
@@ -73,6 +77,7 @@ class ThunderbirdMail:
     profile: Profile
     folders: tuple[Folder, ...]
     left_out: tuple[Folder, ...]
+    elsewhere: tuple[AccountDir, ...] = ()  # account folders prefs.js places outside Mail/ and ImapMail/
 
     def items(self) -> ProfileItems:
         """Every message of the folders read, as `(label, raw bytes | skip reason)`: label `path:i` (`path` of
@@ -101,6 +106,9 @@ class ThunderbirdMail:
             lines.append(f"  {c.folder.name:<{width}}  {c.messages:>7} messages{note}{_store_note(c.folder)}")
         if self.left_out:
             lines.append("  left out: " + ", ".join(f.name for f in self.left_out))
+        for account in self.elsewhere:
+            lines.append(f"  prefs.js places {account.server}'s folders in {account.path}"
+                         + ("" if account.exists else ", which is not there: not read"))
         total = sum(c.messages - c.deleted for c in counts)
         lines.append(f"  reading {len(counts)} folder{'s' * (len(counts) != 1)}, {total} messages")
         return "\n".join(lines)
@@ -120,13 +128,16 @@ def is_thunderbird_source(source: str) -> bool:
 
 
 def profile_folders(profile: Path) -> list[Folder]:
-    """Every mail folder of the profile, Mail/ before ImapMail/, each account's folders in name order, a
-    folder before its subfolders."""
+    """Every mail folder of the profile, Mail/ before ImapMail/ before the account folders prefs.js places
+    elsewhere, each account's folders in name order, a folder before its subfolders."""
     out: list[Folder] = []
     for top in MAIL_DIRS:
         for account in _sorted_entries(profile / top):
             if account.is_dir(follow_symlinks=False):
                 _collect(Path(account.path), f"{top}/{account.name}", out)
+    for moved in outside_accounts(profile, MAIL_DIRS):
+        if moved.exists:
+            _collect(moved.path, folder_prefix(moved, profile), out)
     return out
 
 
@@ -206,7 +217,7 @@ def thunderbird_mail(source: str = SOURCE_NAME, folders: Sequence[str] | None = 
         raise UserError(f"The Thunderbird profile {profile.name} ({profile.path}) has no mail folders in "
                         f"{' or '.join(MAIL_DIRS)}.")
     read, left_out = choose_folders(found, folders, profile)
-    return ThunderbirdMail(profile, read, left_out)
+    return ThunderbirdMail(profile, read, left_out, tuple(outside_accounts(profile.path, MAIL_DIRS)))
 
 
 # ---------------------------------------------------------------- messages
