@@ -49,7 +49,8 @@ def test_health_is_503_while_loading_then_describes_the_model(tiny_run_dir: Path
 
 def test_complete_answers_and_a_session_reuses_its_state(client: TestClient) -> None:
     fresh = client.post("/v1/complete", json={"prefix": BODY, "subject": "Report"}).json()
-    assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "cut_chars", "threshold", "session"}
+    assert set(fresh) == {"id", "text", "confidence", "words", "latency_ms", "cut_chars", "threshold", "source",
+                          "session"}
     CompleteResponse.model_validate(fresh, strict=True)  # the route answers what its schema documents
     assert fresh["threshold"] == 0.0 and 0.0 <= fresh["confidence"] <= 1.0 and len(fresh["session"]) >= 22
     assert fresh["words"] == len(fresh["text"].split()) and 1 <= fresh["words"] <= 3

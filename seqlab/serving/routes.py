@@ -80,6 +80,8 @@ class CompleteResponse(BaseModel):
     latency_ms: float
     cut_chars: int
     threshold: float
+    source: str = Field("model", description="who proposed it: model, memory (the person's earlier mail) or "
+                        "reply (the message being answered)")
     session: str = Field(description="name this session in the next request to reuse its state")
 
 
