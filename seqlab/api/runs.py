@@ -207,13 +207,14 @@ class Run:
                  precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int | None = None,
                  saved_words: int = 50, rule: str | None = None, saved_threshold: float | None = None,
                  max_wrong_per_100: float = 5.0, dynamic: bool = False, dynamic_lr: float | None = None,
-                 dynamic_method: str = "rms") -> dict[str, Any]:
+                 dynamic_method: str = "rms", ask: str = "every-letter") -> dict[str, Any]:
         """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
         compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
         `coverages` (`by_coverage`) and at `coverage`, and (with `saved`) saved characters (`saved_chars`:
         `saved_emails` emails, default the smaller of 100 and `completion_emails`, typed for `saved_words`
         words, at `rule`/`saved_threshold`, default the run's calibration, and each rule's best threshold
-        within `max_wrong_per_100`). `precision` "run" (as
+        within `max_wrong_per_100`; suggestions asked where `ask` says: "every-letter", as the compose page,
+        or "word-starts"). `precision` "run" (as
         trained), "fp32" or "bf16". With `dynamic`, the same measures again under dynamic evaluation
         (`seqlab.evaluation.dynamic`: `dynamic_method` "rms" or "sgd", at `dynamic_lr`, default the
         method's) under "dynamic", beside the frozen model's; the weights on disk are never changed."""
@@ -226,7 +227,8 @@ class Run:
                               positions_per_email=positions_per_email, coverages=coverages,
                               completions=completions, phrases=self._phrases(phrases, phrase_weight),
                               precision=precision, saved=saved, saved_emails=saved_emails, saved_words=saved_words,
-                              rule=rule, threshold=saved_threshold, max_wrong_per_100=max_wrong_per_100)
+                              rule=rule, threshold=saved_threshold, max_wrong_per_100=max_wrong_per_100,
+                              ask=ask)
         if dynamic:
             from seqlab.evaluation.dynamic import DEFAULT_LRS, dynamic_eval
 
@@ -236,18 +238,20 @@ class Run:
                 coverage=coverage or 0.2, completion_emails=completion_emails,
                 positions_per_email=positions_per_email,
                 saved_emails=(min(100, completion_emails) if saved_emails is None else saved_emails) if saved else 0,
-                saved_words=saved_words, rule=rule, threshold=saved_threshold)
+                saved_words=saved_words, rule=rule, threshold=saved_threshold, ask=ask)
         return result
 
     def tradeoff(self, split: str = "val", *, data: str | Path | None = None, emails: int = 100, words: int = 50,
-                 max_words: int = 3, max_wrong_per_100: float = 5.0, mid_word: int = 0) -> dict[str, Any]:
+                 max_words: int = 3, max_wrong_per_100: float = 5.0, ask: str = "every-letter",
+                 mid_word: int = 0) -> dict[str, Any]:
         """The trade-off curve of the suggestion rules (`seqlab tradeoff`): `emails` held-out emails typed for
         `words` words; for each rule and threshold of `seqlab.evaluation.saved_chars.CURVE_THRESHOLDS` the
         saved share and wrong suggestions per 100 words ("curve"), and each rule's best threshold within
-        `max_wrong_per_100` with 95% bootstrap intervals ("best"). With `mid_word` k > 0, suggestions are also
-        asked for k letters into each word (the compose page asks mid-word too)."""
+        `max_wrong_per_100` with 95% bootstrap intervals ("best"). Suggestions are asked where `ask` says
+        ("every-letter", as the compose page, or "word-starts", with `mid_word` k > 0 also k letters into
+        each word)."""
         from seqlab.data.store import TokenStore
-        from seqlab.evaluation.saved_chars import RULES, best_threshold, tradeoff_curve, type_emails
+        from seqlab.evaluation.saved_chars import RULES, best_threshold, check_ask, tradeoff_curve, type_emails
         from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
         from seqlab.runs.load import run_data_dir
 
@@ -256,29 +260,34 @@ class Run:
         if emails < 1 or words < 1 or max_words < 1 or not max_wrong_per_100 >= 0 or mid_word < 0:
             raise UserError("emails, words and max words must be at least 1, and the cap on wrong suggestions "
                             "and the letters typed into a word 0 or more.")
+        try:
+            check_ask(ask, mid_word)
+        except ValueError as exc:
+            raise UserError(f"{exc}.") from None
         model, tok, _ = self._load()
         folder = run_data_dir(self.path, data)
         check_same_tokenizer(tok, folder, self.path)
         store = TokenStore(folder, split)
         typed = type_emails(model, tok, completion_texts(store, tok, emails, 0), words=words, max_words=max_words,
-                            contexts=completion_contexts(model, store, emails, 0), mid_word=mid_word)
+                            contexts=completion_contexts(model, store, emails, 0), ask=ask, mid_word=mid_word)
         return {"split": split, "emails": len(typed), "words_per_email": words, "max_words": max_words,
-                "mid_word": mid_word,
+                "ask": ask, "mid_word": mid_word,
                 "max_wrong_per_100": max_wrong_per_100, "curve": tradeoff_curve(typed),
                 "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
 
     @private_umask()
     def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int = 3,
                   data: str | Path | None = None, target: str = "coverage", rule: str = EXPECTED_CHARS,
-                  max_wrong_per_100: float = 5.0, words: int = 50) -> dict[str, Any]:
+                  max_wrong_per_100: float = 5.0, words: int = 50, ask: str = "every-letter") -> dict[str, Any]:
         """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries
         (or, with `target="saved"`, the `rule`'s threshold that saves the most characters with at most
-        `max_wrong_per_100` wrong suggestions per 100 words, emails typed for `words` words); writes
+        `max_wrong_per_100` wrong suggestions per 100 words, emails typed for `words` words with suggestions
+        asked where `ask` says); writes
         RUN_DIR/calibration.json (which the server reads) and returns it, as `seqlab calibrate` does."""
         from seqlab.evaluation.calibration import calibrate_run
 
         return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device,
-                             target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words)
+                             target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words, ask=ask)
 
     @private_umask()
     def fit_phrases(self, *, data: str | Path | None = None, min_context: int = 4, max_context: int = 8,

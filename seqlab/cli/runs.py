@@ -13,6 +13,9 @@ from pathlib import Path
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 
 RULES = ("first-word", "expected-chars")  # seqlab.generation.gate.RULES, named here so --help imports nothing
+ASK_MODES = ("every-letter", "word-starts")  # seqlab.evaluation.saved_chars.ASK_MODES, likewise
+ASK_HELP = ("where the simulated writer is offered suggestions: every-letter (after every typed character, as the "
+            "compose page asks; default) or word-starts (at word starts only, the earlier counting)")
 
 
 def non_negative_float(text: str) -> float:
@@ -71,6 +74,7 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--saved-words", type=positive_int, default=50,
                    help="words typed of each of them (default 50)")
     p.add_argument("--no-saved", action="store_true", help="skip saved characters")
+    p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help=ASK_HELP)
     p.add_argument("--rule", choices=RULES, default=None,
                    help="suggestion rule saved characters are reported at (default: the run's calibration.json, "
                    "else expected-chars)")
@@ -103,7 +107,8 @@ def run_eval(args: argparse.Namespace) -> int:
         args.split, data=args.data, threshold=args.threshold, coverage=args.coverage,
         completion_emails=args.completion_emails, positions_per_email=args.positions_per_email,
         coverages=args.coverages, phrases=args.phrases, phrase_weight=args.phrase_weight, precision=args.precision,
-        saved=not args.no_saved, saved_emails=args.saved_emails, saved_words=args.saved_words, rule=args.rule,
+        saved=not args.no_saved, saved_emails=args.saved_emails, saved_words=args.saved_words, ask=args.ask,
+        rule=args.rule,
         saved_threshold=args.saved_threshold, max_wrong_per_100=args.max_wrong, dynamic=args.dynamic,
         dynamic_lr=args.dynamic_lr, dynamic_method=args.dynamic_method)
     if args.json:
@@ -137,6 +142,7 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
                    help="with --target saved: wrong suggestions allowed per 100 words typed (default 5)")
     p.add_argument("--words", type=positive_int, default=50,
                    help="with --target saved: words typed of each email (default 50)")
+    p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help="with --target saved: " + ASK_HELP)
     p.add_argument("--split", choices=("val", "test"), default="val")
     p.add_argument("--emails", type=positive_int, default=200, help="held-out emails to calibrate on")
     p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3)")
@@ -150,7 +156,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     result = Run(args.run_dir, device=args.device).calibrate(
         args.coverage, split=args.split, emails=args.emails, max_words=args.max_words, data=args.data,
-        target=args.target, rule=args.rule, max_wrong_per_100=args.max_wrong, words=args.words)
+        target=args.target, rule=args.rule, max_wrong_per_100=args.max_wrong, words=args.words, ask=args.ask)
     print(format_calibration(result))
     print(f"wrote {args.run_dir / CALIBRATION}")
     return 0
@@ -227,8 +233,9 @@ def add_tradeoff(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3, as the page)")
     p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
                    help="the cap on wrong suggestions per 100 words the best thresholds keep to (default 5)")
+    p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help=ASK_HELP)
     p.add_argument("--mid-word", type=int, default=0, metavar="K",
-                   help="also ask for a suggestion K letters into each word (default 0: at word starts only)")
+                   help="with --ask word-starts: also ask K letters into each word (default 0)")
     p.add_argument("--device", default="auto")
 
 
@@ -239,7 +246,7 @@ def run_tradeoff(args: argparse.Namespace) -> int:
 
     result = Run(args.run_dir, device=args.device).tradeoff(
         args.split, data=args.data, emails=args.emails, words=args.words, max_words=args.max_words,
-        max_wrong_per_100=args.max_wrong, mid_word=args.mid_word)
+        max_wrong_per_100=args.max_wrong, ask=args.ask, mid_word=args.mid_word)
     print(format_tradeoff(result["curve"]))
     print("\n".join(format_best(result["best"])))
     for path in save_tradeoff(result, args.out, args.run_dir.name):

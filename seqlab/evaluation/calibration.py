@@ -16,9 +16,10 @@ The result is `RUN_DIR/calibration.json`, written atomically:
 With `target="saved"` (`seqlab calibrate --target saved`) the threshold is instead the one whose saved
 characters are largest while wrong suggestions stay at most `max_wrong_per_100` per 100 words typed
 (`seqlab.evaluation.saved_chars.best_threshold`), for a `rule` (default expected-chars: the threshold is
-then in characters); the file then holds "rule", "target": "saved", the saved share and wrong suggestions
-per 100 words there with their bootstrap intervals, and how the emails were typed. A file without "rule"
-gates the first word's probability, as every file did before rules existed.
+then in characters), emails typed with suggestions asked where `ask` says (every letter, as the compose
+page asks, by default); the file then holds "rule", "target": "saved", the saved share and wrong
+suggestions per 100 words there with their bootstrap intervals, and how the emails were typed ("ask").
+A file without "rule" gates the first word's probability, as every file did before rules existed.
 
 `coverage` is what the threshold reaches, which can exceed the target (ties at the threshold) or fall
 short of it (when fewer positions get any proposal at all). ExactMatch values are None where no shown
@@ -36,7 +37,7 @@ from typing import Any
 from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
-from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, best_threshold, type_emails
+from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, best_threshold, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 from seqlab.printed_command import printed_command
@@ -44,6 +45,7 @@ from seqlab.runs.checkpoint_files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 CALIBRATION = "calibration.json"
+ASK_WORDS = {"every-letter": "every letter", "word-starts": "word starts"}  # how `ask` reads in a sentence
 
 
 def _check_options(split: str, coverage: float, emails: int, positions_per_email: int, max_words: int) -> None:
@@ -61,11 +63,12 @@ def _check_options(split: str, coverage: float, emails: int, positions_per_email
 def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val",
                   coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int = 3,
                   seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = EXPECTED_CHARS,
-                  max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50) -> dict[str, Any]:
+                  max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50, ask: str = DEFAULT_ASK
+                  ) -> dict[str, Any]:
     """The threshold that shows `coverage` of the word boundaries of `split`, with ExactMatch@1..max_words
     there (or, with `target="saved"`, the `rule`'s threshold that saves the most characters within the cap
-    on wrong suggestions, emails typed for `words` words); written to RUN_DIR/calibration.json (see module
-    doc) and returned."""
+    on wrong suggestions, emails typed for `words` words with suggestions asked where `ask` says); written
+    to RUN_DIR/calibration.json (see module doc) and returned."""
     _check_options(split, coverage, emails, positions_per_email, max_words)
     if target not in ("coverage", "saved"):
         raise UserError(f"the calibration target must be coverage or saved, not {target!r}.")
@@ -73,6 +76,8 @@ def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split
         raise UserError(f"the suggestion rule must be one of {', '.join(RULES)}, not {rule!r}.")
     if not max_wrong_per_100 >= 0 or words < 1:
         raise UserError("the cap on wrong suggestions per 100 words must be 0 or more, and words at least 1.")
+    if ask not in ASK_MODES:
+        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
     run_dir = Path(run_dir)
     model, tok, _ = load_run(run_dir, resolve_device(device))
     data = run_data_dir(run_dir, data_dir)
@@ -80,13 +85,14 @@ def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split
     store = TokenStore(data, split)
     texts = completion_texts(store, tok, emails, seed)
     if target == "saved":
-        typed = type_emails(model, tok, texts, words=words, max_words=max_words,
+        typed = type_emails(model, tok, texts, words=words, max_words=max_words, ask=ask,
                             contexts=completion_contexts(model, store, emails, seed))
         if not any(e.boundaries for e in typed):
             raise UserError(f"the {split} split of {data} has no word boundaries to calibrate on; "
                             f"use a larger split or a larger data folder.")
         best = best_threshold(typed, rule, max_wrong_per_100)
         result = {**best, "target": "saved", "split": split, "words_per_email": words, "max_words": max_words,
+                  "ask": ask,
                   "seed": seed, "data_dir": str(data)}
         atomic_write_text(run_dir / CALIBRATION, json.dumps(result, indent=2, sort_keys=True) + "\n")
         return result
@@ -145,13 +151,15 @@ def format_calibration(result: dict[str, Any]) -> str:
         s_ci, w_ci = result["saved_ci95"] or [0, 0], result["wrong_per_100_words_ci95"] or [0, 0]
         lines = [
             f"{result['split']} split: {result['emails']} emails typed for up to {result['words_per_email']} words "
-            f"({result['chars']:,} characters), up to {result['max_words']} words per suggestion",
+            f"({result['chars']:,} characters), up to {result['max_words']} words per suggestion, asked at "
+            f"{ASK_WORDS.get(result.get('ask', 'word-starts'), result.get('ask'))}",
             f"  {result['rule']} threshold {result['threshold']:.4g}"
             + (" characters" if result["rule"] == EXPECTED_CHARS else "")
             + f": saved {_pct(result['saved']).strip()} of the characters [{100 * s_ci[0]:.1f}-{100 * s_ci[1]:.1f}], "
             f"{result['wrong_per_100_words'] or 0:.2f} wrong suggestions per 100 words [{w_ci[0]:.2f}-{w_ci[1]:.2f}] "
             f"(cap {result['max_wrong_per_100']:g})",
-            f"  {result['shown']} suggestions shown, {result['accepted']} accepted, {result['wrong']} wrong",
+            f"  {result['shown']} suggestions shown, {result['accepted']} accepted, {result['wrong']} wrong"
+            + (f", {result['typed_through']} characters typed through one" if "typed_through" in result else ""),
         ]
         if not result["within_cap"]:
             lines.append("  no threshold keeps to the cap: this is the highest one tried")

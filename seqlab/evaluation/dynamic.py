@@ -16,8 +16,8 @@ For each email in that order, with the weights as they are:
 1. its targets are scored (summed NLL in nats, bytes: `heldout.token_byte_lengths`), read as a whole
    email (a model with a window reads it in windows overlapping by half, each target scored once);
 2. if it is among the emails completions are measured on (`scored_emails.completion_picks`, the same emails and
-   positions as the frozen evaluation), the proposals at its ExactMatch positions and at every word
-   boundary of its typed part (`saved_chars`) are made;
+   positions as the frozen evaluation), the proposals at its ExactMatch positions and at every position
+   of its typed part where the writer is offered a suggestion (`saved_chars`, `ask`) are made;
 3. one SGD step on its mean NLL per target: theta <- theta - lr * grad (Krause et al.'s eq. 4, their
    "SGD" dynamic evaluation; their RMS-normalised rule with decay towards the trained weights adapts
    better on long streams but needs gradient statistics from training data, which a person's own mail
@@ -51,7 +51,7 @@ from seqlab.evaluation.calibration import served_gate
 from seqlab.evaluation.context_scores import EmailScores, paired_bootstrap
 from seqlab.evaluation.exact_match import Proposal, coverage_table, sample_positions
 from seqlab.evaluation.heldout import token_byte_lengths
-from seqlab.evaluation.saved_chars import TypedEmail, collect_typing, score_typing
+from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, TypedEmail, collect_typing, one_by_one, score_typing
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_picks
 from seqlab.generation.complete import complete, split_words
 from seqlab.generation.decode import context_limit, model_device
@@ -200,7 +200,7 @@ class PassResult:
 def adapt_pass(model: nn.Module, tok: Tokenizer, store: TokenStore, order: Sequence[int], lr: float, *,
                exact_texts: dict[int, str], positions: dict[int, list[int]], typed_texts: dict[int, str],
                saved_words: int = 50, max_words: int = 5, typed_max_words: int = 3,
-               contexts: bool = False, step: RMSStep | None = None) -> PassResult:
+               contexts: bool = False, step: RMSStep | None = None, ask: str = DEFAULT_ASK) -> PassResult:
     """Read the split in `order`, scoring, proposing and then stepping on each email (module doc).
     `exact_texts`/`positions`: email -> text and ExactMatch offsets; `typed_texts`: email -> text typed."""
     device = model_device(model)
@@ -239,7 +239,8 @@ def adapt_pass(model: nn.Module, tok: Tokenizer, store: TokenStore, order: Seque
                                              c.words[:max_words], c.confidence if c.words else 0.0,
                                              c.word_confidences[:max_words]))
         if e in typed_texts:
-            typed[e] = collect_typing([typed_texts[e]], lambda p: propose(p, typed_max_words), words=saved_words)[0]
+            typed[e] = collect_typing([typed_texts[e]], one_by_one(lambda p, _: propose(p, typed_max_words)),
+                                      words=saved_words, ask=ask)[0]
         if lr > 0:
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             with torch.no_grad():
@@ -270,10 +271,11 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
                  completion_emails: int = 200, positions_per_email: int = 5, saved_emails: int = 100,
                  saved_words: int = 50, rule: str | None = None, threshold: float | None = None,
                  seed: int = 0, max_words: int = 5, method: str = DEFAULT_METHOD, decay: float = DEFAULT_DECAY,
-                 ms_emails: int = 100) -> dict[str, Any]:
+                 ms_emails: int = 100, ask: str = DEFAULT_ASK) -> dict[str, Any]:
     """Frozen against dynamic evaluation of RUN_DIR on `split` (module doc): for each, bits per byte,
     ExactMatch at `coverage` (`completion_emails` emails, as `seqlab eval` picks them) and saved characters
-    (`saved_emails` emails, 0 for none, at `rule`/`threshold` as `seqlab eval` resolves them); "bpb_diff":
+    (`saved_emails` emails, 0 for none, at `rule`/`threshold` as `seqlab eval` resolves them, asked where
+    `ask` says); "bpb_diff":
     frozen minus dynamic bits per byte with a paired bootstrap interval over emails; "order": how many
     emails had a sender and a date."""
     if split not in ("train", "val", "test"):
@@ -286,6 +288,8 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
         raise UserError(f"the dynamic evaluation method must be one of {', '.join(METHODS)}, not {method!r}.")
     if not 0.0 <= decay <= 1.0:
         raise UserError(f"the decay towards the trained weights must be in [0, 1], not {decay}.")
+    if ask not in ASK_MODES:
+        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
     run_dir = Path(run_dir)
     gate = served_gate(run_dir, rule, threshold)
     model, tok, cfg = load_run(run_dir, resolve_device(device))  # a fresh copy: the run on disk is only read
@@ -311,11 +315,11 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
         model.load_state_dict(initial)
         passes[name] = adapt_pass(model, tok, store, order, rate, exact_texts=exact_texts, positions=positions,
                                   typed_texts=typed_texts, saved_words=saved_words, max_words=max_words,
-                                  contexts=reads, step=step)
+                                  contexts=reads, step=step, ask=ask)
     model.load_state_dict(initial)
     diff = paired_bootstrap(passes["frozen"].scores, passes["dynamic"].scores, seed=seed)
     return {"split": split, "lr": lr, "method": method, "decay": decay, "rule": gate[0], "threshold": gate[1],
-            "coverage": coverage,
+            "coverage": coverage, "ask": ask,
             "emails": store.num_emails, "order": {"senders": len({m.sender for m in meta if m.sender}),
                                                    "with_sender": sum(bool(m.sender) for m in meta),
                                                    "dated": sum(m.date is not None for m in meta)},

@@ -19,7 +19,7 @@ from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes
 from seqlab.evaluation.context_scores import by_context, email_scores, totals
 from seqlab.evaluation.exact_match import COVERAGES, completion_quality
 from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
-from seqlab.evaluation.saved_chars import MAX_WRONG_PER_100, saved_report, type_emails
+from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, saved_report, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.phrases import PhraseModel
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
@@ -33,6 +33,7 @@ def evaluate_run(
     completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
     precision: str = "run", saved: bool = True, saved_emails: int | None = None, saved_words: int = 50,
     rule: str | None = None, threshold: float | None = None, max_wrong_per_100: float = MAX_WRONG_PER_100,
+    ask: str = DEFAULT_ASK,
 ) -> dict[str, Any]:
     """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
 
@@ -49,10 +50,11 @@ def evaluate_run(
     their first `saved_words` words, the share of
     characters accepted suggestions save and the wrong suggestions shown per 100 words, at `rule` and
     `threshold` (default: the run's calibration.json, else the default rule with no threshold) under "at",
-    and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`.
+    and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`;
+    suggestions asked where `ask` says (`saved_chars.ASK_MODES`: every letter, as the compose page, by default).
     """
     saved_emails = _check_options(split, completion_threshold, coverages, target_coverage, completion_emails,
-                                  positions_per_email, saved_emails, saved_words, max_wrong_per_100)
+                                  positions_per_email, saved_emails, saved_words, max_wrong_per_100, ask)
     gate = served_gate(run_dir, rule, threshold)
     run_dir = Path(run_dir)
     dev = resolve_device(device)
@@ -74,14 +76,16 @@ def evaluate_run(
         result.update(_completion_keys(quality, len(texts), phrases))
     if completions and saved:
         typed = type_emails(model, tok, completion_texts(store, tok, saved_emails, seed), words=saved_words,
-                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed))
-        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words}
+                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed), ask=ask)
+        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words,
+                                 "ask": ask}
     return result
 
 
 def _check_options(split: str, completion_threshold: float, coverages: Sequence[float],
                    target_coverage: float | None, completion_emails: int, positions_per_email: int,
-                   saved_emails: int | None, saved_words: int, max_wrong_per_100: float) -> int:
+                   saved_emails: int | None, saved_words: int, max_wrong_per_100: float, ask: str = DEFAULT_ASK
+                   ) -> int:
     """`evaluate_run`'s options checked before any file is read (a `UserError` names the bad one); returns
     the emails typed for saved characters."""
     if split not in ("train", "val", "test"):
@@ -97,6 +101,8 @@ def _check_options(split: str, completion_threshold: float, coverages: Sequence[
         raise UserError("the completion emails, positions per email, emails and words typed must be at least 1.")
     if not max_wrong_per_100 >= 0:
         raise UserError(f"the cap on wrong suggestions per 100 words must be 0 or more, not {max_wrong_per_100}.")
+    if ask not in ASK_MODES:
+        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
     return saved_emails
 
 
@@ -190,7 +196,17 @@ def saved_line(label: str, r: dict[str, Any]) -> str:
             + (f" [{100 * s_ci[0]:.1f}-{100 * s_ci[1]:.1f}]" if s_ci else "")
             + f"  wrong/100 words {r['wrong_per_100_words'] or 0:5.2f}"
             + (f" [{w_ci[0]:.2f}-{w_ci[1]:.2f}]" if w_ci else "")
-            + f"  shown {r['shown']}, accepted {r['accepted']}")
+            + f"  shown {r['shown']}, accepted {r['accepted']}"
+            + (f", typed through {r['typed_through']} chars" if "typed_through" in r else "")
+            + _sources(r))
+
+
+def _sources(r: dict[str, Any]) -> str:
+    """"  from model 80%, memory 20%" when some characters were saved by a source other than the model."""
+    shares = r.get("saved_by_source") or {}
+    if set(shares) <= {"model"}:
+        return ""
+    return "  from " + ", ".join(f"{s} {100 * v:.0f}%" for s, v in shares.items())
 
 
 def format_best(rows: list[dict[str, Any]]) -> list[str]:
@@ -201,8 +217,10 @@ def format_best(rows: list[dict[str, Any]]) -> list[str]:
 def format_saved(saved: dict[str, Any]) -> list[str]:
     """Saved characters at the served rule and at each rule's best threshold, with 95% bootstrap intervals."""
     at = saved["at"]
+    asked = {"every-letter": "every letter", "word-starts": "word starts"}.get(saved.get("ask", "word-starts"))
     return [f"  saved characters, {at['emails']} emails typed for up to {saved['words_per_email']} words "
-            f"({at['chars']:,} characters, {at['words']:,} words; 95% bootstrap intervals over emails):",
+            f"({at['chars']:,} characters, {at['words']:,} words), suggestions asked at {asked} "
+            f"(95% bootstrap intervals over emails):",
             saved_line(f"served: {_gate(at)}", at), *format_best(saved["best"])]
 
 

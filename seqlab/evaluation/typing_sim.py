@@ -1,0 +1,219 @@
+"""A simulated writer typing one email with the compose page's suggestions: the replay behind saved characters.
+
+What is replayed is what `seqlab/serving/static/compose.js` does, over proposals collected beforehand
+(`saved_chars.collect_typing`): at each asked position (`Boundary`) every source's unthresholded proposal
+is kept, so any rule, threshold and blend weight is a replay with no model call.
+
+- Choosing. At an asked position with no suggestion on screen, each source's proposal is weighed: a
+  source other than the model has its word_confidences multiplied by its weight (capped at 1; the model's
+  weight is 1 unless given), and the proposal whose best expected-characters prefix value
+  (`seqlab.generation.gate.prefix_values`) is largest is the one the rule and threshold gate (ties go to
+  the source listed first, the model). What the gate keeps is SHOWN; a shown suggestion whose first word
+  is not the email's next characters is WRONG (a right one-character word is neither wrong nor worth taking).
+- Accepting, as the page's keys do: Tab inserts the whole ghost (one keystroke), Ctrl+Right its next word
+  (leading spaces and a run of non-spaces; one keystroke each). The writer takes the longest prefix of
+  the ghost that ends at one of its word ends and is literally the email's next characters: all of it
+  for 1 keystroke, or its first j words for j keystrokes, and takes it only when that saves something
+  (characters taken > keystrokes).
+- Typing through. While a ghost is on screen the page asks nothing: a typed character that is the ghost's
+  next one shrinks it (counted as typed through, not saved), and the writer may still take what is left;
+  a character that is not ends it, and the page asks again after that character. A ghost taken whole or
+  typed out ends too, and the page asks again at once. So the remainder of a suggestion is never counted
+  again as shown or wrong, and the proposals at positions passed under a ghost are not used.
+
+    saved = characters inserted by Tab and Ctrl+Right - keystrokes spent on them
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from seqlab.generation.complete import Completion, split_words
+from seqlab.generation.gate import kept_words, prefix_values, word_ends
+
+MODEL = "model"
+
+
+@dataclass
+class Candidate:
+    """One source's unthresholded proposal at an asked position."""
+
+    text: str  # '' when the source proposed no whole word
+    word_confidences: list[float] = field(default_factory=list)  # P(first k words), k = 1..
+    origin: str | None = None  # for memory: the earlier email it came from
+
+    @classmethod
+    def of(cls, c: Completion) -> Candidate:
+        return cls(c.text, list(c.word_confidences), c.origin)
+
+
+@dataclass
+class Boundary:
+    """An asked position of a typed email and each source's proposal there (the model's always; dict
+    order is the tie order: the model first)."""
+
+    offset: int  # character offset in the email text where a proposal would be inserted
+    proposals: dict[str, Candidate] = field(default_factory=dict)
+
+    @classmethod
+    def model_only(cls, offset: int, text: str, word_confidences: list[float]) -> Boundary:
+        return cls(offset, {MODEL: Candidate(text, list(word_confidences))})
+
+    @property
+    def text(self) -> str:
+        """The model's proposal."""
+        c = self.proposals.get(MODEL)
+        return c.text if c else ""
+
+    @property
+    def word_confidences(self) -> list[float]:
+        c = self.proposals.get(MODEL)
+        return c.word_confidences if c else []
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The proposal chosen at a position under some weights, with its weighted confidences."""
+
+    source: str
+    text: str
+    word_confidences: list[float]
+
+
+@dataclass
+class TypedEmail:
+    """An email's typed part, [start, end) of its text, with the proposals at its asked positions."""
+
+    text: str
+    start: int
+    end: int
+    boundaries: list[Boundary]
+    # weights key -> the Choice (or None) at each boundary: the choice does not depend on the rule or
+    # threshold, so a threshold sweep computes it once
+    _chosen: dict[tuple[tuple[str, float], ...], list[Choice | None]] = field(
+        default_factory=dict, repr=False, compare=False)
+
+    @property
+    def chars(self) -> int:
+        return self.end - self.start
+
+    @property
+    def words(self) -> int:
+        return len(split_words(self.text[self.start:self.end]))
+
+    def sources(self) -> set[str]:
+        return {s for b in self.boundaries for s in b.proposals}
+
+
+def weights_key(weights: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
+    """A hashable form of `weights` (a missing source weighs 1)."""
+    for source, w in (weights or {}).items():
+        if not w >= 0:
+            raise ValueError(f"the weight of source {source!r} must be 0 or more, not {w}")
+    return tuple(sorted((weights or {}).items()))
+
+
+def choose(b: Boundary, weights: Mapping[str, float] | None = None) -> Choice | None:
+    """The proposal at `b` with the largest best prefix value after weighting (module doc); None when no
+    source proposed a word (or every one that did weighs 0)."""
+    best: Choice | None = None
+    best_value = -1.0
+    for source, c in b.proposals.items():
+        w = (weights or {}).get(source, 1.0)
+        if not c.word_confidences or w <= 0:
+            continue
+        confs = c.word_confidences if w == 1.0 else [min(1.0, w * q) for q in c.word_confidences]
+        value = max(prefix_values(c.text, confs), default=0.0)
+        if value > best_value:
+            best, best_value = Choice(source, c.text, confs), value
+    return best
+
+
+def chosen(email: TypedEmail, weights: Mapping[str, float] | None = None) -> list[Choice | None]:
+    """`choose` at each boundary of `email`, kept on the email per weights."""
+    key = weights_key(weights)
+    if key not in email._chosen:
+        email._chosen[key] = [choose(b, weights) for b in email.boundaries]
+    return email._chosen[key]
+
+
+@dataclass
+class Typing:
+    """What a writer of one email got from the suggestions under one rule, threshold and weights."""
+
+    chars: int  # characters of the typed part
+    words: int  # words of the typed part
+    saved: int = 0  # characters inserted by Tab / Ctrl+Right minus the keystrokes spent on them
+    shown: int = 0  # suggestions newly shown
+    accepted: int = 0  # suggestions of which the writer took something (once each)
+    wrong: int = 0  # suggestions shown whose first word was wrong
+    keystrokes: int = 0  # Tab and Ctrl+Right presses
+    typed_through: int = 0  # characters typed by hand that were the ghost's next character
+    saved_by: dict[str, int] = field(default_factory=dict)  # saved characters per source
+    shown_by: dict[str, int] = field(default_factory=dict)
+    wrong_by: dict[str, int] = field(default_factory=dict)
+
+
+def right_prefix(shown: str, truth: str) -> tuple[int, int]:
+    """(characters, words) of the longest prefix of `shown` ending at one of its word ends that `truth`
+    starts with ((0, 0) when its first word is wrong)."""
+    took = words = 0
+    for j, end in enumerate(word_ends(shown), 1):
+        if not truth.startswith(shown[:end]):
+            break
+        took, words = end, j
+    return took, words
+
+
+def accepted_chars(shown: str, truth: str) -> int:
+    """Characters of `shown` a writer could take (`right_prefix`)."""
+    return right_prefix(shown, truth)[0]
+
+
+def _bump(counts: dict[str, int], source: str, by: int = 1) -> None:
+    counts[source] = counts.get(source, 0) + by
+
+
+def simulate(email: TypedEmail, rule: str, threshold: float | None,
+             weights: Mapping[str, float] | None = None) -> Typing:
+    """Type `email` with suggestions chosen by `weights` and shown by `rule` at `threshold` (module doc)."""
+    out = Typing(email.chars, email.words)
+    choices = chosen(email, weights)
+    text, end = email.text, email.end
+    at, nxt = email.start, 0  # where the writer is; the next boundary to look at
+    ghost, source, taken = "", "", False  # the suggestion on screen (what is left of it)
+    while at < end:
+        if not ghost:
+            while nxt < len(choices) and email.boundaries[nxt].offset < at:
+                nxt += 1  # passed under a ghost or inside accepted text: never asked
+            if nxt == len(choices):
+                break
+            at, c = email.boundaries[nxt].offset, choices[nxt]
+            nxt += 1
+            k = kept_words(c.text, c.word_confidences, rule, threshold) if c else 0
+            if c is None or k == 0:
+                continue
+            ghost, source, taken = c.text[:word_ends(c.text)[k - 1]], c.source, False
+            out.shown += 1
+            _bump(out.shown_by, source)
+            if right_prefix(ghost, text[at:end])[0] == 0:
+                out.wrong += 1
+                _bump(out.wrong_by, source)
+        took, j = right_prefix(ghost, text[at:end])
+        cost = 1 if took == len(ghost) else j  # Tab takes it all; Ctrl+Right one word at a time
+        if took > cost:
+            out.saved += took - cost
+            out.keystrokes += cost
+            _bump(out.saved_by, source, took - cost)
+            out.accepted += not taken
+            taken, at, ghost = True, at + took, ghost[took:]
+            continue
+        # the writer types the next character by hand
+        if ghost[0] == text[at]:
+            out.typed_through += 1
+            ghost = ghost[1:]
+        else:
+            ghost = ""
+        at += 1
+    return out
