@@ -3,7 +3,8 @@
  * Who may ask it what (every message is checked against its `sender`):
  *   - the options page (an extension page): pair, status, forget, sites;
  *   - the content script, in the top frame of a tab whose origin the person switched on: hello, complete,
- *     event, sent (passed on only to a server that learns). Anything else is refused before the server is
+ *     cancel (abort that tab's request in flight, named by the number the content script gave it), event,
+ *     sent (passed on only to a server that learns). Anything else is refused before the server is
  *     called.
  * Web pages cannot reach it at all: the manifest has no `externally_connectable`, and no
  * runtime.onMessageExternal listener exists. A content script receives only {id, text} of a suggestion.
@@ -301,7 +302,7 @@ async function setSite(text, on) {
 // --------------------------------------------------------------------------- suggestions
 
 const sessions = new Map();   // tab id -> the session the server issued for that tab's writer
-const inflight = new Map();   // tab id -> the AbortController of that tab's one request in flight
+const inflight = new Map();   // tab id -> {ctrl, seq}: that tab's one request in flight and its number
 
 async function complete(tabId, msg) {
   const pairing = await paired();
@@ -314,21 +315,29 @@ async function complete(tabId, msg) {
   if (session) body.session = session;
   // a model trained without cross-attention answers 422 to a context: send it only to one that reads it
   if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
-  inflight.get(tabId)?.abort();
+  inflight.get(tabId)?.ctrl.abort();
   const ctrl = new AbortController();
-  inflight.set(tabId, ctrl);
+  const mine = { ctrl, seq: Number(msg.seq) || 0 };
+  inflight.set(tabId, mine);
   let res;
   try {
     res = await signed(pairing, "/v1/complete", { method: "POST", body, signal: ctrl.signal });
   } catch {
     return { error: ctrl.signal.aborted ? "superseded" : "the server is unreachable" };
   } finally {
-    if (inflight.get(tabId) === ctrl) inflight.delete(tabId);
+    if (inflight.get(tabId) === mine) inflight.delete(tabId);
   }
   if (!res.proven) return { error: NOT_OURS };  // never shown: a text the server did not prove
   if (!res.ok) return { error: res.data.error || `the server answered ${res.status}` };
   if (res.data.session) sessions.set(tabId, res.data.session);
   return { id: String(res.data.id || ""), text: String(res.data.text || "") };
+}
+
+/** The content script no longer wants its request number `seq`: abort it (only that one, should the
+ * next one have overtaken this message). */
+function cancel(tabId, msg) {
+  const going = inflight.get(tabId);
+  if (going && going.seq === Number(msg.seq)) going.ctrl.abort();
 }
 
 /** An email the person sent: to a server that learns (serve --learn) only; any other keeps no text. */
@@ -348,9 +357,10 @@ function sendEvent(msg) {
   (async () => {
     const pairing = await paired();
     if (!pairing || (await challenge(pairing)).status !== "ok") return;
-    const accepted = Math.max(0, Math.min(65536, Number(msg.accepted_chars) | 0));
+    const count = (n) => Math.max(0, Math.min(65536, Number(n) | 0));
     await signed(pairing, "/v1/events", { method: "POST",
-      body: { id: msg.id, kind: msg.kind, accepted_chars: accepted } });
+      body: { id: msg.id, kind: msg.kind, accepted_chars: count(msg.accepted_chars),
+              typed_through_chars: count(msg.typed_through_chars) } });
   })().catch(() => {});
 }
 
@@ -403,6 +413,9 @@ async function handle(msg, sender) {
       return { enabled: true };
     case "complete":
       return { enabled: true, ...(await complete(sender.tab.id, msg)) };
+    case "cancel":
+      cancel(sender.tab.id, msg);
+      return { enabled: true };
     case "event":
       sendEvent(msg);
       return { enabled: true };
@@ -421,7 +434,7 @@ api.runtime.onMessage.addListener((msg, sender, sendResponse) => {
 
 api.tabs.onRemoved.addListener((tabId) => {
   sessions.delete(tabId);
-  inflight.get(tabId)?.abort();
+  inflight.get(tabId)?.ctrl.abort();
   inflight.delete(tabId);
 });
 

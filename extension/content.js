@@ -8,9 +8,16 @@
  * edits the box with execCommand, moves nothing and asks the server nothing.
  *
  * The same behaviour as the compose page (seqlab/serving/static/compose.js): a suggestion is asked for
- * as the writer pauses, with the caret at the end of its line; Tab takes it all, Ctrl+Right one word, Esc
+ * at once on each edit, with the caret at the end of its line; Tab takes it all, Ctrl+Right one word, Esc
  * dismisses it, and typing its own letters shrinks it without asking again. When nothing is shown, every
- * key keeps the site's meaning (Tab included).
+ * key keeps the site's meaning (Tab included). The same pacing too: one request in flight per box (an
+ * edit made meanwhile waits for its answer, which is never drawn, and then asks for the newest text), at
+ * most one start per MIN_GAP_MS, and a request nothing can use any more is cancelled (the worker aborts
+ * its fetch). Events say how many characters were inserted (Tab, Ctrl+Right) and how many the person
+ * typed through, as the page's do. The older pacing (wait a debounce after the last key, then ask) comes
+ * back with a number in this world's `__seqlabDebounceMs`, which only DevTools can set (the latency
+ * benchmark's side-by-side, seqlab/bench/latency_browser.py); `__seqlabTimes` gives it when each
+ * suggestion was drawn.
  *
  * A switched-on site sees what the person accepts into its box, never what is suggested:
  * - The ghost is pixels, not text: drawn on a <canvas> in the closed shadow root of a plain <div>. A
@@ -33,7 +40,9 @@
   globalThis[LOADED] = true;
 
   const api = globalThis.browser ?? globalThis.chrome;
-  const DEBOUNCE_MS = 150;
+  const MIN_GAP_MS = 40;  // between two requests' starts: a burst of keys costs one request per 40 ms
+  // > 0: the older pacing (top of this file); a number only: a page's element named so is no setting
+  const debounceMs = () => (typeof globalThis.__seqlabDebounceMs === "number" ? globalThis.__seqlabDebounceMs : 0);
   const CONTEXT_MAX = 16_000;
   const GHOST_COLOR = "#8a8f98";
   const BLOCKS = new Set(["ADDRESS", "ARTICLE", "ASIDE", "BLOCKQUOTE", "DD", "DIV", "DL", "DT", "FIGURE",
@@ -49,9 +58,14 @@
   let left = null;       // {box, text, caret, verified}: the box's visible text as the person's last edit left
                          // it, and whether that edit did just what it should
   const typedIn = new WeakMap();  // compose box -> how many characters the person has written into it
-  let current = null;    // the suggestion shown: {id, base, text, taken}
-  let timer = 0;
+  let current = null;    // the suggestion shown: {id, base, text, taken, by} (`by`: "i" per inserted
+                         // character, "t" per character the person typed through)
+  let timer = 0;         // the debounce, or the wait for MIN_GAP_MS
   let asked = 0;         // increments per request; an answer to an older one is dropped
+  let inflight = 0;      // the number (`asked`) of the request on its way, 0 when none
+  let wanted = false;    // an edit is waiting to be asked about (the newest text is read when it goes)
+  let lastStart = -Infinity;
+  const drawnAt = [];    // performance.now() of each new suggestion drawn (for the latency benchmark)
   let overlay = null;    // {host, frame, canvas, ctx, mirror}
   let stopped = false;
   let inserting = false; // our own execCommand is running: its input event is the writer's Tab
@@ -543,6 +557,7 @@
   }
 
   Object.defineProperty(globalThis, "__seqlabGhost", { get: drawnGhost });
+  Object.defineProperty(globalThis, "__seqlabTimes", { get: () => ({ drawn: [...drawnAt] }) });
 
   // --------------------------------------------------------------------------- asking and telling
 
@@ -554,21 +569,28 @@
     }
   }
 
+  const inserted = (s) => s.by.split("i").length - 1;
+
   function sendEvent(s, kind) {
-    ask({ type: "event", id: s.id, kind, accepted_chars: s.taken });
+    const chars = inserted(s);
+    ask({ type: "event", id: s.id, kind, accepted_chars: chars, typed_through_chars: s.by.length - chars });
   }
 
+  // "accepted" only when some of it was inserted: a suggestion typed out by hand saved nothing
   function finish(kind) {
     const done = current;
     current = null;
     render();
-    if (done) sendEvent(done, kind);
+    if (done) sendEvent(done, kind === "accepted" && !inserted(done) ? "dismissed" : kind);
   }
 
   function cancelPending() {
     clearTimeout(timer);
     timer = 0;
+    wanted = false;
     asked++;
+    if (inflight) ask({ type: "cancel", seq: inflight });  // the worker aborts its fetch: nothing can use it
+    inflight = 0;
   }
 
   function dismiss() {
@@ -577,8 +599,26 @@
   }
 
   function schedule() {
-    cancelPending();
-    timer = setTimeout(request, DEBOUNCE_MS);
+    const wait = debounceMs();
+    if (wait > 0) {
+      cancelPending();
+      timer = setTimeout(() => { timer = 0; request(); }, wait);
+      return;
+    }
+    wanted = true;
+    pump();
+  }
+
+  /** Start the wanted request once none is in flight and MIN_GAP_MS has passed since the last start. */
+  function pump() {
+    if (!wanted || inflight || timer) return;
+    const wait = lastStart + MIN_GAP_MS - performance.now();
+    if (wait > 0) {
+      timer = setTimeout(() => { timer = 0; pump(); }, wait);
+      return;
+    }
+    wanted = false;
+    request();
   }
 
   /** Whether the box holds just what the person's last edit left there, the caret where it put it. */
@@ -587,7 +627,6 @@
   }
 
   async function request() {
-    timer = 0;
     const el = box;
     if (!el || document.activeElement !== el && !el.contains(document.activeElement)) return;
     const snap = snapshot(el);
@@ -595,16 +634,28 @@
     const state = caretState(el, snap);
     if (!state.ok || !state.prefix.trim()) return;
     const mine = ++asked;
-    const reply = await ask({ type: "complete", prefix: state.prefix, subject: subjectFor(el),
-      context: contextFor(el) });
+    inflight = mine;
+    lastStart = performance.now();
+    let reply;
+    try {
+      reply = await ask({ type: "complete", seq: mine, prefix: state.prefix, subject: subjectFor(el),
+        context: contextFor(el) });
+    } finally {
+      if (inflight === mine) {  // else cancelled meanwhile, and another request may be on its way
+        inflight = 0;
+        pump();  // an edit made meanwhile is asked about now
+      }
+    }
     if (!reply) return;
     if (reply.enabled === false) { stop(); return; }  // the site was switched off meanwhile
     if (mine !== asked || el !== box || reply.error || !reply.text) return;
     const now = snapshot(el);  // the writer kept going while the model thought: a stale answer
     if (now.text !== snap.text || now.caret !== snap.caret) return;
     if (current) finish("dismissed");
-    current = { id: reply.id, base: state.prefix, text: norm(reply.text), taken: 0 };
+    current = { id: reply.id, base: state.prefix, text: norm(reply.text), taken: 0, by: "" };
     render();
+    drawnAt.push(performance.now());
+    if (drawnAt.length > 1000) drawnAt.shift();
     sendEvent(current, "shown");
   }
 
@@ -655,6 +706,8 @@
       const state = caretState(box, snap);
       const typed = state.prefix.startsWith(current.base) ? state.prefix.slice(current.base.length) : null;
       if (typed !== null && state.ok && current.text.startsWith(typed)) {
+        const grown = typed.length - current.taken;  // < 0: the person deleted some of what was taken
+        current.by = grown >= 0 ? current.by + (inserting ? "i" : "t").repeat(grown) : current.by.slice(0, typed.length);
         current.taken = typed.length;
         if (typed.length < current.text.length) {
           cancelPending();

@@ -68,8 +68,8 @@ def extension_id(path: Path) -> str:
 
 @dataclass
 class Recorder:
-    """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body), as it
-    comes off the wire.
+    """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body, when it
+    came: `start`), as it comes off the wire; for /v1/complete also the answer, and when it was sent (`end`).
 
     With `pretend_context` its `Pretender`, inside the gate (so after the extension's signature is checked
     and before the server's proof of the answer is made), says on /health that the model reads context and
@@ -107,7 +107,7 @@ class Recorder:
         except ValueError:
             body = raw
         entry = {"method": scope["method"], "path": scope["path"], "origin": headers.get("origin"),
-                 "authorization": headers.get("authorization"), "body": body}
+                 "authorization": headers.get("authorization"), "body": body, "start": time.monotonic()}
         if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
             entry["context"] = body.get("context")
         with self.lock:
@@ -124,6 +124,7 @@ class Recorder:
             if message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
                 if not message.get("more_body", False):
+                    entry["end"] = time.monotonic()
                     try:
                         entry["answer"] = json.loads(b"".join(chunks))
                     except ValueError:
@@ -415,9 +416,10 @@ def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paire
     assert _ghost(driver) == "" or not (BODY + ghost).endswith(_ghost(driver))
     _wait_for_event(server, mark, "shown")
     _wait_for_event(server, mark, "accepted")
-    # the next question names the session the server issued with the last answer
-    asked = WebDriverWait(driver, WAIT_S).until(lambda _: server.recorder.since(mark, "/v1/complete")[1:])
-    assert asked[0]["body"]["session"] and asked[0]["body"]["prefix"] == BODY + ghost
+    # the next question (each edit asks one) names the session the server issued with the last answer
+    asked = WebDriverWait(driver, WAIT_S).until(lambda _: [r for r in server.recorder.since(mark, "/v1/complete")
+                                                           if r["body"]["prefix"] == BODY + ghost])
+    assert asked[0]["body"]["session"]
     _chord(driver, Keys.CONTROL, "z")
     assert _text(driver) == BODY
 
