@@ -137,7 +137,7 @@ _UNPRIVILEGED = "service anvil {\n  chroot =\n}\n"
 
 
 def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: dict[str, str],
-            introspection: str | None) -> Path:
+            introspection: str | None, separator: str | None) -> Path:
     user, uid, gid = _owner()
     port, plain_port = ports
     (root / "passwd").write_text("".join(f"{name}:{{PLAIN}}{password}:{uid}:{gid}::{root / 'home'}::\n"
@@ -148,6 +148,9 @@ def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: di
                                           "username_attribute = username\nactive_attribute = active\n"
                                           "active_value = true\n")
         oauth2 = f"passdb {{\n  driver = oauth2\n  args = {root / 'oauth2.conf'}\n}}\n"
+    namespace = ""
+    if separator is not None:  # the hierarchy separator clients see; on disk Maildir++ keeps its "."
+        namespace = f"namespace inbox {{\n  inbox = yes\n  separator = {separator}\n}}\n"
     conf = root / "dovecot.conf"
     conf.write_text(f"""
 base_dir = {root / 'run'}
@@ -168,7 +171,7 @@ first_valid_uid = {min(uid, 500)}
 first_valid_gid = {min(gid, 500)}
 mail_location = maildir:{root / 'mail'}/%u
 mail_plugins =
-{'' if os.getuid() == 0 else _UNPRIVILEGED}service imap-login {{
+{namespace}{'' if os.getuid() == 0 else _UNPRIVILEGED}service imap-login {{
   {'' if os.getuid() == 0 else 'chroot ='}
   inet_listener imap {{
     address = 127.0.0.1
@@ -198,10 +201,12 @@ passdb {{
 
 
 @contextlib.contextmanager
-def running_dovecot(users: dict[str, str], introspection: str | None = None) -> Iterator[Dovecot]:
+def running_dovecot(users: dict[str, str], introspection: str | None = None, separator: str | None = None
+                    ) -> Iterator[Dovecot]:
     """A running Dovecot with `users` (name -> password, the first for `client()`) and empty mail; stopped and
     its folder removed after. With `introspection` (an http:// URL), XOAUTH2 is offered too, each token checked
-    by a POST there. `DovecotError` when the tools are missing or the server does not come up."""
+    by a POST there; with `separator`, folders are nested with it ("/" as at Gmail) instead of Dovecot's ".".
+    `DovecotError` when the tools are missing or the server does not come up."""
     why = missing_tools()
     if why is not None:
         raise DovecotError(why)
@@ -217,7 +222,7 @@ def running_dovecot(users: dict[str, str], introspection: str | None = None) -> 
             os.chown(root / sub, uid, gid)
         cert, key = _certificate(root)
         ports = (free_port(), free_port())
-        conf = _config(root, ports, cert, key, users, introspection)
+        conf = _config(root, ports, cert, key, users, introspection, separator)
         proc = subprocess.Popen([binary, "-c", str(conf), "-F"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         user, password = next(iter(users.items()))
         server = Dovecot(root, ports[0], ports[1], cert, user, password, uid, gid)
