@@ -257,17 +257,20 @@ def _live(model, tok, text: str, words: int, rule: str, threshold: float, ask: s
     return saved, shown, wrong, through
 
 
-@pytest.mark.parametrize(("rule", "threshold", "ask", "mid_word"), [
-    ("first-word", 0.0, "every-letter", 0), ("expected-chars", 0.1, "every-letter", 0),
-    ("expected-chars", 0.0, "word-starts", 0), ("first-word", 0.05, "word-starts", 0),
-    ("expected-chars", 0.1, "word-starts", 1)])
-def test_the_replay_equals_typing_live_through_complete(word_run_dir: Path, tiny_data_dir: Path, rule: str,
-                                                        threshold: float, ask: str, mid_word: int) -> None:
-    model, tok, _ = load_run(word_run_dir, "cpu")
+@pytest.mark.parametrize(("run", "rule", "threshold", "ask", "mid_word"), [
+    ("word_run_dir", "first-word", 0.0, "every-letter", 0), ("word_run_dir", "expected-chars", 0.1, "every-letter", 0),
+    ("word_run_dir", "expected-chars", 0.0, "word-starts", 0), ("word_run_dir", "first-word", 0.05, "word-starts", 0),
+    ("word_run_dir", "expected-chars", 0.1, "word-starts", 1),
+    ("gru_run_dir", "first-word", 0.0, "every-letter", 0)])  # a GRU: its proposals made in lanes, batched
+def test_the_replay_equals_typing_live_through_complete(request: pytest.FixtureRequest, tiny_data_dir: Path,
+                                                        run: str, rule: str, threshold: float, ask: str,
+                                                        mid_word: int) -> None:
+    model, tok, _ = load_run(request.getfixturevalue(run), "cpu")
     texts = completion_texts(TokenStore(tiny_data_dir, "val"), tok, 3, 0)
     typed = type_emails(model, tok, texts, words=12, ask=ask, mid_word=mid_word)
     got = [simulate(e, rule, threshold) for e in typed]
-    assert sum(t.shown for t in got) > 0 and (threshold > 0 or sum(t.saved for t in got) > 0)  # not vacuous
+    assert sum(t.shown for t in got) > 0  # not vacuous; and the 300-step model is right sometimes
+    assert run != "word_run_dir" or threshold > 0 or sum(t.saved for t in got) > 0
     for text, t in zip(texts, got):
         assert (t.saved, t.shown, t.wrong, t.typed_through) == _live(model, tok, text, 12, rule, threshold, ask,
                                                                       mid_word)

@@ -51,6 +51,7 @@ from seqlab.evaluation.typing_sim import (  # noqa: F401
     accepted_chars,
     simulate,
 )
+from seqlab.generation.batched import propose_positions
 from seqlab.generation.complete import Completion, complete
 from seqlab.generation.gate import FIRST_WORD, RULES, word_ends
 
@@ -160,13 +161,21 @@ def collect_typing(emails: Sequence[str], propose_all: ModelProposer, *, words: 
 
 def model_proposer(model: nn.Module, tokenizer: Tokenizer, *, max_words: int = 3, phrases: Any = None
                    ) -> ModelProposer:
-    """`model`'s greedy, unthresholded proposals of up to `max_words` words, blended with `phrases` when
-    given (`seqlab.generation.complete`)."""
-    def propose(prompt: str, context: Any) -> Completion:
-        return complete(model, tokenizer, prompt, max_words=max_words, temperature=0.0, phrases=phrases,
-                        context=context, rule=FIRST_WORD)
+    """`model`'s greedy, unthresholded proposals of up to `max_words` words: what `complete` returns at
+    each position, made for all emails at once by `seqlab.generation.batched.propose_positions` (prefix
+    reuse and lanes); blended with `phrases` when given, through `complete` one position at a time."""
+    if phrases is not None:
+        def propose(prompt: str, context: Any) -> Completion:
+            return complete(model, tokenizer, prompt, max_words=max_words, temperature=0.0, phrases=phrases,
+                            context=context, rule=FIRST_WORD)
 
-    return one_by_one(propose)
+        return one_by_one(propose)
+
+    def proposals(texts: Sequence[str], positions: Sequence[Sequence[int]],
+                  contexts: Sequence[Any] | None) -> list[list[Completion]]:
+        return propose_positions(model, tokenizer, texts, positions, max_words=max_words, contexts=contexts)
+
+    return proposals
 
 
 def type_emails(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, words: int = 50,
