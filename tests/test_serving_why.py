@@ -195,7 +195,7 @@ def test_why_answers_for_the_last_suggestion(client: TestClient) -> None:
     r = client.post("/v1/why", json={"prefix": LONG, "subject": SUBJECT, "text": shown["text"] or "x"})
     assert r.status_code == 200
     body = r.json()
-    assert set(body) == {"family", "measure", "about", "suggestion", "first_token", "alternatives", "healed",
+    assert set(body) == {"source", "family", "measure", "about", "suggestion", "first_token", "alternatives", "healed",
                          "window", "layers", "positions", "context"}
     assert body["family"] == "attention" and len(body["alternatives"]) == why.ALTERNATIVES
     assert body["window"]["chars_before"] == shown["cut_chars"]

@@ -47,6 +47,9 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
                    "every suggestion, as `complete --phrases` does")
     p.add_argument("--phrase-weight", type=unit_float, default=0.3,
                    help="largest share of the phrase model in the blend (default 0.3)")
+    p.add_argument("--memory", type=Path, default=None, metavar="DATA_DIR",
+                   help="offer again what you wrote before: remember the train split of your prepared mail (in "
+                   "memory only; with --learn, every email you send joins it)")
     p.add_argument("--learn", action="store_true",
                    help="keep the emails you mark as sent (RUN_DIR/personal, readable by you only) and fine-tune "
                    "a copy of the model on them while the server is idle; `seqlab forget RUN_DIR` undoes it "
@@ -130,6 +133,8 @@ def run_serve(args: argparse.Namespace) -> int:
               f"{info['threshold']:.3f} ({info['threshold_source']})"
               + (f", phrases of {info['phrases']['path']} at weight {info['phrases']['weight']:g}"
                  if info.get("phrases") else "")
+              + (f", remembering {info['memory']['emails']} emails you wrote" if info.get("memory", {}).get("emails")
+                 else "")
               + (f"; learning from the emails you mark as sent (kept in {args.run_dir / 'personal'})"
                  if args.learn else "")
               + (f" and from new mail in {sent.origin}, read every {args.sent_every:g} s" if sent else ""),
@@ -138,6 +143,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.sent is not None and not args.learn:
         raise UserError("--sent learns from your Sent folder, which only a learning server does: add --learn")
     phrases = _phrase_file(args)
+    if args.memory is not None:  # checked here: a wrong folder stops `serve` with a sentence
+        from seqlab.data.tokenizer import load_tokenizer
+        from seqlab.serving.remembered import check_data_dir
+
+        check_data_dir(args.memory, load_tokenizer(args.run_dir / "tokenizer.json"))
     # --learn: the run's learning lock, held until this process ends, taken before anything is bound or
     # written (server.json), so a second learner on the run changes nothing and `forget` waits for both
     lock = _learning_lock(args.run_dir) if args.learn else None
@@ -153,7 +163,7 @@ def run_serve(args: argparse.Namespace) -> int:
                           min_confidence=args.min_confidence, log_dir=args.log, max_sessions=args.max_sessions,
                           on_ready=ready, phrases=phrases, phrase_weight=args.phrase_weight,
                           host=args.host, port=port, allow_remote=args.allow_remote, learn=args.learn,
-                          learn_lock=lock, sent=sent, sent_every_s=args.sent_every)
+                          learn_lock=lock, sent=sent, sent_every_s=args.sent_every, memory=args.memory)
     host = f"[{args.host}]" if ":" in args.host else args.host
     info = args.run_dir / "serve" / SERVER_FILE  # where the person's tools look, whatever --log says
 

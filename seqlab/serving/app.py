@@ -57,12 +57,18 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
             source = f"none (run `{printed_command('calibrate', config.run_dir)}` to choose one for a target coverage)"
     engine = CompletionEngine(model, tok, threshold=threshold, max_sessions=config.max_sessions,
                               max_session_bytes=config.max_session_bytes, rule=rule)
+    if config.memory is not None:  # the person's prepared mail (the personal store's joins under --learn)
+        from seqlab.serving.remembered import build_memory, data_emails
+
+        engine.memory_emails = data_emails(config.memory, tok)
+        engine.memory = build_memory(engine.memory_emails, None)
     info = {**engine.describe(), "threshold_source": source, "run_dir": str(config.run_dir), "phrases": phrases}
     return engine, info
 
 
 def start_learning(state: ServerState, engine: CompletionEngine) -> None:
-    """`--learn`: serve the weights learned before (if they grew from this run's), and start the learner.
+    """`--learn`: serve the weights learned before (if they grew from this run's), remember the stored emails,
+    and start the learner.
 
     Runs on the model thread once the engine is loaded, with the run's learning lock held. A learned copy is
     swapped in by a job on that same thread, so it replaces the served model between two requests
@@ -71,6 +77,7 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     from seqlab.generation.phrases import PhraseBlend, unblended
     from seqlab.serving.learner import Learner, load_learned, weights_digest
     from seqlab.serving.personal import PersonalStore
+    from seqlab.serving.remembered import build_memory, sent_label
 
     served = engine.model
     base_model = unblended(served)
@@ -90,8 +97,14 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
     def swap(model: nn.Module) -> None:
         state.worker.submit(engine.replace_model, wrap(model))
 
-    def trained_again() -> None:
+    # the memory holds the store's emails too, and each new one the moment it is stored
+    for e in state.personal.emails():
+        engine.memory.add_body(e.body, sent_label(e))
+    state.personal.listeners.append(lambda e: engine.memory.add_body(e.body, sent_label(e)))
+
+    def trained_again() -> None:  # the folder was deleted (`forget`): its emails leave the memory too
         state.worker.submit(engine.replace_model, served)
+        state.worker.submit(setattr, engine, "memory", build_memory(engine.memory_emails, None))
 
     state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
                             record=record, on_forgotten=trained_again)
@@ -122,6 +135,7 @@ def _start_loading(state: ServerState) -> None:
             engine, info = load_engine(state.config)
             if state.config.learn:
                 start_learning(state, engine)
+                info["memory"] = engine.describe()["memory"]  # with the stored emails
             state.engine, state.info = engine, info  # ready only now: /health says ok with the learner running
         except Exception as exc:  # noqa: BLE001 (reported by /health; the server stays up to say so)
             state.failed = f"{type(exc).__name__}: {exc}"

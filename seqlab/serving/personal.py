@@ -33,6 +33,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ class PersonalStore:
         self._lock = threading.Lock()
         self._count: int | None = None  # emails stored, read once
         self._dir_fd: int | None = None
+        # told each email the moment it is stored (the server's memory of the person's writing)
+        self.listeners: list[Callable[[SentEmail], None]] = []
         with self._lock:
             if self.folder.is_dir():
                 self._hold()
@@ -150,8 +153,9 @@ class PersonalStore:
         return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
 
     def append(self, subject: str, body: str, context: str | None = None, origin: str | None = None) -> int:
-        """Store one sent email durably (written whole and fsync'd before this returns); the emails stored.
-        `StoreFull` past `max_emails` or `max_bytes`, `Forgotten` once the folder was deleted."""
+        """Store one sent email durably (written whole and fsync'd before this returns), then tell the
+        `listeners`; the emails stored. `StoreFull` past `max_emails` or `max_bytes`, `Forgotten` once the
+        folder was deleted."""
         record: dict[str, Any] = {"t": time.time(), "subject": subject, "body": body}
         if context:
             record["context"] = context
@@ -180,7 +184,10 @@ class PersonalStore:
             finally:
                 os.close(fd)
             self._count = count + 1
-            return self._count
+        stored = SentEmail(subject, body, context, record["t"], origin)
+        for listener in self.listeners:
+            listener(stored)
+        return count + 1
 
     def __len__(self) -> int:
         with self._lock:

@@ -46,7 +46,7 @@ from seqlab.serving.limits import error
 from seqlab.serving.personal import Forgotten, NothingOwn, StoreFull, TooLong, store_sent
 from seqlab.serving.signing import b64, pairing_client_proof, pairing_secret, pairing_server_proof, unb64
 from seqlab.serving.state import ServerState, run_unless_gone
-from seqlab.serving.why import explain
+from seqlab.serving.why import explain, told_by_source
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 64 * 1024
@@ -92,6 +92,7 @@ class WhyRequest(BaseModel):
     prefix: str = Field(max_length=MAX_BODY_BYTES, description="the body the suggestion was asked for")
     subject: str = Field("", max_length=2000)
     text: str = Field(min_length=1, max_length=2000, description="the suggestion that was shown")
+    id: str | None = Field(None, min_length=1, max_length=64, description="its id: says where it came from")
 
 
 class EventRequest(BaseModel):
@@ -236,6 +237,11 @@ async def why(req: WhyRequest, request: Request) -> Any:
     if s.waiting >= max(1, s.config.max_queue // 2):  # not latency-critical: keystrokes keep half the queue
         return error(503, "the model is busy with suggestions; ask why again in a moment", retry_after=1)
     engine = s.engine
+    caller = caller_of(request)
+    told = told_by_source(engine, req.id, req.subject, req.prefix, req.text,
+                          show_origin=caller is not None and caller.kind == "person")
+    if told is not None:  # the person's earlier mail or the original: no model to look into
+        return told
     result = await run_unless_gone(
         s, request, lambda: explain(unblended(engine.model), engine.tokenizer, req.subject, req.prefix, req.text))
     if result is None:  # the client left before its turn: nothing to answer

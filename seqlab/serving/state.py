@@ -62,6 +62,9 @@ class ServerConfig:
     sent_every_s: float = 30.0
     phrases: Path | None = None  # a phrase cache (`seqlab phrases`) blended into every suggestion
     phrase_weight: float = 0.3
+    # --memory: the person's prepared mail, whose train split fills the memory of their writing (with the
+    # personal store's emails under --learn; `remembered.py`)
+    memory: Path | None = None
     on_ready: Callable[[dict[str, Any]], None] | None = None  # told the model's description once loaded
 
     def pairings(self) -> PairingStore:

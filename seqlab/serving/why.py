@@ -17,6 +17,12 @@ tokens the model actually saw; the first suggested token is predicted at the las
 For every family: the top-5 next tokens at the first suggested position with their probabilities (the
 softmax of the model's logits there, renormalised over space-led tokens when the prompt was healed, as the
 decoder does) and the likeliest token consistent with the suggestion's text, with its rank.
+
+A suggestion that did not come from the model is explained by its source instead (`told_by_source`): the
+person's own earlier mail (`generation.memory`), naming the email (its subject and date) to the compose
+page only, or the message being answered (`generation.reply_copy`). The engine remembers each suggestion's
+source by its id (`CompletionEngine.explained`); without an id, a suggestion the memory gives again for the
+same email is taken to be the memory's.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import encode_prompt
 from seqlab.generation.decode import model_device
-from seqlab.serving.engine import prompt_text
+from seqlab.serving.engine import CompletionEngine, prompt_text
 from seqlab.serving.sessions import serve_limit, window_start
 from seqlab.studies.inspection import probes
 
@@ -216,7 +222,7 @@ def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, s
     positions = top_positions(texts, labels, weights, first, top) if weights.size else []
     alts, chosen = alternatives(tokenizer, next_token_probs(logits, seen.allowed), seen.skip, suggestion)
     return {
-        "family": cfg.mixer, "measure": {"attention": "attention", "gru": "rewrite"}.get(cfg.mixer),
+        "source": "model", "family": cfg.mixer, "measure": {"attention": "attention", "gru": "rewrite"}.get(cfg.mixer),
         "about": about, "suggestion": suggestion, "first_token": chosen, "alternatives": alts,
         "healed": seen.healed,
         "window": {"start": seen.start, "tokens": len(seen.ids), "chars_before": seen.chars_before,
@@ -224,3 +230,33 @@ def explain(model: nn.Module, tokenizer: Tokenizer, subject: str, prefix: str, s
         "layers": int(weights.shape[0]), "positions": positions,
         "context": context_pieces(texts, positions, cut_before=seen.chars_before > 0),
     }
+
+
+SOURCES = {
+    "memory": "You wrote this before: it is what followed the same words in your own earlier mail.",
+    "reply": "This is copied from the message you are answering, where your reply started to use it.",
+}
+
+
+def told_by_source(engine: CompletionEngine, suggestion_id: str | None, subject: str, prefix: str, text: str, *,
+                   show_origin: bool) -> dict[str, Any] | None:
+    """The why panel's answer for a suggestion from the memory or the original; None for the model's (or an
+    unknown one, which the model then explains). `show_origin`: name the earlier email (the compose page)."""
+    known = engine.explained.get(suggestion_id) if suggestion_id else None
+    if known is None:
+        again = engine.memory.propose(prompt_text(subject, prefix))
+        if again is None or not _shown_part(again.text, text):
+            return None
+        known = (again.source, again.origin)
+    source, origin = known
+    if source not in SOURCES:
+        return None
+    out: dict[str, Any] = {"source": source, "about": SOURCES[source], "suggestion": text}
+    if source == "memory" and show_origin and origin:
+        out["origin"] = origin
+    return out
+
+
+def _shown_part(proposed: str, shown: str) -> bool:
+    """Whether `shown` is `proposed` or its first words (a suggestion the gate cut)."""
+    return proposed == shown or (proposed.startswith(shown) and proposed[len(shown)].isspace())

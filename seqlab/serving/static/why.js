@@ -1,10 +1,12 @@
 /* The "why?" panel of the compose page: what the model looked at when it suggested the last suggestion.
  *
- * compose.js announces every suggestion it shows with a "seqlab:shown" event ({prefix, subject, text}: the
+ * compose.js announces every suggestion it shows with a "seqlab:shown" event ({prefix, subject, text, id}: the
  * email exactly as it was asked for). The "why?" button in the status line is enabled from then on; a
- * click asks POST /v1/why for that suggestion and shows, in a small panel, the end of the prompt with the
- * positions the model weighed most shaded by weight (attention for attention models, how much a GRU
- * rewrote its state for recurrent ones), and the model's likeliest first tokens with their probabilities.
+ * click asks POST /v1/why for that suggestion (by its id too, so the server can say where it came from)
+ * and shows, in a small panel, the end of the prompt with the positions the model weighed most shaded by
+ * weight (attention for attention models, how much a GRU rewrote its state for recurrent ones), and the
+ * model's likeliest first tokens with their probabilities. A suggestion from the person's own earlier mail
+ * says so and names that email (its subject and date); one from the message being answered says so.
  *
  * The button keeps the focus in the body (mousedown is not allowed to move it), so looking at "why?"
  * does not dismiss the suggestion: Tab still accepts it.
@@ -98,7 +100,24 @@
     return list;
   }
 
+  // A suggestion from the person's own earlier mail (naming it, on the compose page) or from the message
+  // being answered: no model to look into, only where it came from.
+  function showSource(asked, data) {
+    const nodes = [el("p", data.about, { class: "why-about" })];
+    if (data.origin) {
+      const from = el("p", "From your email: ", { class: "why-origin" });
+      from.append(el("cite", data.origin));
+      nodes.push(from);
+    }
+    open(`Why “${asked.text.trim()}”?`, ...nodes);
+    shown = asked;
+  }
+
   function show(asked, data) {
+    if (data.source && data.source !== "model") {
+      showSource(asked, data);
+      return;
+    }
     const nodes = [el("p", data.about, { class: "why-about" })];
     if (data.positions && data.positions.length) nodes.push(contextView(data.context || {}, data.measure));
     const first = data.first_token;
@@ -122,7 +141,8 @@
     try {
       const res = await window.seqlabApi("/v1/why", {
         method: "POST",
-        body: JSON.stringify({ prefix: asked.prefix, subject: asked.subject, text: asked.text }),
+        body: JSON.stringify({ prefix: asked.prefix, subject: asked.subject, text: asked.text,
+                               ...(asked.id ? { id: asked.id } : {}) }),
         signal: ctrl.signal,
       });
       const data = await res.json().catch(() => ({}));
