@@ -12,6 +12,8 @@ Sections, in order (each a module of this package; `--only` picks some):
   prepare     `seqlab prepare`'s MB/s and memory on synthetic mboxes, each run a fresh process
               (`prepare_speed`); IMAP from a local Dovecot against the same mbox (`imap_speed`)
   latency     per-keystroke latency of the server, kept state against recompute (`latency`)
+  browser     key -> ghost in headless Chromium, the compose page and the extension, a 150 ms debounce
+              against asking at once (`latency_browser`); one "skipped" row without chromium or a run
   gpu         on a CUDA device: its bf16 matmul peak, the `base` preset's training tokens/s and MFU, the
               attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
               without CUDA
@@ -120,6 +122,21 @@ def _latency(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     return latency.bench_rows(payload)
 
 
+def _browser(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import latency_browser
+    from seqlab.bench.browser_session import BrowserMissing
+
+    args = latency_browser.parse_args(["--quick", "--json", str(out / "latency_browser.json")] if quick
+                                      else ["--json", str(out / "latency_browser.json")])
+    try:
+        payload = latency_browser.measure(args)
+    except BrowserMissing as exc:
+        return [row("browser", f"skipped: {exc}", "run `python -m seqlab.bench.latency_browser --run RUN_DIR` "
+                    "where chromium and a trained run are", 0.0, "skipped")]
+    write_json(args.json, payload)
+    return latency_browser.bench_rows(payload)
+
+
 def _gpu(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     from seqlab.bench import gpu
 
@@ -147,6 +164,7 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
         "threads": lambda: _threads(out, quick, threads),
         "prepare": lambda: _prepare(out, quick, threads),
         "latency": lambda: _latency(out, quick, threads),
+        "browser": lambda: _browser(out, quick, threads),
         "gpu": lambda: _gpu(out, quick, threads),
     }
     for name in SECTIONS:
