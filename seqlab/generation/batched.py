@@ -40,10 +40,11 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.generation.complete import Completion, WordStop, complete, encode_prompt, finish
+from seqlab.generation.complete import Completion, complete, encode_prompt, finish
 from seqlab.generation.decode import IncrementalDecoder, context_limit, to_eval
 from seqlab.generation.fast_step import FastStep
 from seqlab.generation.gate import FIRST_WORD, check_rule
+from seqlab.generation.stops import WordStop
 
 LANES = 64  # positions decoded together: enough to amortise a step's fixed cost, small enough for the cache
 BATCHED_MIXERS = ("rnn", "gru", "mingru")
@@ -143,7 +144,7 @@ def _lanes(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], positio
 
 
 def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[_Lane], *, max_words: int,
-                 stop_at_newline: bool, budget: int) -> list[tuple[list[int], list[float]]]:
+                 stop_at_newline: bool, budget: int, sentence: bool = False) -> list[tuple[list[int], list[float]]]:
     """Greedy decoding of every lane at once: (new ids, their log-probs) per lane, as `generate_with_logprobs`
     gives for one (temperature 1 log-probs, renormalised over the healed set at the first step)."""
     dec = IncrementalDecoder.resume(model, torch.empty(0), stack_states([ln.state for ln in lanes]),
@@ -151,7 +152,7 @@ def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[_Lane],
     v = dec.logits.shape[1]
     first = torch.stack([ln.allowed if ln.allowed is not None else torch.ones(v, dtype=torch.bool)
                          for ln in lanes])  # (B, V)
-    stops = [WordStop(tokenizer, max_words, stop_at_newline, ln.skip, early=True) for ln in lanes]
+    stops = [WordStop(tokenizer, max_words, stop_at_newline, ln.skip, early=True, sentence=sentence) for ln in lanes]
     out: list[tuple[list[int], list[float]]] = [([], []) for _ in lanes]
     active = list(range(len(lanes)))  # the lane of each decoder row
     while active and budget > 0:
@@ -181,11 +182,12 @@ def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[_Lane],
 def propose_positions(
     model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], positions: Sequence[Sequence[int]], *,
     max_words: int, contexts: Sequence[Any] | None = None, stop_at_newline: bool = True, lanes: int = LANES,
-    rule: str = FIRST_WORD, threshold: float | None = None, stats: dict[str, int] | None = None,
+    rule: str = FIRST_WORD, threshold: float | None = None, sentence: bool = False,
+    stats: dict[str, int] | None = None,
 ) -> list[list[Completion]]:
     """For each email e and each offset i in positions[e], what
     `complete(model, tokenizer, texts[e][:i], temperature=0, max_words=max_words, context=contexts[e],
-    rule=rule, threshold=threshold)` returns, computed with prefix reuse and in lanes (module doc).
+    rule=rule, threshold=threshold, sentence=sentence)` returns, computed with prefix reuse and in lanes (module doc).
 
     `stats`, when given, receives the counts a benchmark reports: prompt_tokens (what `complete` would
     encode), fed_tokens (what was encoded here), proposals."""
@@ -208,7 +210,7 @@ def propose_positions(
             ctx = contexts[e] if contexts is not None else None
             for j, i in enumerate(where):
                 answers[e][j] = complete(model, tokenizer, text[:i], max_words=max_words, temperature=0.0,
-                                         context=ctx, rule=rule, threshold=threshold)
+                                         context=ctx, rule=rule, threshold=threshold, sentence=sentence)
                 counts["prompt_tokens"] += len(encode_prompt(tokenizer, text[:i])[0])
         counts["fed_tokens"] = counts["prompt_tokens"]
         return answers
@@ -221,10 +223,11 @@ def propose_positions(
                 batch.append(lane)
                 if len(batch) == lanes:
                     _finish_batch(model, tokenizer, batch, answers, max_words, stop_at_newline, budget, rule,
-                                  threshold)
+                                  threshold, sentence)
                     batch = []
             if batch:
-                _finish_batch(model, tokenizer, batch, answers, max_words, stop_at_newline, budget, rule, threshold)
+                _finish_batch(model, tokenizer, batch, answers, max_words, stop_at_newline, budget, rule, threshold,
+                              sentence)
     finally:
         if was_training:
             model.train()
@@ -232,10 +235,12 @@ def propose_positions(
 
 
 def _finish_batch(model: nn.Module, tokenizer: Tokenizer, batch: list[_Lane], answers: list[list[Completion]],
-                  max_words: int, stop_at_newline: bool, budget: int, rule: str, threshold: float | None) -> None:
+                  max_words: int, stop_at_newline: bool, budget: int, rule: str, threshold: float | None,
+                  sentence: bool) -> None:
     """Decode `batch` and write each lane's `Completion` into `answers`."""
     decoded = decode_lanes(model, tokenizer, batch, max_words=max_words, stop_at_newline=stop_at_newline,
-                           budget=budget)
+                           budget=budget, sentence=sentence)
     for lane, (ids, logps) in zip(batch, decoded):
         answers[lane.email][lane.slot] = finish(tokenizer, ids, logps, skip=lane.skip, max_words=max_words,
-                                                stop_at_newline=stop_at_newline, threshold=threshold, rule=rule)
+                                                stop_at_newline=stop_at_newline, threshold=threshold, rule=rule,
+                                                sentence=sentence)

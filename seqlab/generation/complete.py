@@ -33,8 +33,6 @@ never shows lone punctuation (`seqlab.generation.gate`, measured in docs/suggest
 
 from __future__ import annotations
 
-import itertools
-import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -46,11 +44,12 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
-from seqlab.generation.gate import DEFAULT_RULE, check_rule, kept_words
+from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, check_rule, kept_words
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
+from seqlab.generation.stops import WORD_BYTES, ValueStop, WordStop, cut_body, prefix_probability, token_starts
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
-_WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
+MAX_SENTENCE_WORDS = 12  # the cap on a suggestion that runs to the end of its sentence (`sentence=True`)
 
 
 def split_words(text: str) -> list[str]:
@@ -105,63 +104,32 @@ def encode_prompt(tokenizer: Tokenizer, prompt: str) -> tuple[list[int], Tensor 
     return ids, None, 0
 
 
-class WordStop:
-    """`stop(ids)` for generate/beam search: true once a newline appears (if asked) or word N+1 starts.
-
-    With `early`, also true as soon as word N is followed by whitespace: `finish` keeps nothing after word
-    N, so for one sequence (greedy or sampled: its earlier tokens do not depend on where it stops) the
-    suggestion is the same and one decoding step is saved. Beam search keeps the later rule, since where a
-    hypothesis ends changes its score. Pure in `ids` (beam search calls it on many hypotheses).
-    Whitespace bytes are ASCII, and UTF-8 never uses bytes below 0x80 inside a multi-byte character, so
-    words can be found on the raw bytes.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, max_words: int, stop_at_newline: bool, skip: int = 0,
-                 early: bool = False) -> None:
-        self.tokenizer, self.max_words, self.stop_at_newline, self.skip = tokenizer, max_words, stop_at_newline, skip
-        self.early = early
-
-    def __call__(self, ids: list[int]) -> bool:
-        body = b"".join(self.tokenizer.token_bytes(i) for i in ids)[self.skip:]
-        if self.stop_at_newline and b"\n" in body:
-            return True
-        words = len(_WORD_BYTES.findall(body))
-        if self.early and words == self.max_words and body[-1:].isspace():
-            return True
-        return words > self.max_words
-
-
-def _prefix_probability(starts: list[int], logps: list[float], end: int) -> float:
-    """exp(sum of log-probs of the tokens starting before byte `end`): the probability of the text up to
-    `end` (the first word's when `end` is where it ends)."""
-    return math.exp(sum(lp for s, lp in zip(starts, logps) if s < end))
-
-
 def finish(tokenizer: Tokenizer, ids: list[int], logps: list[float], *, skip: int, max_words: int,
-           stop_at_newline: bool, threshold: float | None = None, rule: str = DEFAULT_RULE) -> Completion:
+           stop_at_newline: bool, threshold: float | None = None, rule: str = DEFAULT_RULE,
+           sentence: bool = False) -> Completion:
     """Turn generated ids into a suggestion of at most `max_words` whole words.
 
     `rule` and `threshold` decide how many of its words are shown (`seqlab.generation.gate.kept_words`;
     withheld, empty, at 0). Under `first-word` the suggestion keeps only its words that are sure enough
     TOGETHER: the longest prefix whose probability as a phrase reaches the threshold, so an unsure tail
     ("the problem the problem") is never shown behind a sure first word; under `expected-chars` the prefix
-    worth the most expected saved characters, when that reaches the threshold, and never lone punctuation."""
+    worth the most expected saved characters, when that reaches the threshold, and never lone punctuation.
+    With `sentence`, nothing after the first sentence end is kept (`seqlab.generation.stops`)."""
     ended = bool(ids) and ids[-1] == tokenizer.eos_id
     if ended:
         ids, logps = ids[:-1], logps[:-1]
     pieces = [tokenizer.token_bytes(i) for i in ids]
-    starts = [0, *itertools.accumulate(len(p) for p in pieces)][:-1]  # byte offset of each token
-    body = b"".join(pieces)[skip:]
-    if stop_at_newline and b"\n" in body:
-        body, ended = body[: body.index(b"\n")], True
-    words = list(_WORD_BYTES.finditer(body))
+    starts = token_starts(pieces)  # byte offset of each token
+    body, cut = cut_body(b"".join(pieces)[skip:], stop_at_newline, sentence)
+    ended = ended or cut
+    words = list(WORD_BYTES.finditer(body))
     # The last word is whole only if something followed it (space, newline, end of email, next word).
     if words and not ended and len(words) <= max_words and words[-1].end() == len(body):
         words.pop()
     words = words[:max_words]
     if not words:
         return Completion("", [], 0.0)
-    by_word = [_prefix_probability(starts, logps, skip + w.end()) for w in words]
+    by_word = [prefix_probability(starts, logps, skip + w.end()) for w in words]
     shown = kept_words(body[: words[-1].end()].decode("utf-8", errors="replace"), by_word, rule, threshold)
     if shown == 0:
         return Completion("", [], by_word[0])
@@ -176,7 +144,7 @@ def complete(
     temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None, beam: int = 1,
     seed: int | None = None, threshold: float | None = None, max_new_tokens: int | None = None,
     phrases: PhraseModel | None = None,
-    context: Any = None, rule: str = DEFAULT_RULE,
+    context: Any = None, rule: str = DEFAULT_RULE, sentence: bool = False, value_stop: bool = False,
 ) -> Completion:
     """Suggest how `prompt` (the email typed so far) goes on: up to `max_words` words.
 
@@ -193,6 +161,10 @@ def complete(
     `phrases`, the person's phrase model is blended into every next-token distribution
     (`seqlab.generation.phrases`), confidence included. `context` (a ContextBatch,
     `seqlab.generation.reply.reply_context`) is the message being answered, read through cross-attention.
+    With `sentence`, a suggestion also ends at the end of its sentence (". ", "! ", "? "), so `max_words`
+    is a cap (up to `MAX_SENTENCE_WORDS` makes sense) and the rule picks how much to show. With `value_stop`
+    (greedy, under `expected-chars`), decoding stops once no longer prefix could be worth more than the best
+    so far (`seqlab.generation.stops.ValueStop`): the gate shows the same words, found in fewer steps.
     """
     if phrases is not None:
         model = PhraseBlend(model, phrases)
@@ -200,7 +172,7 @@ def complete(
     return complete_encoded(model, tokenizer, ids, allowed, skip, max_words=max_words,
                             stop_at_newline=stop_at_newline, temperature=temperature, top_k=top_k, top_p=top_p,
                             beam=beam, seed=seed, threshold=threshold, max_new_tokens=max_new_tokens,
-                            context=context, rule=rule)
+                            context=context, rule=rule, sentence=sentence, value_stop=value_stop)
 
 
 def complete_encoded(
@@ -208,7 +180,7 @@ def complete_encoded(
     max_words: int = 5, stop_at_newline: bool = True, temperature: float = 0.0, top_k: int | None = None,
     top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
     max_new_tokens: int | None = None, decoder: IncrementalDecoder | None = None, context: Any = None,
-    rule: str = DEFAULT_RULE,
+    rule: str = DEFAULT_RULE, sentence: bool = False, value_stop: bool = False,
 ) -> Completion:
     """`complete` from a prompt already turned into (ids, allowed, skip) by `encode_prompt`.
 
@@ -220,7 +192,10 @@ def complete_encoded(
         raise ValueError(f"beam must be at least 1, not {beam}")
     check_rule(rule, threshold)
     budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
-    stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1)
+    stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1, sentence=sentence)
+    # the value bound holds for one greedy sequence under the expected-chars gate (stops.ValueStop)
+    bound = (ValueStop(tokenizer, max_words, budget, skip, stop_at_newline, sentence, threshold)
+             if value_stop and beam == 1 and temperature <= 0 and rule == EXPECTED_CHARS else None)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
                                       stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder,
@@ -230,6 +205,6 @@ def complete_encoded(
         new, logps = generate_with_logprobs(
             model, ids, max_new_tokens=budget, temperature=temperature if temperature > 0 else 1.0,
             top_k=top_k, top_p=top_p, greedy=temperature <= 0, seed=seed, stop=stop,
-            eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder, context=context)
+            eos_id=tokenizer.eos_id, first_allowed=allowed, decoder=decoder, context=context, bound=bound)
     return finish(tokenizer, new, logps, skip=skip, max_words=max_words, stop_at_newline=stop_at_newline,
-                  threshold=threshold, rule=rule)
+                  threshold=threshold, rule=rule, sentence=sentence)

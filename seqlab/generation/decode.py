@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from seqlab.generation.fast_step import FastStep
 
 StopFn = Callable[[list[int]], bool]
+BoundFn = Callable[[list[int], list[float]], bool]  # a stop that also reads the new tokens' log-probs
 
 
 def select_state(state: Any, index: Tensor) -> Any:
@@ -212,12 +213,13 @@ def generate_with_logprobs(
     model: nn.Module, prompt_ids: list[int], *, max_new_tokens: int, temperature: float = 1.0,
     top_k: int | None = None, top_p: float | None = None, greedy: bool = False, seed: int | None = None,
     stop: StopFn | None = None, eos_id: int | None = None, first_allowed: Tensor | None = None,
-    decoder: IncrementalDecoder | None = None, context: Any = None,
+    decoder: IncrementalDecoder | None = None, context: Any = None, bound: BoundFn | None = None,
 ) -> tuple[list[int], list[float]]:
     """`generate`, also returning each new token's log-probability under the model's own distribution
     (temperature 1, no top-k/top-p filter; renormalised over `first_allowed` at the first step).
     With `decoder` (an already-encoded prompt, `IncrementalDecoder.resume`), `prompt_ids` is not used;
-    `context` is read through cross-attention (`IncrementalDecoder`)."""
+    `context` is read through cross-attention (`IncrementalDecoder`). `bound(new_ids, their log-probs)`,
+    when given, is a second stop that also reads the log-probs (`seqlab.generation.stops.ValueStop`)."""
     _check_sampling(max_new_tokens, temperature, top_k, top_p, greedy)
     if not prompt_ids and decoder is None:
         raise ValueError("prompt_ids must hold at least one token (the bos token)")
@@ -245,7 +247,8 @@ def generate_with_logprobs(
                     nxt = int(torch.multinomial(probs, 1, generator=gen))
                 out.append(nxt)
                 logps.append(float(logits.log_softmax(dim=-1)[0, nxt]))
-                if nxt == eos_id or (stop is not None and stop(out)) or len(out) == max_new_tokens:
+                if (nxt == eos_id or (stop is not None and stop(out)) or len(out) == max_new_tokens
+                        or (bound is not None and bound(out, logps))):
                     break
                 dec.step(torch.tensor([nxt]))
     finally:
