@@ -201,3 +201,31 @@ def test_gate_cuts_as_kept_words_counts(rule: str, threshold: float | None) -> N
     shown = gate(c, rule, threshold)
     assert len(shown.words) == kept_words(c.text, c.word_confidences, rule, threshold)
     assert c.text.startswith(shown.text) and len(shown.word_confidences) == len(shown.words)
+
+
+@st.composite
+def proposals(draw: st.DrawFn, source: str) -> Completion | None:
+    words = draw(st.lists(st.sampled_from(["a", "the", "report", ",", "attached.", "Dana", "é"]), max_size=5))
+    if not words:
+        return None if draw(st.booleans()) else Completion("", source=source)
+    confs = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=len(words), max_size=len(words))), reverse=True)
+    return Completion(draw(st.sampled_from(["", " "])) + " ".join(words), [], confs[0], confs, source=source)
+
+
+@settings(max_examples=300, deadline=None)
+@given(proposals("model"), proposals("memory"), proposals("reply"),
+       st.fixed_dictionaries({"memory": st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+                              "reply": st.sampled_from([0.0, 1.0, 3.0])}))
+def test_the_server_chooses_as_the_saved_characters_replay_does(model: Completion | None, memory: Completion | None,
+                                                                 reply: Completion | None,
+                                                                 weights: dict[str, float]) -> None:
+    from seqlab.evaluation.typing_sim import Boundary, Candidate
+    from seqlab.evaluation.typing_sim import choose as replay_choose
+
+    mine = choose([model, memory, reply], weights)
+    boundary = Boundary(0, {c.source: Candidate.of(c) for c in (model, memory, reply) if c is not None})
+    theirs = replay_choose(boundary, weights)
+    assert (mine is None) == (theirs is None)
+    if mine is not None and theirs is not None:
+        assert (mine.source, mine.text) == (theirs.source, theirs.text)
+        assert mine.word_confidences == pytest.approx(theirs.word_confidences)

@@ -17,14 +17,14 @@ from dataclasses import replace
 from seqlab.generation.complete import Completion
 from seqlab.generation.gate import kept_words, prefix_values, word_ends
 
-MODEL = "model"
+MODEL = "model"  # the network's source name (Completion.source)
 
 
 def weighted(c: Completion, weights: Mapping[str, float]) -> Completion:
-    """`c` with its word confidences times its source's weight (capped at 1); the model's are kept."""
-    if c.source == MODEL:
-        return c
+    """`c` with its word confidences times its source's weight (capped at 1; a source not named weighs 1)."""
     w = weights.get(c.source, 1.0)
+    if w == 1.0:
+        return c
     scaled = [min(1.0, q * w) for q in c.word_confidences]
     return replace(c, word_confidences=scaled, confidence=scaled[0] if scaled else 0.0)
 
@@ -35,11 +35,12 @@ def best_value(c: Completion) -> float:
 
 
 def choose(proposals: Iterable[Completion | None], weights: Mapping[str, float]) -> Completion | None:
-    """The proposal (weighted) worth the most expected saved characters; the earlier one on ties (list the
-    model first), None when none has any value."""
-    best, value = None, 0.0
+    """The proposal (weighted) worth the most expected saved characters, the earlier one on ties (list the
+    model first); None when no source proposed a word, or every one that did weighs 0. The same choice as
+    the saved-characters replay's (`seqlab.evaluation.typing_sim.choose`)."""
+    best, value = None, -1.0
     for c in proposals:
-        if c is None or not c.text:
+        if c is None or not c.word_confidences or weights.get(c.source, 1.0) <= 0:
             continue
         w = weighted(c, weights)
         v = best_value(w)
