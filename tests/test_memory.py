@@ -229,3 +229,16 @@ def test_the_server_chooses_as_the_saved_characters_replay_does(model: Completio
     if mine is not None and theirs is not None:
         assert (mine.source, mine.text) == (theirs.source, theirs.text)
         assert mine.word_confidences == pytest.approx(theirs.word_confidences)
+
+
+def test_reply_copy_reads_the_models_context_batch_as_its_text() -> None:
+    from seqlab.data.tokenizer import ByteTokenizer
+    from seqlab.models.context_encoder import ContextBatch
+
+    tok = ByteTokenizer()
+    original = "Could we meet on Tuesday at 3pm? Dana Whitfield"
+    batch = ContextBatch.from_lists([tok.encode(original)])
+    as_batch = ReplyCopy(tokenizer=tok).propose("Re\n\nSure, we can meet on ", batch)
+    as_text = ReplyCopy().propose("Re\n\nSure, we can meet on ", original)
+    assert as_batch == as_text and as_text is not None and as_text.text == "Tuesday at 3pm?"
+    assert ReplyCopy().propose("Re\n\nSure, we can meet on ", batch) is None  # no tokenizer: no text to read

@@ -1,9 +1,9 @@
 """The message being answered, copied where the reply uses it: `ReplyCopy.propose(prompt, context)`.
 
 A reply names the people, dates, figures and phrases of the message it answers ("Thanks, Dana", "the
-4,500 you quoted", "on Tuesday at 3pm"). Two proposals come from the original's text (`context`, plain
-text; anything else proposes nothing), source "reply", origin None (the why panel says "the message being
-answered"):
+4,500 you quoted", "on Tuesday at 3pm"). Two proposals come from the original (`context`: its plain text,
+or the model's ContextBatch decoded with the run's tokenizer, so the saved-characters replay can hand every
+proposer the same context), source "reply", origin None (the why panel says "the message being answered"):
 
 - a phrase: the reply's last words (at least `min_match` of them, the body start not counting) match a
   place in the original, and what followed there is offered up to its sentence's or line's end. This is
@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import Completion
 from seqlab.generation.memory import QUOTED, WritingMemory, split_prompt
 from seqlab.generation.sources import choose
+from seqlab.models.context_encoder import ContextBatch
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 _TRIM = re.compile(r"[,.;:!?)\]\"'>]+\Z")  # punctuation after a name or figure: not part of it
@@ -44,8 +46,12 @@ class ReplyCopy:
 
     source = "reply"
 
-    def __init__(self, *, alpha: float = 1.0, min_match: int = 2, max_words: int = 20) -> None:
+    def __init__(self, *, alpha: float = 1.0, min_match: int = 2, max_words: int = 20,
+                 tokenizer: Tokenizer | None = None) -> None:
         self.alpha, self.min_match, self.max_words = alpha, min_match, max_words
+        self.tokenizer = tokenizer  # reads a context given as a ContextBatch (the model's), as `text_of` says
+        self._batch: object = None  # the ContextBatch read last, and its text
+        self._batch_text: str | None = None
         self._text: str | None = None
         self._memory: WritingMemory | None = None
         self._items: list[list[str]] = []
@@ -73,12 +79,25 @@ class ReplyCopy:
 
     def propose(self, prompt: str, context: object = None, *, max_words: int | None = None) -> Completion | None:
         """The best copy from `context` (the original's text) for the end of `prompt`; None without one."""
-        if not isinstance(context, str) or not context.strip():
+        text = self.text_of(context)
+        if not text or not text.strip():
             return None
-        self._read(context)
+        self._read(text)
         assert self._memory is not None
         phrase = self._memory.propose(prompt, max_words=max_words)
         return choose([phrase, self._name(prompt, max_words or self.max_words)], {})
+
+    def text_of(self, context: object) -> str | None:
+        """The original's text: a str as it is; a ContextBatch (one lane, `reply.reply_context`) decoded from
+        its first context's kept ids with `tokenizer` (the same batch is decoded once); else None."""
+        if isinstance(context, str):
+            return context
+        if self.tokenizer is None or not isinstance(context, ContextBatch):
+            return None
+        if context is not self._batch:
+            ids = context.ids[0, 0][context.keep[0, 0]].tolist()  # (Lc,) of the first lane's first context
+            self._batch, self._batch_text = context, self.tokenizer.decode(ids)
+        return self._batch_text
 
     def _name(self, prompt: str, cap: int) -> Completion | None:
         """The rest of the name or figure being typed, when the original has one starting so."""
