@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from seqlab.generation.complete import Completion, split_words
 from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, kept_words
-from seqlab.generation.memory import WritingMemory, split_prompt
+from seqlab.generation.memory import ALPHA, WritingMemory, split_prompt
 from seqlab.generation.reply_copy import ReplyCopy, salient
 from seqlab.generation.sources import best_value, choose, gate, weighted
 
@@ -56,11 +56,11 @@ def test_greeting_and_sign_off_after_their_first_letters() -> None:
     m = memory_of(MAIL)
     hi = m.propose("New\n\nH")
     # 3 earlier body starts; "Hi" follows all three, then "Dana," two (the newest of them names the email)
-    # and "Lee," one: the most common goes on; 3 + alpha in the denominator
+    # and "Lee," one: the most common goes on. Evidence: the body start (1 token) and 1 typed letter
     assert hi is not None and hi.text == "i Dana," and hi.source == "memory" and hi.origin == "email 1"
-    assert hi.word_confidences == pytest.approx([3 / 4, 2 / 4])
-    best = m.propose("New\n\nHi Lee,\nok\nBest,\n")
-    assert best is not None and best.text == "Sam" and best.word_confidences == pytest.approx([3 / 4])
+    assert hi.word_confidences == pytest.approx([3 / (3 + ALPHA / 2**2), 2 / (3 + ALPHA / 2**2)])
+    best = m.propose("New\n\nHi Lee,\nok\nBest,\n")  # evidence: "\n Best, \n" (3 tokens), no letter
+    assert best is not None and best.text == "Sam" and best.word_confidences == pytest.approx([3 / (3 + ALPHA / 9)])
 
 
 def test_longest_match_wins_and_the_sentence_is_offered_whole() -> None:
@@ -70,7 +70,8 @@ def test_longest_match_wins_and_the_sentence_is_offered_whole() -> None:
     assert c is not None and c.text == "file tomorrow?" and c.origin == "email 2"
     whole = m.propose("x\n\nHi Dana,\n")  # two places agree on "Thanks for the", split on the last word
     assert whole is not None and whole.text == "Thanks for the report." and whole.origin == "email 1"
-    assert whole.word_confidences == pytest.approx([2 / 3, 2 / 3, 2 / 3, 1 / 3])
+    shrink = ALPHA / 4**2  # the match: body start, "Hi", "Dana,", line break
+    assert whole.word_confidences == pytest.approx([2 / (2 + shrink)] * 3 + [1 / (2 + shrink)])
 
 
 def test_mid_word_and_a_word_typed_whole() -> None:
@@ -90,10 +91,15 @@ def test_max_words_caps_a_proposal() -> None:
     assert c is not None and c.text == " I will" and len(c.word_confidences) == 2
 
 
-def test_alpha_shrinks_the_share_of_a_single_match() -> None:
+def test_a_single_match_is_trusted_more_the_longer_it_is() -> None:
     one = ["a\n\nplease find attached the slides"]
     assert memory_of(one, alpha=0.0).propose("b\n\nplease find ").word_confidences == [1.0, 1.0, 1.0]
-    assert memory_of(one, alpha=3.0).propose("b\n\nplease find ").word_confidences == [0.25, 0.25, 0.25]
+    # body start, "please", "find": 3 tokens of evidence
+    assert memory_of(one, alpha=9.0).propose("b\n\nplease find ").word_confidences == [0.5, 0.5, 0.5]
+    # "find" alone (the body started otherwise) with two typed letters: 1 + 2
+    assert memory_of(one, alpha=9.0).propose("b\n\nso find at").word_confidences == [0.5, 0.5, 0.5]
+    # "find" alone, at a word start: 1 token, the share shrinks by alpha whole
+    assert memory_of(one, alpha=9.0).propose("b\n\nso find ").word_confidences == [0.1, 0.1, 0.1]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

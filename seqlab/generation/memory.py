@@ -21,9 +21,17 @@ each against the real tokens (a hash collision is just skipped), and extends the
 their full length; the longest matches are the evidence.
 
 Confidence of the first k words: the share of those matches that go on with exactly those k words,
-shrunk toward 0 when there are few (agree_k / (matches + alpha)). The proposal follows, word by word, the
-continuation most of the still agreeing matches share (ties: the newest), so it is always the text that
-followed in one added email; `origin` is the label of the newest agreeing email.
+shrunk toward 0 when the evidence is thin,
+
+    P(first k words) = agree_k / (matches + alpha / evidence**2),   evidence = L + min(letters typed, 3)
+
+with L the match length in tokens and the letters those of the word being typed. A single earlier place
+after one matching word is a guess; after eight, or after a body start and three typed letters, it is
+nearly certain, and the shrinkage says so (a plain agree / (matches + alpha) gives both the same 0.5).
+The form and alpha = 16 were chosen on other people's mail than the replay's five (docs/suggestions.md has
+the fit and the calibration). The proposal follows, word by word, the continuation most of the still
+agreeing matches share (ties: the newest), so it is always the text that followed in one added email;
+`origin` is the label of the newest agreeing email.
 
 Only in memory: nothing is written anywhere (the person's writing stays where it was).
 """
@@ -46,6 +54,8 @@ QUOTED = 2  # the start of a text that is not the person's body (never in a prom
 MAX_K = 3  # longest hashed context; matches are extended beyond it by comparing tokens
 MAX_MATCH = 16  # tokens a match is extended backwards to (longer ones rank alike)
 TAIL_CHARS = 2000  # of the body typed so far, read for its last MAX_MATCH tokens
+ALPHA = 16.0  # the shrinkage of confidences (module docstring)
+EVIDENCE_LETTERS = 3  # typed letters of the word being typed that count as evidence
 MAX_WORDS = 20  # words of one proposal at most (it ends earlier at its sentence's or line's end)
 _TOKEN = re.compile(r"\n|[^ \t\n\r\f\v]+")
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\Z")
@@ -80,14 +90,15 @@ class _Match:
 class WritingMemory:
     """A suffix-match memory of one person's emails (module docstring): `add(text, origin)`, `propose(prompt)`.
 
-    `alpha` shrinks confidences toward 0 when few places match; `chain` bounds the earlier places one
-    lookup reads (newest first); `min_match` is the fewest context tokens a match needs (the body start
-    and line starts count); `table_bits` sizes the hash tables (2**bits int32 entries each, six tables).
+    `alpha` shrinks confidences toward 0 when few places match after short evidence; `chain` bounds the
+    earlier places one lookup reads (newest first); `min_match` is the fewest context tokens a match needs
+    (the body start and line starts count); `table_bits` sizes the hash tables (2**bits int32 entries
+    each, six tables).
     Safe to share between threads: `add` and `propose` take a lock."""
 
     source = "memory"
 
-    def __init__(self, *, alpha: float = 1.0, chain: int = 64, min_match: int = 1, max_words: int = MAX_WORDS,
+    def __init__(self, *, alpha: float = ALPHA, chain: int = 64, min_match: int = 1, max_words: int = MAX_WORDS,
                  table_bits: int = 20) -> None:
         if alpha < 0 or chain < 1 or min_match < 1 or max_words < 1:
             raise ValueError("alpha must be 0 or more; chain, min_match and max_words at least 1")
@@ -241,8 +252,10 @@ class WritingMemory:
 
     def _consensus(self, matches: list[_Match], partial: str, cap: int) -> Completion | None:
         """Follow the continuation most agreeing matches share, word by word (ties: the newest), and turn it
-        into a Completion whose k-word prefix confidence is agree_k / (matches + alpha)."""
+        into a Completion whose k-word prefix confidence is agree_k / (matches + alpha / evidence**2)."""
         agreeing = matches  # newest first
+        evidence = matches[0].length + min(len(partial), EVIDENCE_LETTERS)  # every match has the same length
+        shrink = self.alpha / evidence**2
         shares: list[float] = []
         chosen: list[int] = []
         for k in range(cap + 1):  # one more: a word typed whole is not offered again
@@ -254,7 +267,7 @@ class WritingMemory:
                 break
             agreeing = [m for m in agreeing if len(m.follow) > k and m.follow[k] == pick]
             chosen.append(pick)
-            shares.append(len(agreeing) / (len(matches) + self.alpha))
+            shares.append(len(agreeing) / (len(matches) + shrink))
         if not chosen:
             return None
         if self._words[chosen[0]] == partial:  # the word is typed whole: the suggestion starts after it

@@ -12,9 +12,11 @@ proposer the same context), source "reply", origin None (the why panel says "the
   start of a capitalised word, a number or an email address of the original; its rest is offered, and a
   name goes on through the capitalised words after it ("Dana" -> "Dana Whitfield").
 
-Confidence of the first k words: the share of the original's matching places that agree on them,
-agree / (places + alpha), as the memory's. The better of the two by expected saved characters is given.
-The last original's index is kept, so the keystrokes of one reply index it once.
+Confidence of the first k words: for a phrase, the memory's (its shrinkage by evidence); for a name or
+figure, the share of the original's places starting so that agree on them, agree / (places + name_alpha).
+Neither is fitted on replies yet: the blend weight of "reply" rescales both. The better of the two by
+expected saved characters is given. The last original's index is kept, so the keystrokes of one reply
+index it once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections import Counter
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import Completion
-from seqlab.generation.memory import QUOTED, WritingMemory, split_prompt
+from seqlab.generation.memory import ALPHA, QUOTED, WritingMemory, split_prompt
 from seqlab.generation.sources import choose
 from seqlab.models.context_encoder import ContextBatch
 
@@ -46,9 +48,9 @@ class ReplyCopy:
 
     source = "reply"
 
-    def __init__(self, *, alpha: float = 1.0, min_match: int = 2, max_words: int = 20,
+    def __init__(self, *, alpha: float = ALPHA, name_alpha: float = 1.0, min_match: int = 2, max_words: int = 20,
                  tokenizer: Tokenizer | None = None) -> None:
-        self.alpha, self.min_match, self.max_words = alpha, min_match, max_words
+        self.alpha, self.name_alpha, self.min_match, self.max_words = alpha, name_alpha, min_match, max_words
         self.tokenizer = tokenizer  # reads a context given as a ContextBatch (the model's), as `text_of` says
         self._batch: object = None  # the ContextBatch read last, and its text
         self._batch_text: str | None = None
@@ -110,6 +112,6 @@ class ReplyCopy:
         counts = Counter(found)
         top = max(counts.values())
         pick = next(item for item in found if counts[item] == top)  # the first in the original on ties
-        shares = [sum(1 for f in found if f[:k] == pick[:k]) / (len(found) + self.alpha)
+        shares = [sum(1 for f in found if f[:k] == pick[:k]) / (len(found) + self.name_alpha)
                   for k in range(1, len(pick) + 1)]
         return Completion(" ".join(pick)[len(partial):], [], shares[0], shares, source=self.source)
