@@ -10,9 +10,10 @@ import torch
 from seqlab.config import ModelConfig
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
-from seqlab.generation.batched import batchable, propose_positions, stack_states
+from seqlab.generation.batched import batchable, propose_positions
 from seqlab.generation.complete import Completion, complete
 from seqlab.generation.gate import FIRST_WORD
+from seqlab.generation.prefix_lanes import stack_states
 from seqlab.models import build_model
 
 TRAIN = ["could you send me the file, please? thanks.", "I will find the figures for you. See you soon!",

@@ -19,6 +19,9 @@ A second row counts every position the model computes (padding included). For at
 compares, side by side, the sliding cache with the half-overlapping windows that learned positions still
 use (and that every attention model used before): those compute each position about twice, since only the
 second half of a window is new.
+
+The saved-characters typing of `seqlab eval` (a proposal at every typed letter) has its own rows,
+`seqlab.bench.proposal_speed`.
 """
 
 from __future__ import annotations
@@ -130,9 +133,14 @@ def speed_rows(family: str, split: str, kind: str, step_tokens: int, fed: int, r
 
 
 def rows(data: Path, threads: int) -> list[dict[str, Any]]:
+    """The rows of each family, then the saved-characters typing's (`proposal_speed`: its proposals batched
+    against one by one, and its time against the recipe's training minutes)."""
+    from seqlab.bench import proposal_speed
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return [r for f in ("attention", "gru") for r in family_rows(f, data, "val")]
+        out = [r for f in ("attention", "gru") for r in family_rows(f, data, "val")]
     finally:
         torch.set_num_threads(before)
+    return out + proposal_speed.rows(data.parent, threads)

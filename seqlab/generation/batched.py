@@ -5,13 +5,9 @@ every typed character of each held-out email, tens of thousands of proposals, ea
 would make by encoding the whole prompt again and decoding one lane. `propose_positions` returns the same
 `Completion`s (the same ids and text; probabilities equal up to float rounding) with two savings:
 
-- Prefix reuse. An email's prompts grow one character at a time, and their token ids (after token healing,
-  `encode_prompt`) share all but their last few tokens with the previous prompt's. A `PrefixTrunk` keeps,
-  for the latest prompt of one email, the model state after each of its tokens; the next prompt goes back
-  to the longest common prefix of the two id lists and feeds only the tokens after it (as
-  `seqlab.serving.sessions.PromptEncoder` does for a writer's keystrokes, written again here because
-  generation may not import serving). Each email's tokens are thus fed about once, plus the last word's
-  tokens again where BPE re-splits a growing word.
+- Prefix reuse. An email's prompts grow one character at a time and share all but their last few tokens
+  with the previous prompt's; each email keeps the state after each token of its latest prompt and feeds
+  only the tokens past the common prefix, many emails side by side (`seqlab.generation.prefix_lanes`).
 - Lanes. The encoded prompts of up to `lanes` positions (of one email or several) are decoded together:
   their states are stacked on the batch dimension, each lane's first token is limited to its own healed
   set (`allowed`, the token-healing mask; all tokens where nothing is healed), each lane stops by its own
@@ -31,19 +27,17 @@ rounding only (~1e-6); greedy choices are the same unless two tokens tie to with
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import Completion, complete, encode_prompt, finish
 from seqlab.generation.decode import IncrementalDecoder, context_limit, to_eval
-from seqlab.generation.fast_step import FastStep
 from seqlab.generation.gate import FIRST_WORD, check_rule
+from seqlab.generation.prefix_lanes import Encoded, encode_rounds, gather_rows
 from seqlab.generation.stops import WordStop
 
 LANES = 64  # positions decoded together: enough to amortise a step's fixed cost, small enough for the cache
@@ -58,97 +52,14 @@ def batchable(model: nn.Module, contexts: Sequence[Any] | None) -> bool:
     return contexts is None or all(c is None for c in contexts)
 
 
-def stack_states(states: Sequence[Any]) -> Any:
-    """One state for B lanes from B one-lane states: every tensor leaf concatenated on dim 0 (batch first).
-
-    Leaves that are not tensors (None, ints) must be the same in every state and are kept."""
-    first = states[0]
-    if isinstance(first, Tensor):
-        return torch.cat(list(states), dim=0)
-    if isinstance(first, (list, tuple)):
-        return type(first)(stack_states([s[i] for s in states]) for i in range(len(first)))
-    if isinstance(first, dict):
-        return {k: stack_states([s[k] for s in states]) for k in first}
-    if dataclasses.is_dataclass(first) and not isinstance(first, type):
-        fields = [f.name for f in dataclasses.fields(first) if f.init]
-        return dataclasses.replace(first, **{n: stack_states([getattr(s, n) for s in states]) for n in fields})
-    return first
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
-class PrefixTrunk:
-    """The model state after each token of one email's latest prompt, to encode its next prompt from.
-
-    states[n] = (state, logits (1, V)) after ids[: n + 1]. Recurrent states are new tensors at every step
-    (never written in place), so keeping the one after each token costs a hidden state per token."""
-
-    def __init__(self, model: nn.Module, fast: FastStep | None, device: torch.device) -> None:
-        self.model, self.fast, self.device = model, fast, device
-        self.ids: list[int] = []
-        self.states: list[tuple[Any, Tensor]] = []
-        self.fed = 0  # tokens run through the model, for the benchmark's count
-
-    def encode(self, ids: list[int]) -> tuple[Any, Tensor]:
-        """(state, next-token logits (1, V)) after `ids`, feeding only what differs from the last prompt."""
-        p = _common_prefix(self.ids, ids)
-        if p == len(ids):  # a prefix of the last prompt (or the same): its state is kept
-            p = len(ids) - 1
-        del self.ids[p:], self.states[p:]
-        for t in ids[p:]:
-            self.states.append(self._step(t, self.states[-1][0] if self.states else None))
-            self.ids.append(t)
-            self.fed += 1
-        return self.states[len(ids) - 1]
-
-    def _step(self, token: int, state: Any) -> tuple[Any, Tensor]:
-        tokens = torch.tensor([token], dtype=torch.long, device=self.device)  # (1,)
-        if state is not None and self.fast is not None and self.fast.usable(state):
-            logits, state = self.fast(tokens, state)  # (1, V)
-            return state, logits.float()
-        out, state = self.model(tokens[:, None], state=state)  # (1, 1, V)
-        return state, out[:, -1].to(torch.float32, copy=True)
-
-
-@dataclass
-class _Lane:
-    """One position to decode: where its answer goes, its encoded prompt and its healing."""
-
-    email: int
-    slot: int
-    state: Any
-    logits: Tensor  # (1, V)
-    allowed: Tensor | None  # (V,) bool: the healed first tokens, None for any
-    skip: int
-
-
-def _lanes(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], positions: Sequence[Sequence[int]],
-           stats: dict[str, int]) -> Iterator[_Lane]:
-    """Every (email, position) encoded, in order, each email walked through one `PrefixTrunk`."""
-    fast = FastStep.of(model)
-    device = next(model.parameters()).device
-    for e, (text, where) in enumerate(zip(texts, positions)):
-        trunk = PrefixTrunk(model, fast, device)
-        for j, i in enumerate(where):
-            ids, allowed, skip = encode_prompt(tokenizer, text[:i])
-            stats["prompt_tokens"] += len(ids)
-            state, logits = trunk.encode(ids)
-            yield _Lane(e, j, state, logits, allowed, skip)
-        stats["fed_tokens"] += trunk.fed
-
-
-def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[_Lane], *, max_words: int,
+def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[Encoded], *, max_words: int,
                  stop_at_newline: bool, budget: int, sentence: bool = False) -> list[tuple[list[int], list[float]]]:
     """Greedy decoding of every lane at once: (new ids, their log-probs) per lane, as `generate_with_logprobs`
-    gives for one (temperature 1 log-probs, renormalised over the healed set at the first step)."""
-    dec = IncrementalDecoder.resume(model, torch.empty(0), stack_states([ln.state for ln in lanes]),
-                                    torch.cat([ln.logits for ln in lanes]))
+    gives for one (temperature 1 log-probs, renormalised over the healed set at the first step), in the
+    order of `lanes`."""
+    state, logits, order = gather_rows([ln.row for ln in lanes])
+    lanes = [lanes[k] for k in order]  # the decoder's row order
+    dec = IncrementalDecoder.resume(model, torch.empty(0), state, logits)
     v = dec.logits.shape[1]
     first = torch.stack([ln.allowed if ln.allowed is not None else torch.ones(v, dtype=torch.bool)
                          for ln in lanes])  # (B, V)
@@ -176,7 +87,10 @@ def decode_lanes(model: nn.Module, tokenizer: Tokenizer, lanes: Sequence[_Lane],
             nxt = nxt.index_select(0, index)
             active = [active[r] for r in keep]
         dec.step(nxt)
-    return out
+    back: list[tuple[list[int], list[float]]] = [([], [])] * len(lanes)
+    for k, decoded in zip(order, out):
+        back[k] = decoded
+    return back
 
 
 def propose_positions(
@@ -218,13 +132,13 @@ def propose_positions(
     was_training = to_eval(model)
     try:
         with torch.inference_mode():
-            batch: list[_Lane] = []
-            for lane in _lanes(model, tokenizer, texts, positions, counts):
-                batch.append(lane)
-                if len(batch) == lanes:
-                    _finish_batch(model, tokenizer, batch, answers, max_words, stop_at_newline, budget, rule,
+            batch: list[Encoded] = []
+            for encoded in encode_rounds(model, tokenizer, texts, positions, lanes, counts):
+                batch += encoded
+                while len(batch) >= lanes:
+                    _finish_batch(model, tokenizer, batch[:lanes], answers, max_words, stop_at_newline, budget, rule,
                                   threshold, sentence)
-                    batch = []
+                    batch = batch[lanes:]
             if batch:
                 _finish_batch(model, tokenizer, batch, answers, max_words, stop_at_newline, budget, rule, threshold,
                               sentence)
@@ -234,7 +148,7 @@ def propose_positions(
     return answers
 
 
-def _finish_batch(model: nn.Module, tokenizer: Tokenizer, batch: list[_Lane], answers: list[list[Completion]],
+def _finish_batch(model: nn.Module, tokenizer: Tokenizer, batch: list[Encoded], answers: list[list[Completion]],
                   max_words: int, stop_at_newline: bool, budget: int, rule: str, threshold: float | None,
                   sentence: bool) -> None:
     """Decode `batch` and write each lane's `Completion` into `answers`."""

@@ -85,10 +85,16 @@ def _space_led(tokenizer: Tokenizer) -> Tensor:
     return torch.tensor([tokenizer.token_bytes(i).startswith(b" ") for i in range(tokenizer.vocab_size)])
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=8)
+def _vocabulary(tokenizer: Tokenizer) -> tuple[bytes, ...]:
+    """The bytes of every token, in id order (read once: healing tests each of them at many prompts)."""
+    return tuple(tokenizer.token_bytes(i) for i in range(tokenizer.vocab_size))
+
+
+@lru_cache(maxsize=4096)  # the pieces of the words being typed: an evaluation typing every letter meets thousands
 def _extending(tokenizer: Tokenizer, piece: bytes) -> Tensor:
     """(V,) bool: tokens whose bytes start with `piece` (the allowed first tokens after healing `piece`)."""
-    return torch.tensor([tokenizer.token_bytes(i).startswith(piece) for i in range(tokenizer.vocab_size)])
+    return torch.tensor([b.startswith(piece) for b in _vocabulary(tokenizer)])
 
 
 def encode_prompt(tokenizer: Tokenizer, prompt: str) -> tuple[list[int], Tensor | None, int]:
