@@ -113,9 +113,12 @@ class CompletionEngine:
         self.explained: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # id -> (source, origin)
 
     def complete(self, prefix: str, subject: str = "", session: str | None = None, *, max_words: int = 3,
-                 min_confidence: float | None = None, beam: int = 1, context: str | None = None) -> Suggestion:
+                 min_confidence: float | None = None, beam: int = 1, context: str | None = None,
+                 sentence: bool = False) -> Suggestion:
         """A suggestion of up to `max_words` words after `prefix` (the body so far); `context` is the
-        message being answered (a model trained with cross-attention reads it; `reads_context`)."""
+        message being answered (a model trained with cross-attention reads it; `reads_context`). With
+        `sentence` it runs to the end of its sentence or line, `max_words` a cap (`complete_encoded`'s
+        sentence and value_stop: the rule still picks how much of it to show)."""
         start = time.perf_counter()
         threshold = self.threshold if min_confidence is None else min_confidence
         rule = self.rule if min_confidence is None else FIRST_WORD
@@ -136,7 +139,7 @@ class CompletionEngine:
         decoder = IncrementalDecoder.resume(self.model, window, encoded.state, encoded.logits,
                                             context_limit(self.model), context=ctx, fast=self.encoder.fast)
         model = complete_encoded(self.model, self.tokenizer, ids, allowed, skip, max_words=max_words, beam=beam,
-                                 threshold=None, decoder=decoder, rule=rule)
+                                 threshold=None, decoder=decoder, rule=rule, sentence=sentence, value_stop=sentence)
         c = gate(self.choose(model, prompt_text(subject, prefix), original, max_words), rule, threshold)
         suggestion = Suggestion(
             id=uuid.uuid4().hex, text=c.text, confidence=c.confidence, words=len(c.words),

@@ -5,8 +5,8 @@
     POST   /login         {code} from the page's own origin -> {credential}: the code is spent, the page
                           credential counts as the person for this launch (`login_codes.py`)
     GET    /health        503 while the run loads, then 200; the model's description only to a caller
-    POST   /v1/complete   {prefix, subject, session?, max_words, min_confidence?, beam, context?} -> a `Suggestion`
-                          and the `session` to name next time
+    POST   /v1/complete   {prefix, subject, session?, max_words, sentence, min_confidence?, beam, context?} -> a
+                          `Suggestion` and the `session` to name next time
     POST   /v1/events     {id, kind: shown|accepted|dismissed, accepted_chars, typed_through_chars} -> appended
                           to events.jsonl (inserted characters and those typed by hand through the ghost)
     POST   /v1/why        {prefix, subject, text} -> what the model looked at for that suggestion (`why.explain`)
@@ -38,6 +38,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.phrases import unblended
 from seqlab.serving.access import CALLER, AccessPolicy, Caller
 from seqlab.serving.credentials import is_extension_origin
@@ -63,7 +64,10 @@ class CompleteRequest(BaseModel):
     session: str | None = Field(None, min_length=1, max_length=128,
                                 description="the session the last answer named: its kept model state is reused; "
                                 "omit it, or name an unknown one, and a new session starts")
-    max_words: int = Field(3, ge=1, le=8)
+    max_words: int = Field(3, ge=1, le=MAX_SENTENCE_WORDS,
+                           description="the most words to suggest; with `sentence`, a cap on the sentence")
+    sentence: bool = Field(False, description="run the suggestion to the end of its sentence or line (up to "
+                           "max_words) when the model is sure of it; the compose page and the extension ask so")
     min_confidence: float | None = Field(None, ge=0.0, le=1.0,
                                          description="default: --min-confidence, else the run's calibrated threshold")
     beam: int = Field(1, ge=1, le=8)
@@ -212,7 +216,7 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
     key = f"{owner}\x00{session}"
 
     def work() -> Any:
-        return engine.complete(req.prefix, req.subject, key, max_words=req.max_words,
+        return engine.complete(req.prefix, req.subject, key, max_words=req.max_words, sentence=req.sentence,
                                min_confidence=req.min_confidence, beam=req.beam, context=req.context)
 
     result = await run_unless_gone(s, request, work)
