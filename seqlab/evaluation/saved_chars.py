@@ -159,32 +159,36 @@ def collect_typing(emails: Sequence[str], propose_all: ModelProposer, *, words: 
     return out
 
 
-def model_proposer(model: nn.Module, tokenizer: Tokenizer, *, max_words: int = 3, phrases: Any = None
-                   ) -> ModelProposer:
-    """`model`'s greedy, unthresholded proposals of up to `max_words` words: what `complete` returns at
-    each position, made for all emails at once by `seqlab.generation.batched.propose_positions` (prefix
-    reuse and lanes); blended with `phrases` when given, through `complete` one position at a time."""
+def model_proposer(model: nn.Module, tokenizer: Tokenizer, *, max_words: int = 3, phrases: Any = None,
+                   sentence: bool = False) -> ModelProposer:
+    """`model`'s greedy, unthresholded proposals of up to `max_words` words (with `sentence`, up to the end
+    of the sentence, `max_words` a cap): what `complete` returns at each position, made for all emails at
+    once by `seqlab.generation.batched.propose_positions` (prefix reuse and lanes); blended with `phrases`
+    when given, through `complete` one position at a time."""
     if phrases is not None:
         def propose(prompt: str, context: Any) -> Completion:
             return complete(model, tokenizer, prompt, max_words=max_words, temperature=0.0, phrases=phrases,
-                            context=context, rule=FIRST_WORD)
+                            context=context, rule=FIRST_WORD, sentence=sentence)
 
         return one_by_one(propose)
 
     def proposals(texts: Sequence[str], positions: Sequence[Sequence[int]],
                   contexts: Sequence[Any] | None) -> list[list[Completion]]:
-        return propose_positions(model, tokenizer, texts, positions, max_words=max_words, contexts=contexts)
+        return propose_positions(model, tokenizer, texts, positions, max_words=max_words, contexts=contexts,
+                                 sentence=sentence)
 
     return proposals
 
 
 def type_emails(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, words: int = 50,
                 max_words: int = 3, phrases: Any = None, contexts: Sequence[Any] | None = None,
-                ask: str = DEFAULT_ASK, mid_word: int = 0, proposers: Sequence[Proposer] = ()
-                ) -> list[TypedEmail]:
-    """`collect_typing` with `model`'s proposals of up to `max_words` words (the compose page asks for 3)
-    (`model_proposer`), reading each email's context when given, and the extra `proposers`."""
-    return collect_typing(emails, model_proposer(model, tokenizer, max_words=max_words, phrases=phrases),
+                ask: str = DEFAULT_ASK, mid_word: int = 0, proposers: Sequence[Proposer] = (),
+                sentence: bool = False) -> list[TypedEmail]:
+    """`collect_typing` with `model`'s proposals of up to `max_words` words (the compose page asks for 3;
+    with `sentence`, to the end of the sentence, `max_words` a cap) (`model_proposer`), reading each
+    email's context when given, and the extra `proposers`."""
+    return collect_typing(emails, model_proposer(model, tokenizer, max_words=max_words, phrases=phrases,
+                                                 sentence=sentence),
                           words=words, contexts=contexts, ask=ask, mid_word=mid_word, proposers=proposers)
 
 

@@ -26,11 +26,11 @@ is kept, so any rule, threshold and blend weight is a replay with no model call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from seqlab.generation.complete import Completion, split_words
-from seqlab.generation.gate import kept_words, prefix_values, word_ends
+from seqlab.generation.gate import FIRST_WORD, has_word_character, prefix_values, word_ends
 
 MODEL = "model"
 
@@ -74,11 +74,34 @@ class Boundary:
 
 @dataclass(frozen=True)
 class Choice:
-    """The proposal chosen at a position under some weights, with its weighted confidences."""
+    """The proposal chosen at a position under some weights, with its weighted confidences and what the
+    gate reads from them, computed once (`Choice.of`) since a threshold sweep gates it many times."""
 
     source: str
     text: str
     word_confidences: list[float]
+    ends: tuple[int, ...]  # word ends of `text`, as many as there are confidences
+    best: int  # expected-chars: index of the prefix worth the most (the shortest on ties)
+    best_value: float  # its value_k
+    best_lettered: bool  # whether that prefix holds a letter or digit
+    all_lettered: bool  # whether the whole proposal does
+
+    @classmethod
+    def of(cls, source: str, text: str, confs: list[float]) -> Choice:
+        ends = tuple(word_ends(text)[: len(confs)])
+        values = prefix_values(text, confs[: len(ends)])
+        best = max(range(len(ends)), key=lambda k: (values[k], -k))
+        return cls(source, text, confs, ends, best, values[best], has_word_character(text[: ends[best]]),
+                   has_word_character(text[: ends[-1]]))
+
+    def shown_words(self, rule: str, threshold: float | None) -> int:
+        """`seqlab.generation.gate.kept_words` of this proposal, from the values kept."""
+        n = len(self.ends)
+        if rule == FIRST_WORD:
+            return n if threshold is None else sum(q >= threshold for q in self.word_confidences[:n])
+        if threshold is None:
+            return n if self.all_lettered else 0
+        return self.best + 1 if self.best_lettered and self.best_value >= threshold else 0
 
 
 @dataclass
@@ -118,15 +141,14 @@ def choose(b: Boundary, weights: Mapping[str, float] | None = None) -> Choice | 
     """The proposal at `b` with the largest best prefix value after weighting (module doc); None when no
     source proposed a word (or every one that did weighs 0)."""
     best: Choice | None = None
-    best_value = -1.0
     for source, c in b.proposals.items():
         w = (weights or {}).get(source, 1.0)
-        if not c.word_confidences or w <= 0:
+        if not c.word_confidences or not word_ends(c.text) or w <= 0:
             continue
         confs = c.word_confidences if w == 1.0 else [min(1.0, w * q) for q in c.word_confidences]
-        value = max(prefix_values(c.text, confs), default=0.0)
-        if value > best_value:
-            best, best_value = Choice(source, c.text, confs), value
+        choice = Choice.of(source, c.text, confs)
+        if best is None or choice.best_value > best.best_value:
+            best = choice
     return best
 
 
@@ -155,14 +177,16 @@ class Typing:
     wrong_by: dict[str, int] = field(default_factory=dict)
 
 
-def right_prefix(shown: str, truth: str) -> tuple[int, int]:
-    """(characters, words) of the longest prefix of `shown` ending at one of its word ends that `truth`
-    starts with ((0, 0) when its first word is wrong)."""
+def right_prefix(shown: str, truth: str, at: int = 0, end: int | None = None,
+                 ends: Sequence[int] | None = None) -> tuple[int, int]:
+    """(characters, words) of the longest prefix of `shown` ending at one of its word ends (`ends`, when
+    known) that truth[at:end] starts with ((0, 0) when its first word is wrong)."""
     took = words = 0
-    for j, end in enumerate(word_ends(shown), 1):
-        if not truth.startswith(shown[:end]):
+    stop = len(truth) if end is None else end
+    for j, e in enumerate(word_ends(shown) if ends is None else ends, 1):
+        if not truth.startswith(shown[:e], at, stop):
             break
-        took, words = end, j
+        took, words = e, j
     return took, words
 
 
@@ -183,6 +207,7 @@ def simulate(email: TypedEmail, rule: str, threshold: float | None,
     text, end = email.text, email.end
     at, nxt = email.start, 0  # where the writer is; the next boundary to look at
     ghost, source, taken = "", "", False  # the suggestion on screen (what is left of it)
+    ends: Sequence[int] | None = None  # its word ends while it is whole
     while at < end:
         if not ghost:
             while nxt < len(choices) and email.boundaries[nxt].offset < at:
@@ -191,16 +216,19 @@ def simulate(email: TypedEmail, rule: str, threshold: float | None,
                 break
             at, c = email.boundaries[nxt].offset, choices[nxt]
             nxt += 1
-            k = kept_words(c.text, c.word_confidences, rule, threshold) if c else 0
+            k = c.shown_words(rule, threshold) if c else 0
             if c is None or k == 0:
                 continue
-            ghost, source, taken = c.text[:word_ends(c.text)[k - 1]], c.source, False
+            ends = c.ends[:k]
+            ghost, source, taken = c.text[:ends[-1]], c.source, False
             out.shown += 1
             _bump(out.shown_by, source)
-            if right_prefix(ghost, text[at:end])[0] == 0:
+            if not text.startswith(ghost[:ends[0]], at, end):
                 out.wrong += 1
                 _bump(out.wrong_by, source)
-        took, j = right_prefix(ghost, text[at:end])
+                ends = None
+        took, j = right_prefix(ghost, text, at, end, ends) if ghost[0] == text[at] else (0, 0)
+        ends = None
         cost = 1 if took == len(ghost) else j  # Tab takes it all; Ctrl+Right one word at a time
         if took > cost:
             out.saved += took - cost
