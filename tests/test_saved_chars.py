@@ -326,3 +326,18 @@ def test_the_kept_gate_values_decide_as_kept_words() -> None:
                                 ("expected-chars", None), ("expected-chars", 0.0),
                                 ("expected-chars", 3 * rng.random())]:
             assert c.shown_words(rule, threshold) == kept_words(text, confs, rule, threshold), (text, confs, rule)
+
+
+def test_the_person_s_memory_as_an_extra_proposer_saves_what_it_remembers() -> None:
+    from seqlab.generation.memory import WritingMemory
+
+    memory = WritingMemory()
+    memory.add("Friday\n\nthanks for the report, see you on monday at the office", "sent/1")
+    silent = one_by_one(lambda prompt, context: Completion(""))  # a model that never proposes
+    email = "Monday\n\nthanks for the report, see you on monday at the office"
+    typed = collect_typing([email], silent, words=50, proposers=[memory.propose])
+    row = score_typing(typed, "expected-chars", 0.0)
+    assert row["saved_chars"] > 0 and row["saved_by_source"] == {"memory": 1.0}
+    assert {b.proposals["memory"].origin for b in typed[0].boundaries if "memory" in b.proposals} == {"sent/1"}
+    # weighed out, it saves nothing
+    assert score_typing(typed, "expected-chars", 0.0, weights={"memory": 0.0})["saved_chars"] == 0
