@@ -31,7 +31,7 @@ if (typeof importScripts === "function") importScripts("common.js");
 const api = globalThis.browser ?? globalThis.chrome;
 
 const SCRIPT_ID = "seqlab-compose";
-const MAX_WORDS = 3;
+const MAX_WORDS = 12;         // a cap: the suggestion runs to its sentence's or line's end (`sentence`)
 const CONTEXT_MAX = 16_000;   // characters of a quoted original sent as `context`
 const PREFIX_MAX = 60_000;    // the server takes 64 KiB; a longer body is cut from the left
 const EXTENSION_ORIGIN = new URL(api.runtime.getURL("")).origin;
@@ -310,7 +310,7 @@ async function complete(tabId, msg) {
   const h = await challenge(pairing);  // before the text goes out: the server on the port proves it is ours
   if (h.status !== "ok") return { error: h.status === "impostor" ? NOT_OURS : `the server is ${h.status}` };
   const body = { prefix: String(msg.prefix).slice(-PREFIX_MAX), subject: String(msg.subject || "").slice(0, 2000),
-    max_words: MAX_WORDS };
+    max_words: MAX_WORDS, sentence: true };
   const session = sessions.get(tabId);
   if (session) body.session = session;
   // a model trained without cross-attention answers 422 to a context: send it only to one that reads it

@@ -180,7 +180,8 @@ def test_the_replying_to_box_sends_the_original_to_a_model_that_reads_it(driver,
     assert asked["context"] == ORIGINAL and asked["prefix"] == BODY
     # the page shows what the server answers for that body with that original
     direct = httpx.post(f"{reply_server.url}/v1/complete", headers=reply_server.headers(), timeout=30,
-                        json={"prefix": BODY, "subject": SUBJECT, "max_words": 3, "context": ORIGINAL}).json()
+                        json={"prefix": BODY, "subject": SUBJECT, "max_words": 12, "sentence": True,
+                                  "context": ORIGINAL}).json()
     assert direct["text"] == ghost
 
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -155,3 +156,17 @@ def test_a_fast_typist_has_one_request_in_flight_and_the_newest_text_asked_last(
         assert later["start"] - earlier["start"] >= MIN_GAP_MS - 1, json.dumps(asked)  # timer granularity
     assert asked[-1]["prefix"] == final
     assert _counts(server)["rejected"] == before["rejected"]  # the server refused none of them
+
+
+def test_a_long_suggestion_is_drawn_and_ctrl_right_takes_one_word(driver, server):
+    area = _open(driver, server)
+    ghost = _wait_for_ghost(driver)
+    # the page asks for the sentence (up to 12 words), and draws what the server answers for it
+    direct = httpx.post(f"{server.url}/v1/complete", headers=server.headers(), timeout=30,
+                        json={"prefix": BODY, "subject": SUBJECT, "max_words": 12, "sentence": True}).json()
+    assert direct["text"] == ghost
+    assert len(ghost.split()) > 3, f"the tiny model's suggestion is no longer than the old 3 words: {ghost!r}"
+    word = _first_word(ghost)
+    area.send_keys(Keys.CONTROL, Keys.ARROW_RIGHT)
+    assert _value(driver) == BODY + word
+    assert _ghost(driver) == ghost[len(word):]

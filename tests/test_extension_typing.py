@@ -12,7 +12,18 @@ import httpx
 import test_extension
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
-from test_extension import BODY, WAIT_S, _chord, _ghost, _keys, _open_textarea, _settle, _text, _wait_for_ghost
+from test_extension import (
+    BODY,
+    WAIT_S,
+    _chord,
+    _drawn,
+    _ghost,
+    _keys,
+    _open_textarea,
+    _settle,
+    _text,
+    _wait_for_ghost,
+)
 
 # its module-scoped fixtures, taken over (a server, a browser and a pairing of this module's own)
 server, site, driver, paired = test_extension.server, test_extension.site, test_extension.driver, test_extension.paired
@@ -87,3 +98,20 @@ def test_a_fast_typist_has_one_request_in_flight_and_the_newest_text_asked_last(
         assert later["start"] >= earlier["end"], json.dumps(asked, default=str)  # never two in flight
     assert asked[-1]["body"]["prefix"] == final
     assert all("error" not in r["answer"] for r in asked)  # none refused
+
+
+def test_a_long_suggestion_is_drawn_whole_and_ctrl_right_takes_one_word(driver, server, site, paired):
+    _settle(driver)
+    mark = server.recorder.mark()
+    _open_textarea(driver, site)
+    ghost = _wait_for_ghost(driver)
+    asked = [r for r in server.recorder.since(mark, "/v1/complete") if r["body"]["prefix"] == BODY][-1]
+    assert asked["body"]["sentence"] is True and asked["body"]["max_words"] == 12
+    assert asked["answer"]["text"] == ghost
+    assert len(ghost.split()) > 3, f"the tiny model's suggestion is no longer than the old 3 words: {ghost!r}"
+    drawn = _drawn(driver)
+    assert "".join(drawn["lines"]).split() == ghost.split()  # every word of it on the canvas, wrapped or not
+    word = _first_word(ghost)
+    _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
+    assert _text(driver) == BODY + word
+    assert _ghost(driver) == ghost[len(word):]

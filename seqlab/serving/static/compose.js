@@ -26,7 +26,7 @@
  * the box stays closed, its textarea disabled, and its summary says the model does not read it: the
  * server would refuse a context it cannot read, and the writer should not think it helps.
  *
- * API: POST /v1/complete {prefix, subject, session, max_words, context?} -> {id, text, confidence,
+ * API: POST /v1/complete {prefix, subject, session, max_words, sentence, context?} -> {id, text, confidence,
  * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars,
  * typed_through_chars} (the characters Tab and Ctrl+Right inserted, and those typed by hand through it);
  * GET /health; POST /login {code} -> {credential} (see below). Every other call carries this tab's
@@ -39,7 +39,9 @@
   // 0: ask at once (top of this file); > 0: the older pacing, for the benchmark's side-by-side
   const DEBOUNCE_MS = Math.max(0, Number(new URLSearchParams(location.search).get("debounce")) || 0);
   const MIN_GAP_MS = 40;  // between two requests' starts: a burst of keys costs one request per 40 ms
-  const MAX_WORDS = 3;
+  // Up to the end of the sentence or line (the server's `sentence`), this many words at most: the server's
+  // rule shows as much of it as it is sure of; Tab takes it all, Ctrl+Right one word.
+  const MAX_WORDS = 12;
   const HEALTH_RETRY_MS = 1000;
 
   const $ = (id) => document.getElementById(id);
@@ -271,7 +273,7 @@
     try {
       const res = await api("/v1/complete", {
         method: "POST",
-        body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS,
+        body: JSON.stringify({ prefix, subject: asked, session, max_words: MAX_WORDS, sentence: true,
                                ...(context ? { context } : {}) }),
         signal: ctrl.signal,
       });
