@@ -1,5 +1,6 @@
-"""The replay benchmark (seqlab/bench/replay.py): a person's mail typed and sent in date order, learning on
-against learning off, on a tiny model and synthetic mail."""
+"""The replay benchmark (seqlab/bench/replay.py, replay_passes.py): a person's mail typed and sent in date
+order, the levers (memory, reply copies, learning, a per-person setting) added one at a time, on a tiny model
+and synthetic mail."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import pytest
 from preparing import prepare
 
 from seqlab.bench import replay
+from seqlab.bench import replay_passes as passes
+from seqlab.evaluation.typing_sim import MODEL
+from seqlab.generation.gate import word_ends
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
 
 PERSON = "david.cohen@keystone-legal.example"
+ALL = ("train", "val", "test")
 
 
 @pytest.fixture(scope="module")
@@ -25,48 +30,84 @@ def person(word_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return out
 
 
+def _proposals(typed: list) -> list:
+    return [[(b.offset, {s: (c.text, c.word_confidences) for s, c in b.proposals.items()}) for b in e.boundaries]
+            for e in typed]
+
+
 def test_emails_come_in_date_order_from_every_split(person: Path, word_run_dir: Path) -> None:
     _, tok, _ = load_run(word_run_dir, "cpu")
-    emails = replay.person_emails(person, tok)
+    mail = passes.person_mail(person, tok, ALL)
     meta = json.loads((person / "meta.json").read_text())
-    assert len(emails) == meta["kept"] and meta["split_by"] == "date"
+    assert len(mail.emails) == meta["kept"] == len(mail.contexts) and meta["split_by"] == "date"
     # the date split holds the latest mail out: replayed in date order, the test split's emails come last
-    test = replay.person_emails(person, tok, ["test"])
-    assert emails[-len(test):] == test
+    test = passes.person_mail(person, tok, ["test"]).emails
+    assert mail.emails[-len(test):] == test
 
 
-def test_learning_off_and_on_agree_when_nothing_is_learned(person: Path, word_run_dir: Path) -> None:
-    """With a learning rate of 0 the learner's steps change nothing: both replays type the same proposals,
-    every figure is equal and every paired interval is [0, 0]. With the default rate the later emails are
-    typed with other weights."""
+def test_learning_changes_nothing_at_a_learning_rate_of_zero(person: Path, word_run_dir: Path) -> None:
+    """With a learning rate of 0 the learner's steps change nothing: the learned pass proposes what the frozen
+    pass does at every position. With the default rate the later emails are typed with other weights."""
     model, tok, _ = load_run(word_run_dir, "cpu")
-    emails = replay.person_emails(person, tok, limit=4)
-    still = replace(LearnSettings(), lr=0.0)
-    off, on = replay.replay(model, tok, emails, words=8, settings=still)
-    assert [[(b.offset, b.text) for b in e.boundaries] for e in off] == \
-        [[(b.offset, b.text) for b in e.boundaries] for e in on]
-    a, b = replay.email_counts(off, "first-word", 0.0), replay.email_counts(on, "first-word", 0.0)
-    assert replay.figures(a) == replay.figures(b)
-    assert all(ci in (None, [0.0, 0.0]) for ci in replay.paired_intervals(a, b, resamples=50).values())
-    _, learned = replay.replay(model, tok, emails, words=8)
-    assert [b.word_confidences for b in learned[0].boundaries] == [b.word_confidences for b in off[0].boundaries]
-    assert any([b.word_confidences for b in x.boundaries] != [b.word_confidences for b in y.boundaries]
-               for x, y in zip(learned[1:], off[1:]))  # the first email is typed before anything was learned
+    mail = passes.person_mail(person, tok, ALL, limit=4)
+    kw = {"words": 8, "max_words": 6, "ask": "every-letter"}
+    frozen = passes.frozen_pass(model, tok, mail, **kw)
+    still = passes.learned_pass(model, tok, mail, settings=replace(LearnSettings(), lr=0.0), **kw)
+    assert _proposals(frozen) == _proposals(still)
+    learned = passes.learned_pass(model, tok, mail, **kw)
+    assert _proposals(learned[:1]) == _proposals(frozen[:1])  # typed before anything was learned
+    assert _proposals(learned[1:]) != _proposals(frozen[1:])
+
+
+def test_the_memory_holds_only_the_emails_sent_before(person: Path, word_run_dir: Path) -> None:
+    """An email sent twice: the first time the memory has never seen it, the second time it offers the rest
+    of the email from the first, and that proposal is what followed there."""
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    mail = passes.person_mail(person, tok, ALL, limit=3)
+    twice = passes.Person("twice", [mail.emails[0], mail.emails[0]], ["", ""])
+    typed = passes.add_memory(passes.frozen_pass(model, tok, twice, words=10, max_words=4, ask="every-letter"),
+                              twice)
+    first, again = typed
+    assert not any("memory" in b.proposals for b in first.boundaries)
+    from_memory = [(b.offset, b.proposals["memory"].text) for b in again.boundaries if "memory" in b.proposals]
+    assert len(from_memory) > len(again.boundaries) // 2
+    # each is text of the one email in the memory, and mostly what follows right there
+    assert all(text in twice.emails[0] for _, text in from_memory)
+    assert sum(again.text[i:].startswith(text) for i, text in from_memory) > len(from_memory) // 2
+
+
+def test_limited_cuts_every_proposal_and_keeps_the_sources_asked(person: Path, word_run_dir: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    mail = passes.person_mail(person, tok, ALL, limit=3)
+    typed = passes.add_memory(passes.frozen_pass(model, tok, mail, words=10, max_words=6, ask="every-letter"),
+                              mail)
+    cut = passes.limited(typed, 2, [])
+    for full, short in zip(typed, cut):
+        for a, b in zip(full.boundaries, short.boundaries):
+            assert set(b.proposals) == {MODEL}
+            c, d = a.proposals[MODEL], b.proposals[MODEL]
+            assert len(word_ends(d.text)) <= 2 and c.text.startswith(d.text)
+            assert d.word_confidences == c.word_confidences[:len(d.word_confidences)]
+
+
+def test_the_per_person_setting_waits_for_mail_then_keeps_to_the_cap(person: Path, word_run_dir: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    mail = passes.person_mail(person, tok, ALL, limit=8)
+    typed = passes.add_memory(passes.frozen_pass(model, tok, mail, words=10, max_words=6, ask="every-letter"),
+                              mail)
+    settings = passes.online_settings(typed, "expected-chars", 0.5, 3.0, min_emails=3, every=2)
+    assert settings[:3] == [(0.5, {})] * 3
+    assert settings[3] == settings[4] and len(settings) == len(typed)
+    # each fitted setting keeps to the cap on the emails it was fitted on
+    counts = replay.email_counts(typed[:3], "expected-chars", [settings[3]] * 3)
+    assert (replay.figures(counts)["wrong_per_100_words"] or 0.0) <= 3.0
 
 
 def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "replay.json"
     assert replay.main([str(word_run_dir), str(person), "--out", str(out), "--words", "6", "--emails", "3"]) == 0
     result = json.loads(out.read_text())
-    assert result["pooled"]["emails"] == 3 and set(result["pooled"]["off"]) == set(replay.FIGURES)
-    assert "| david |" in out.with_suffix(".md").read_text()
-
-
-def test_suggestions_learning_made_right_are_right_only_with_learning(person: Path, word_run_dir: Path) -> None:
-    model, tok, _ = load_run(word_run_dir, "cpu")
-    emails = replay.person_emails(person, tok, limit=6)
-    off, on = replay.replay(model, tok, emails, words=12)
-    for e in replay.learned_right(off, on, "first-word", 0.0, count=50):
-        assert len(e["on"].split()) >= 2 and e["on"] != e["off"]
-    # nothing was learned when learning is off on both sides
-    assert replay.learned_right(off, off, "first-word", 0.0) == []
+    assert result["pooled"]["emails"] == 3 and set(result["pooled"]) >= {key for key, _ in replay.LEVERS}
+    assert set(result["pooled"][replay.OFF]["figures"]) == set(replay.FIGURES)
+    table = out.with_suffix(".md").read_text()
+    assert "| david |" in table and "+ the person's memory" in table
