@@ -60,6 +60,8 @@ def save_tradeoff(result: dict[str, Any], out: Path | str, name: str = "") -> li
     (out / "tradeoff.md").write_text(format_tradeoff(rows) + "\n", encoding="utf-8")
     title = (f"{name}: {result['split']} split, {result['emails']} emails typed for up to "
              f"{result['words_per_email']} words, {result['max_words']}-word suggestions"
+             + (f", asked at {'word starts' if result.get('ask') == 'word-starts' else 'every letter'}"
+                if result.get("ask") else "")
              + (f", also asked {result['mid_word']} letter(s) into each word" if result.get("mid_word") else ""))
     png = save_png(tradeoff_figure(rows, title, result.get("max_wrong_per_100")), out / "tradeoff.png")
     return [out / "tradeoff.json", out / "tradeoff.md", png]
