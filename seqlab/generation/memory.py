@@ -78,7 +78,7 @@ def ends_sentence(word: str) -> bool:
 
 
 @dataclass
-class _Match:
+class Match:
     """An earlier place whose preceding tokens match the prompt's end: where its next word is, how many
     tokens matched, and the token ids that follow it (up to its sentence's or line's end)."""
 
@@ -184,6 +184,12 @@ class WritingMemory:
                 return None
             return self._consensus(matches, partial, cap)
 
+    def matches(self, before: str, partial: str) -> list[Match]:
+        """The longest earlier matches `propose` reads for a body typed up to `before` + `partial` (its
+        evidence, for studies of the confidences: seqlab.studies.memory_study)."""
+        with self._lock:
+            return self._matches(self._context(before), partial, self.max_words)
+
     def _context(self, before: str) -> list[int]:
         """The last MAX_MATCH token ids of the body typed so far (-1: a word never added), the body start
         first when it is among them. Only the body's tail is read: a long body costs no more than a short one."""
@@ -195,7 +201,7 @@ class WritingMemory:
             words = words[1:]  # the tail may start inside a word
         return [self._ids.get(w, -1) for w in words[-MAX_MATCH:]]
 
-    def _matches(self, ctx: list[int], partial: str, cap: int) -> list[_Match]:
+    def _matches(self, ctx: list[int], partial: str, cap: int) -> list[Match]:
         """The longest earlier matches of `ctx` whose next word starts with `partial` (newest first)."""
         for k in range(min(MAX_K, len(ctx)), 0, -1):
             tail = ctx[-k:]
@@ -215,7 +221,7 @@ class WritingMemory:
                 p = self._prev[table][p]
             if found:
                 best = max(length for _, length in found)
-                return [_Match(p, best, self._follow(p, cap, partial)) for p, length in found if length == best]
+                return [Match(p, best, self._follow(p, cap, partial)) for p, length in found if length == best]
         return []
 
     def _fits(self, p: int, tail: list[int], partial: str) -> bool:
@@ -250,7 +256,7 @@ class WritingMemory:
             p += 1
         return tuple(out)
 
-    def _consensus(self, matches: list[_Match], partial: str, cap: int) -> Completion | None:
+    def _consensus(self, matches: list[Match], partial: str, cap: int) -> Completion | None:
         """Follow the continuation most agreeing matches share, word by word (ties: the newest), and turn it
         into a Completion whose k-word prefix confidence is agree_k / (matches + alpha / evidence**2)."""
         agreeing = matches  # newest first
