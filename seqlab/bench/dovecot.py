@@ -148,6 +148,10 @@ def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: di
                                           "username_attribute = username\nactive_attribute = active\n"
                                           "active_value = true\n")
         oauth2 = f"passdb {{\n  driver = oauth2\n  args = {root / 'oauth2.conf'}\n}}\n"
+    for name in ("passwd", "oauth2.conf"):  # read by the auth processes, which run as `user`: theirs, whatever
+        if (root / name).exists():           # umask this process has (prepare's is 077)
+            os.chown(root / name, uid, gid)
+            (root / name).chmod(0o600)
     namespace = ""
     if separator is not None:  # the hierarchy separator clients see; on disk Maildir++ keeps its "."
         namespace = f"namespace inbox {{\n  inbox = yes\n  separator = {separator}\n}}\n"
@@ -254,4 +258,6 @@ def _wait_ready(proc: subprocess.Popen, server: Dovecot) -> None:
         except (OSError, imaplib.IMAP4.error) as exc:
             last = exc
             time.sleep(0.1)
-    raise DovecotError(f"dovecot did not answer within {READY_TIMEOUT_S} s (last: {last!r})")
+    log = server.root / "dovecot.log"
+    tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+    raise DovecotError(f"dovecot did not answer within {READY_TIMEOUT_S} s (last: {last!r}); its log ends: {tail}")
