@@ -15,6 +15,7 @@ from seqlab.generation.complete import Completion, complete
 from seqlab.generation.gate import FIRST_WORD
 from seqlab.generation.prefix_lanes import stack_states
 from seqlab.models import build_model
+from seqlab.models.context_encoder import ContextBatch
 
 TRAIN = ["could you send me the file, please? thanks.", "I will find the figures for you. See you soon!",
          "Meeting at noon\n\nsee you at the game, bye now"]
@@ -76,8 +77,23 @@ def test_propose_positions_equals_complete_at_every_position(bpe: Tokenizer, nam
             shown += bool(c.text)
     assert shown > 0  # the comparison covers real suggestions, not only empty ones
     assert stats["proposals"] == sum(len(p) for p in positions)
-    if batchable(model, None):  # each email's tokens fed about once, far fewer than every prompt again
+    if name != "gru-learned":  # each email's tokens fed about once, far fewer than every prompt again
         assert stats["fed_tokens"] < stats["prompt_tokens"] / 4
+
+
+@pytest.mark.parametrize("mixer", ["attention", "gru"])
+def test_a_context_read_by_cross_attention(bpe: Tokenizer, mixer: str) -> None:
+    """Each email's own context (the message answered): attention reuses its prefix, a GRU encodes each prompt."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(vocab_size=bpe.vocab_size, block_size=128, n_layer=1, n_embd=32, n_head=2,
+                                    mixer=mixer, pos="rope" if mixer == "attention" else "none",
+                                    context="cross")).eval()  # type: ignore[arg-type]
+    contexts = [ContextBatch.from_lists([bpe.encode(t)[:20]]) for t in TRAIN[:2]]
+    positions = [_every_character(t)[:25] for t in EMAILS[:2]]
+    got = propose_positions(model, bpe, EMAILS[:2], positions, max_words=2, contexts=contexts)
+    for text, where, ctx, answers in zip(EMAILS, positions, contexts, got):
+        for i, c in zip(where, answers):
+            _same(c, complete(model, bpe, text[:i], max_words=2, temperature=0.0, rule=FIRST_WORD, context=ctx))
 
 
 def test_byte_tokenizer_and_a_threshold() -> None:

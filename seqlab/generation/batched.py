@@ -16,9 +16,10 @@ would make by encoding the whole prompt again and decoding one lane. `propose_po
 
 Stacking states needs a state whose every tensor is per lane with no length of its own: the recurrent
 mixers (RNN, GRU, minGRU) without a context window (`context_limit` None) and without a context read by
-cross-attention. Any other model (attention, whose caches have per-lane lengths; learned positions, whose
-window slides; a model given contexts or a phrase blend) is asked position by position through
-`complete`, so its answers are `complete`'s by construction.
+cross-attention. Any other model is asked position by position (`one_by_one`): attention, whose caches
+have per-lane lengths, still goes back along its key/value cache to the common prefix of consecutive
+prompts and feeds only the rest; the others (learned positions, whose window slides; a recurrent model
+given contexts) encode each prompt as `complete` does.
 
 Equality with `complete`: the same tokens go through the same model, split into other chunks (one token at
 a time instead of the whole prompt in one call) and in other batch shapes, so logits differ by float
@@ -34,10 +35,10 @@ import torch
 from torch import nn
 
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.generation.complete import Completion, complete, encode_prompt, finish
-from seqlab.generation.decode import IncrementalDecoder, context_limit, to_eval
+from seqlab.generation.complete import Completion, complete_encoded, encode_prompt, finish
+from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device, to_eval
 from seqlab.generation.gate import FIRST_WORD, check_rule
-from seqlab.generation.prefix_lanes import Encoded, encode_rounds, gather_rows
+from seqlab.generation.prefix_lanes import Encoded, common_prefix, encode_rounds, gather_rows
 from seqlab.generation.stops import WordStop
 
 LANES = 64  # positions decoded together: enough to amortise a step's fixed cost, small enough for the cache
@@ -120,13 +121,8 @@ def propose_positions(
     answers: list[list[Completion]] = [[Completion("")] * len(p) for p in positions]
     counts["proposals"] += sum(len(p) for p in positions)
     if not batchable(model, contexts):
-        for e, (text, where) in enumerate(zip(texts, positions)):
-            ctx = contexts[e] if contexts is not None else None
-            for j, i in enumerate(where):
-                answers[e][j] = complete(model, tokenizer, text[:i], max_words=max_words, temperature=0.0,
-                                         context=ctx, rule=rule, threshold=threshold, sentence=sentence)
-                counts["prompt_tokens"] += len(encode_prompt(tokenizer, text[:i])[0])
-        counts["fed_tokens"] = counts["prompt_tokens"]
+        one_by_one(model, tokenizer, texts, positions, contexts, answers, counts, max_words=max_words,
+                   stop_at_newline=stop_at_newline, rule=rule, threshold=threshold, sentence=sentence)
         return answers
     budget = 16 * max_words + 8  # complete's default max_new_tokens
     was_training = to_eval(model)
@@ -158,3 +154,44 @@ def _finish_batch(model: nn.Module, tokenizer: Tokenizer, batch: list[Encoded], 
         answers[lane.email][lane.slot] = finish(tokenizer, ids, logps, skip=lane.skip, max_words=max_words,
                                                 stop_at_newline=stop_at_newline, threshold=threshold, rule=rule,
                                                 sentence=sentence)
+
+
+def one_by_one(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], positions: Sequence[Sequence[int]],
+               contexts: Sequence[Any] | None, answers: list[list[Completion]], counts: dict[str, int],
+               **options: Any) -> None:
+    """Each position through `complete_encoded` (greedy; `options` are its word, rule and sentence options),
+    writing `answers`. A model whose every layer is attention goes back along its key/value cache to the
+    common prefix of consecutive prompts (`LMState.truncated`, as the server's `PromptEncoder` does) and
+    feeds only the rest, while the prompt fits its window (a longer one is encoded as `complete` does: its
+    last `limit` tokens from scratch); any other model encodes every prompt."""
+    cfg = getattr(model, "cfg", None)
+    truncatable = cfg is not None and cfg.mixer == "attention"
+    limit, device = context_limit(model), model_device(model)
+    was_training = to_eval(model)
+    try:
+        with torch.inference_mode():
+            for e, (text, where) in enumerate(zip(texts, positions)):
+                ctx = contexts[e] if contexts is not None else None
+                kept_ids: list[int] = []
+                kept: Any = None
+                for j, i in enumerate(where):
+                    ids, allowed, skip = encode_prompt(tokenizer, text[:i])
+                    counts["prompt_tokens"] += len(ids)
+                    decoder = None
+                    if truncatable and (limit is None or len(ids) <= limit):
+                        q = min(common_prefix(kept_ids, ids), len(ids) - 1)  # feed at least the last token
+                        state = kept.truncated(q) if kept is not None and q >= 1 else None
+                        q = q if state is not None else 0
+                        extra = {"context": ctx.to(device)} if ctx is not None and state is None else {}
+                        out, kept = model(torch.tensor([ids[q:]], device=device), state=state, **extra)  # (1, T, V)
+                        kept_ids = ids
+                        counts["fed_tokens"] += len(ids) - q
+                        decoder = IncrementalDecoder.resume(model, torch.tensor([ids], device=device), kept,
+                                                            out[:, -1].float(), limit, context=ctx)
+                    else:
+                        counts["fed_tokens"] += len(ids)
+                    answers[e][j] = complete_encoded(model, tokenizer, ids, allowed, skip, temperature=0.0,
+                                                     decoder=decoder, context=ctx, **options)
+    finally:
+        if was_training:
+            model.train()
