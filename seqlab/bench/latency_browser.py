@@ -9,8 +9,11 @@ both surfaces. For each surface and pacing a fresh compose box is typed into, on
   new suggestion is written (the page's ghost span by a MutationObserver; the extension's canvas, as
   its content script records in `__seqlabTimes`), both on the page's clock; the browser's next paint
   follows within a frame. Keys typed through a ghost are counted apart.
-- burst: the same text typed at BURST_MS between keys (a fast typist): requests per key (the server's
-  completions over the keys typed) and the last key -> its ghost.
+- burst: the same text, up to a few letters into its last word, typed at BURST_MS between keys (a fast
+  typist): requests per key (the server's completions over the keys typed) and the last key -> its ghost.
+
+A key whose answer is empty (--min-confidence 0 still gives none where the model ends the line) has no
+ghost to wait for: it is counted among "without a ghost" after a 5 s wait.
 
 The page's older pacing comes back with `?debounce=150`, the extension's with `__seqlabDebounceMs = 150`
 set in its content script's world (compose.js and content.js say how). Goal: key -> ghost p90 <= 60 ms
@@ -161,7 +164,10 @@ def key_latencies(keys: list[float], drawn: list[float], through: list[bool]) ->
 
 
 def burst(surface: Surface, text: str) -> dict[str, Any]:
-    """Type `text` at BURST_MS between keys; the last key -> its ghost (the count of requests is the caller's)."""
+    """Type `text` at BURST_MS between keys; the last key -> its ghost (the count of requests is the caller's).
+    The text stops inside its last word, where the model has a word to finish (after a sentence's full stop
+    it may rightly suggest nothing)."""
+    text = text[: text.rindex(" ") + 4]
     _keys(surface.driver, text, BURST_MS / 1000)
     _wait(lambda: (lambda k, d: bool(d) and d[-1] >= k[-1])(*surface.probe()), 10.0)
     keys, drawn = surface.probe()
@@ -211,7 +217,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         surface.open(debounce)
                         before = _completions(url, token)
                         fast = burst(surface, text)
-                        fast["requests_per_key"] = (_completions(url, token) - before) / len(text)
+                        fast["requests_per_key"] = (_completions(url, token) - before) / fast["keys"]
                         results.append({"surface": surface.name, "debounce_ms": debounce, "paced": typed,
                                         "burst": fast})
                         print(_line(results[-1]), flush=True)
