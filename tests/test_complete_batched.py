@@ -4,6 +4,7 @@ word, after punctuation, after a newline) and the byte tokenizer."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,6 +14,7 @@ from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.generation.batched import batchable, propose_positions
 from seqlab.generation.complete import Completion, complete
 from seqlab.generation.gate import FIRST_WORD
+from seqlab.generation.phrases import PhraseModel
 from seqlab.generation.prefix_lanes import stack_states
 from seqlab.models import build_model
 from seqlab.models.context_encoder import ContextBatch
@@ -94,6 +96,17 @@ def test_a_context_read_by_cross_attention(bpe: Tokenizer, mixer: str) -> None:
     for text, where, ctx, answers in zip(EMAILS, positions, contexts, got):
         for i, c in zip(where, answers):
             _same(c, complete(model, bpe, text[:i], max_words=2, temperature=0.0, rule=FIRST_WORD, context=ctx))
+
+
+def test_a_phrase_blend_is_asked_one_by_one() -> None:
+    tok = ByteTokenizer()
+    model = _model("gru", tok, steps=0)
+    phrases = PhraseModel.fit([np.array(tok.encode_email(t)) for t in TRAIN * 3], tok, weight=0.5)
+    where = [[12, 20, 21, 30]]
+    got = propose_positions(model, tok, TRAIN[:1], where, max_words=2, phrases=phrases)[0]
+    for i, c in zip(where[0], got):
+        _same(c, complete(model, tok, TRAIN[0][:i], max_words=2, temperature=0.0, rule=FIRST_WORD, phrases=phrases))
+    assert any(c.text for c in got)
 
 
 def test_byte_tokenizer_and_a_threshold() -> None:

@@ -38,8 +38,10 @@ from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import Completion, complete_encoded, encode_prompt, finish
 from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device, to_eval
 from seqlab.generation.gate import FIRST_WORD, check_rule
+from seqlab.generation.phrases import PhraseBlend, PhraseModel
 from seqlab.generation.prefix_lanes import Encoded, common_prefix, encode_rounds, gather_rows
 from seqlab.generation.stops import WordStop
+from seqlab.models.lm import LM
 
 LANES = 64  # positions decoded together: enough to amortise a step's fixed cost, small enough for the cache
 BATCHED_MIXERS = ("rnn", "gru", "mingru")
@@ -47,9 +49,8 @@ BATCHED_MIXERS = ("rnn", "gru", "mingru")
 
 def batchable(model: nn.Module, contexts: Sequence[Any] | None) -> bool:
     """Whether `propose_positions` can stack this model's states across lanes (module doc)."""
-    cfg = getattr(model, "cfg", None)
-    if cfg is None or cfg.mixer not in BATCHED_MIXERS or context_limit(model) is not None:
-        return False
+    if not isinstance(model, LM) or model.cfg.mixer not in BATCHED_MIXERS or context_limit(model) is not None:
+        return False  # a wrapper (the phrase blend) keeps a state of its own
     return contexts is None or all(c is None for c in contexts)
 
 
@@ -98,11 +99,12 @@ def propose_positions(
     model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], positions: Sequence[Sequence[int]], *,
     max_words: int, contexts: Sequence[Any] | None = None, stop_at_newline: bool = True, lanes: int = LANES,
     rule: str = FIRST_WORD, threshold: float | None = None, sentence: bool = False,
-    stats: dict[str, int] | None = None,
+    phrases: PhraseModel | None = None, stats: dict[str, int] | None = None,
 ) -> list[list[Completion]]:
     """For each email e and each offset i in positions[e], what
     `complete(model, tokenizer, texts[e][:i], temperature=0, max_words=max_words, context=contexts[e],
-    rule=rule, threshold=threshold, sentence=sentence)` returns, computed with prefix reuse and in lanes (module doc).
+    rule=rule, threshold=threshold, sentence=sentence, phrases=phrases)` returns, computed with prefix reuse
+    and in lanes (module doc).
 
     `stats`, when given, receives the counts a benchmark reports: prompt_tokens (what `complete` would
     encode), fed_tokens (what was encoded here), proposals."""
@@ -115,6 +117,8 @@ def propose_positions(
     if lanes < 1:
         raise ValueError(f"lanes must be at least 1, not {lanes}")
     check_rule(rule, threshold)
+    if phrases is not None:  # the blend's state is its own: asked one by one (`one_by_one`)
+        model = PhraseBlend(model, phrases)
     counts = stats if stats is not None else {}
     for key in ("prompt_tokens", "fed_tokens", "proposals"):
         counts.setdefault(key, 0)
@@ -164,8 +168,7 @@ def one_by_one(model: nn.Module, tokenizer: Tokenizer, texts: Sequence[str], pos
     common prefix of consecutive prompts (`LMState.truncated`, as the server's `PromptEncoder` does) and
     feeds only the rest, while the prompt fits its window (a longer one is encoded as `complete` does: its
     last `limit` tokens from scratch); any other model encodes every prompt."""
-    cfg = getattr(model, "cfg", None)
-    truncatable = cfg is not None and cfg.mixer == "attention"
+    truncatable = isinstance(model, LM) and model.cfg.mixer == "attention"
     limit, device = context_limit(model), model_device(model)
     was_training = to_eval(model)
     try:
