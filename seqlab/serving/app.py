@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from torch import nn
 
+from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.printed_command import printed_command
 from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
@@ -66,7 +67,7 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
     return engine, info
 
 
-def start_learning(state: ServerState, engine: CompletionEngine) -> None:
+def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str, Any]) -> None:
     """`--learn`: serve the weights learned before (if they grew from this run's), remember the stored emails,
     and start the learner.
 
@@ -102,12 +103,18 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
         engine.memory.add_body(e.body, sent_label(e))
     state.personal.listeners.append(lambda e: engine.memory.add_body(e.body, sent_label(e)))
 
-    def trained_again() -> None:  # the folder was deleted (`forget`): its emails leave the memory too
-        state.worker.submit(engine.replace_model, served)
+    threshold, weights = engine.threshold, dict(engine.weights)  # the run's, before any fitted on sent mail
+
+    def trained_again() -> None:  # the folder was deleted (`forget`): its emails leave the memory too, and
+        state.worker.submit(engine.replace_model, served)  # the setting fitted on them
         state.worker.submit(setattr, engine, "memory", build_memory(engine.memory_emails, None))
+        state.worker.submit(setattr, engine, "threshold", threshold)
+        state.worker.submit(setattr, engine, "weights", weights)
 
     state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
                             record=record, on_forgotten=trained_again)
+    if state.config.min_confidence is None and engine.rule == EXPECTED_CHARS:  # the person's own setting
+        refit_on_sent_mail(state, engine, info)
     state.learner.start()
     if state.config.sent is not None:
         from seqlab.serving.sent_folder import SentFolder
@@ -115,6 +122,26 @@ def start_learning(state: ServerState, engine: CompletionEngine) -> None:
         state.sent_folder = SentFolder(state.config.sent, state.personal, state.learner.notify,
                                        state.config.sent_every_s, settings.max_body_bytes, engine.reads_context)
         state.sent_folder.start()
+
+
+def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[str, Any]) -> None:
+    """Serve the threshold and memory weight fitted on the person's sent mail before (if any), and let the
+    learner refit them while idle as the mail grows (`recalibrate.py`); /health tells the setting."""
+    from seqlab.serving.recalibrate import Recalibrator
+
+    def apply(setting: dict[str, Any]) -> None:  # on the model thread: between two requests
+        engine.threshold = float(setting["threshold"])
+        engine.weights.update(setting["weights"])
+        info.update(threshold=engine.threshold, threshold_source=f"fitted on {setting['emails']} of your sent "
+                    "emails (personal/served.json)", personal_setting=setting)
+        info["memory"] = engine.describe()["memory"]
+
+    recalibrator = Recalibrator(lambda: engine.model, engine.tokenizer, state.personal, engine.memory_emails,
+                                lambda setting: state.worker.submit(apply, setting))
+    if recalibrator.last is not None:
+        apply(recalibrator.last)  # loading runs on the model thread already
+    assert state.learner is not None
+    state.learner.idle_task = recalibrator
 
 
 def take_learning_lock(state: ServerState) -> None:
@@ -134,7 +161,7 @@ def _start_loading(state: ServerState) -> None:
                 take_learning_lock(state)  # first: a second learner on the run is refused before any loading
             engine, info = load_engine(state.config)
             if state.config.learn:
-                start_learning(state, engine)
+                start_learning(state, engine, info)
                 info["memory"] = engine.describe()["memory"]  # with the stored emails
             state.engine, state.info = engine, info  # ready only now: /health says ok with the learner running
         except Exception as exc:  # noqa: BLE001 (reported by /health; the server stays up to say so)

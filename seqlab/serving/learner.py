@@ -13,6 +13,8 @@ model and, on a thread of its own, fine-tunes it on the sent emails of `Personal
 - Every `swap_every` steps, and when there is nothing left to learn, a frozen copy of the training model is
   handed to `on_swap`, which replaces the served model on the model thread between two requests (a request
   never sees weights that are half updated: the served model is never written to, it is replaced whole).
+- With nothing left to learn and the server idle, it runs its `idle_task` when that is due: refitting the
+  served threshold and the memory's weight on the person's sent mail (`recalibrate.Recalibrator`).
 - The same weights are checkpointed to RUN_DIR/personal/learned.safetensors (0600, written whole and renamed
   over, so a kill leaves the last checkpoint) with learned.json naming the base weights they started from;
   the next `serve --learn` of the same run starts from them. `seqlab forget RUN` deletes both.
@@ -136,6 +138,9 @@ class Learner:
         self._writing = threading.Lock()  # a save and swap is whole, and none starts after `stop` returns
         self._closed = False
         self._dropped = False  # what was learned was dropped: its personal folder was deleted
+        # work for idle time once nothing is left to learn: refitting the served setting (`recalibrate.py`);
+        # anything with due() -> bool and run()
+        self.idle_task: Any = None
 
     # ----------------------------------------------------------------------------- the thread
 
@@ -175,6 +180,9 @@ class Learner:
                 if dirty:
                     self._publish()
                     dirty = 0
+                if self.idle_task is not None and self.idle_task.due() and self.idle():
+                    self.idle_task.run()
+                    continue
                 self._wake.wait(5.0)
                 self._wake.clear()
                 continue
