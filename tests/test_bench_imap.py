@@ -31,7 +31,8 @@ def test_imap_rows_compare_the_same_mail_from_mbox_and_server(tmp_path: Path) ->
         assert p["ratio"] == p["imap"]["wall_s"] / p["mbox"]["wall_s"]
     rows = imap_speed.rows(result)
     assert rows[0]["value"] == pairs[-1]["ratio"] and rows[0]["goal"] == "<= 2"
-    assert rows[1]["value"] == result["imap_growth_bytes_per_email"]
+    assert rows[1]["value"] == pairs[-1]["imap"]["tree_peak_rss_bytes"] / pairs[-1]["mbox"]["tree_peak_rss_bytes"]
+    assert rows[2]["value"] == result["imap_growth_bytes_per_email"]
     assert f"{pairs[-1]['ratio']:6.2f}" in imap_speed.report(result)
 
 

@@ -9,9 +9,10 @@ process tree's memory sampled (`prepare_speed.measure`): `prepare` of the mbox, 
 over TLS with the password from the environment. Rows:
 
   IMAP / mbox wall time at the largest size       goal <= 2: the network path costs at most the parse again
-  IMAP process-tree peak growth per kept email    goal <= prepare_speed's 256 B, as the mbox path: memory stays
-                                                  bounded (bodies are fetched in batches and streamed)
-  IMAP / mbox process-tree peak at the largest    for the eye
+  IMAP / mbox process-tree peak at the largest    goal <= 1.25: memory bounded as the mbox path's (bodies are
+                                                  fetched in batches and streamed, never a folder at once)
+  IMAP process-tree peak growth per kept email    beside the mbox path's, between the two sizes: for the eye,
+                                                  as 20,000 emails make a few MB, within the sampling's noise
 
 Without Dovecot (or openssl) there is one row, "skipped: dovecot not installed".
 """
@@ -29,6 +30,7 @@ from seqlab.bench.harness import row
 SECTION = "prepare"
 USER, PASSWORD = "bench", "bench password 7 not kept"  # a throwaway server's user, gone with it
 GOAL_RATIO = 2.0  # IMAP prepare at most twice the mbox's wall time on loopback
+GOAL_MEMORY_RATIO = 1.25  # and its process tree's peak memory about the mbox path's
 MB = 1e6
 
 
@@ -105,15 +107,15 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     n = large["messages"]
     detail = {"messages": n, "imap_wall_s": large["imap"]["wall_s"], "mbox_wall_s": large["mbox"]["wall_s"],
               "sizes": [p["messages"] for p in result["pairs"]]}
-    goal_growth = prepare_speed.GOAL_GROWTH_BYTES_PER_EMAIL
     return [
         row(SECTION, f"IMAP / mbox prepare wall time, {n:,} msgs on loopback",
             "imaps:// from a local Dovecot against the same mail's mbox, back to back, fresh processes",
             large["ratio"], "x", f"<= {GOAL_RATIO:g}", **detail),
+        row(SECTION, f"IMAP / mbox prepare process-tree peak memory, {n:,} msgs", "RSS summed over the tree",
+            large["imap"]["tree_peak_rss_bytes"] / large["mbox"]["tree_peak_rss_bytes"], "x",
+            f"<= {GOAL_MEMORY_RATIO:g}", **detail),
         row(SECTION, "IMAP prepare process-tree peak growth per kept email",
             f"between {result['pairs'][0]['messages']:,} and {n:,} msgs (mbox path: "
             f"{result['mbox_growth_bytes_per_email']:.0f} B)",
-            result["imap_growth_bytes_per_email"], "B", f"<= {goal_growth}", **detail),
-        row(SECTION, f"IMAP / mbox prepare process-tree peak memory, {n:,} msgs", "RSS summed over the tree",
-            large["imap"]["tree_peak_rss_bytes"] / large["mbox"]["tree_peak_rss_bytes"], "x", **detail),
+            result["imap_growth_bytes_per_email"], "B", **detail),
     ]
