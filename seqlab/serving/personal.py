@@ -6,6 +6,7 @@ from them.
         learned.safetensors      0600, the model fine-tuned on them (`learner.Learner`)
         learned.json             0600, what those weights are: the base weights' digest, steps, passes per email
         sent_folder.json         0600, with --sent: how far the Sent folder was read (`sent_folder.py`)
+        served.json              0600, the threshold and memory weight fitted on the sent emails (`recalibrate.py`)
     RUN_DIR/serve/learner.lock   0600, held (flock) by every learning server while it runs, and by `forget`
 
 Each email is one `os.write` of a whole line followed by `fsync`, so a kill loses at most the email being
