@@ -108,6 +108,7 @@ class CompletionEngine:
         # the person's own writing and the message being answered, proposing beside the model; a source's
         # blend weight rescales its confidences before the best proposal is chosen (`generation.sources`)
         self.memory = WritingMemory()
+        self.memory_emails: list[tuple[str, str]] = []  # (text, label) of --memory's emails, kept to rebuild it
         self.reply = ReplyCopy()
         self.weights: dict[str, float] = {"memory": 1.0, "reply": 1.0}
         self.explained: OrderedDict[str, tuple[str, str | None]] = OrderedDict()  # id -> (source, origin)
@@ -188,6 +189,7 @@ class CompletionEngine:
                                 "tokenizer": self.tokenizer.kind, "vocab_size": self.tokenizer.vocab_size,
                                 "context_limit": self.encoder.limit, "threshold": self.threshold,
                                 "rule": self.rule}
+        info["memory"] = {"emails": len(self.memory), "tokens": self.memory.tokens, "weights": dict(self.weights)}
         if cfg is not None:
             info.update(mixer=cfg.mixer, pos=cfg.pos, n_layer=cfg.n_layer, n_embd=cfg.n_embd, n_head=cfg.n_head,
                         block_size=cfg.block_size, cross_attention=cfg.reads_context)
