@@ -304,7 +304,9 @@
     render();
     sendEvent(current, "shown");
     // why.js offers "why?" for the suggestion shown last, with the email exactly as it was asked for
-    document.dispatchEvent(new CustomEvent("seqlab:shown", { detail: { prefix, subject: asked, text: data.text } }));
+    // (its id too: the server then says whether it came from the person's own earlier mail)
+    document.dispatchEvent(new CustomEvent("seqlab:shown",
+      { detail: { prefix, subject: asked, text: data.text, id: data.id } }));
   }
 
   // --------------------------------------------------------------------------- typing and keys
