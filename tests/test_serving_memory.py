@@ -124,3 +124,13 @@ def test_the_blend_weight_decides_between_memory_and_model() -> None:
     assert engine.complete(*prompt).source == "memory"
     engine.weights["memory"] = 0.0  # a weight of 0: the memory's proposals are worth nothing
     assert engine.complete(*prompt).source == "model"
+
+
+def test_a_model_that_reads_no_context_still_gets_the_original_copied(word_run_dir: Path) -> None:
+    from seqlab.runs.load import load_run
+
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    engine = CompletionEngine(model, tok, threshold=0.0, rule="expected-chars")
+    assert not engine.reads_context
+    got = engine.complete("Thanks, the 4,", "Re: invoice", context=ORIGINAL)
+    assert got.source == "reply" and got.text == "500"

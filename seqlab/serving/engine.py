@@ -125,7 +125,8 @@ class CompletionEngine:
         rule = self.rule if min_confidence is None else FIRST_WORD
         ids, allowed, skip = encode_prompt(self.tokenizer, prompt_text(subject, prefix))
         original = original_text(context.encode("utf-8", "replace")) if context else None
-        ctx = reply_context(self.model, self.tokenizer, original)
+        # the model reads the original only if trained to; the reply copier reads it whatever the model
+        ctx = reply_context(self.model, self.tokenizer, original) if self.reads_context else None
         digest = context_digest(ctx)
         previous = self.sessions.get(session) if session else None
         if previous is not None and previous.context != digest:
