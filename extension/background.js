@@ -43,10 +43,30 @@ api.storage.local.setAccessLevel?.({ accessLevel: "TRUSTED_CONTEXTS" })?.catch?.
 
 // --------------------------------------------------------------------------- stored state
 
+// What storage.local holds, read once and kept until it changes: every question of a content script reads it
+// twice (who is asking, which pairing), and a read is a hop through the browser that a keystroke waits for.
+let storedCache = null;
+api.storage.onChanged.addListener((changes, area) => { if (area === "local") storedCache = null; });
+
+/** storage.local.set / remove, with the kept copy dropped once they are done (onChanged may come later). */
+async function setLocal(items) {
+  await api.storage.local.set(items);
+  storedCache = null;
+}
+
+async function removeLocal(keys) {
+  await api.storage.local.remove(keys);
+  storedCache = null;
+}
+
 async function stored() {
   await migrated;
-  const { server = null, sites = [], notices = [] } = await api.storage.local.get(["server", "sites", "notices"]);
-  return { server, sites, notices };
+  if (!storedCache) {
+    storedCache = api.storage.local.get(["server", "sites", "notices"]).then(
+      ({ server = null, sites = [], notices = [] }) => ({ server, sites, notices }));
+    storedCache.catch(() => { storedCache = null; });
+  }
+  return storedCache;
 }
 
 /** Once per start: drop what an older version kept that is no longer safe, and say so in the status. */
@@ -55,7 +75,7 @@ async function migrate() {
   const said = [...notices];
   if (server && (server.key || !server.id)) {
     // a bearer key, sent with every request: whatever listened on the port could take it and reuse it
-    await api.storage.local.remove("server");
+    await removeLocal("server");
     await dropKey();
     said.push("The old pairing was deleted: it sent a reusable key that whatever listens on the server's "
       + "port could take. Paste the URL `seqlab serve` prints to pair again.");
@@ -63,11 +83,11 @@ async function migrate() {
   const kept = sites.filter(siteAllowed);
   if (kept.length !== sites.length) {
     const dropped = sites.filter((s) => !kept.includes(s));
-    await api.storage.local.set({ sites: kept });
+    await setLocal({ sites: kept });
     said.push(`Switched off ${dropped.join(", ")}: plain http sites can no longer be switched on (anyone on `
       + "the network could rewrite such a page and read what you type). Use the site's https address.");
   }
-  if (said.length !== notices.length) await api.storage.local.set({ notices: said });
+  if (said.length !== notices.length) await setLocal({ notices: said });
   if (kept.length !== sites.length) await syncScripts(kept);
 }
 
@@ -236,7 +256,7 @@ async function pair(url, name) {
   }
   const shared = await crypto.subtle.sign("HMAC", pasted, lines("seqlab-pair-secret-v1", EXTENSION_ORIGIN, sn, cn, id));
   await saveKey(await hmacKey(shared));
-  await api.storage.local.set({ server: { base, id }, notices: [] });
+  await setLocal({ server: { base, id }, notices: [] });
   sessions.clear();
 }
 
@@ -249,7 +269,7 @@ async function forget() {
       // the server is down: the secret is dropped here all the same, and the server's copy pairs nothing alone
     }
   }
-  await api.storage.local.remove("server");
+  await removeLocal("server");
   await dropKey();
   sessions.clear();
 }
@@ -285,7 +305,7 @@ async function setSite(text, on) {
   const { sites } = await stored();
   const next = sites.filter((s) => s !== origin);
   if (on) next.push(origin);
-  await api.storage.local.set({ sites: next.sort(), notices: [] });
+  await setLocal({ sites: next.sort(), notices: [] });
   await syncScripts();
   if (on) {
     // tabs already open on the site get the script now rather than at their next load

@@ -26,6 +26,7 @@ in `seqlab bench` these are the "browser" rows.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -180,6 +181,14 @@ def _completions(url: str, token: str) -> int:
                .json()["completions"])
 
 
+def _server_ms(log: Path, since: int) -> tuple[dict[str, float], int]:
+    """The server's own time (`latency_ms`) of the completions its event log got after line `since`: p50,
+    p90; and the log's line count now. What the browser adds is the rest of key -> ghost."""
+    lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+    times = [json.loads(line)["latency_ms"] for line in lines[since:] if '"completion"' in line]
+    return {"server_p50_ms": pct(times, 50), "server_p90_ms": pct(times, 90)}, len(lines)
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     require_browser()
     if not (args.run / "manifest.json").is_file():
@@ -200,6 +209,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         else:
             os.environ["SEQLAB_CONFIG_DIR"] = saved
     url = f"http://127.0.0.1:{port}"
+    events = work / "log" / "events.jsonl"
     try:
         with webmail_site(work / "site") as site:
             for extension in (False, True):
@@ -212,8 +222,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     for debounce in (DEBOUNCE_MS, 0):
                         surface.open(debounce)
                         before = _completions(url, token)
+                        _, seen = _server_ms(events, 0)
                         typed = paced(surface, text)
                         typed["requests_per_key"] = (_completions(url, token) - before) / len(text)
+                        server, _ = _server_ms(events, seen)
+                        typed.update(server)
                         surface.open(debounce)
                         before = _completions(url, token)
                         fast = burst(surface, text)
@@ -238,7 +251,8 @@ def _pacing(debounce: int) -> str:
 def _line(r: dict[str, Any]) -> str:
     p, b = r["paced"], r["burst"]
     return (f"{r['surface']:<9} {_pacing(r['debounce_ms']):<16} key->ghost p50 {p['p50_ms']:6.1f} ms  "
-            f"p90 {p['p90_ms']:6.1f} ms  ({p['asked_keys']} keys asked, {p['typed_through']} typed through, "
+            f"p90 {p['p90_ms']:6.1f} ms (server {p['server_p50_ms']:.0f}/{p['server_p90_ms']:.0f})  "
+            f"({p['asked_keys']} keys asked, {p['typed_through']} typed through, "
             f"{p['no_ghost']} without a ghost)  requests/key {p['requests_per_key']:.2f} | "
             f"at {BURST_MS} ms/key: requests/key {b['requests_per_key']:.2f}, "
             f"last key->ghost {b['last_key_to_ghost_ms']:.0f} ms")
