@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from seqlab.generation.complete import Completion, split_words
 from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, kept_words
-from seqlab.generation.memory import ALPHA, WritingMemory, split_prompt
+from seqlab.generation.memory import ALPHA, BETA, WritingMemory, chained, split_prompt
 from seqlab.generation.reply_copy import ReplyCopy, salient
 from seqlab.generation.sources import best_value, choose, gate, weighted
 
@@ -58,7 +58,9 @@ def test_greeting_and_sign_off_after_their_first_letters() -> None:
     # 3 earlier body starts; "Hi" follows all three, then "Dana," two (the newest of them names the email)
     # and "Lee," one: the most common goes on. Evidence: the body start (1 token) and 1 typed letter
     assert hi is not None and hi.text == "i Dana," and hi.source == "memory" and hi.origin == "email 1"
-    assert hi.word_confidences == pytest.approx([3 / (3 + ALPHA / 2**2), 2 / (3 + ALPHA / 2**2)])
+    first = 3 / (3 + ALPHA / 2**2)
+    assert hi.word_confidences == pytest.approx([first, first * 2 / (3 + BETA / 3**2)])
+    assert hi.word_confidences == pytest.approx(chained([3, 2], 3, 2))
     best = m.propose("New\n\nHi Lee,\nok\nBest,\n")  # evidence: "\n Best, \n" (3 tokens), no letter
     assert best is not None and best.text == "Sam" and best.word_confidences == pytest.approx([3 / (3 + ALPHA / 9)])
 
@@ -70,8 +72,9 @@ def test_longest_match_wins_and_the_sentence_is_offered_whole() -> None:
     assert c is not None and c.text == "file tomorrow?" and c.origin == "email 2"
     whole = m.propose("x\n\nHi Dana,\n")  # two places agree on "Thanks for the", split on the last word
     assert whole is not None and whole.text == "Thanks for the report." and whole.origin == "email 1"
-    shrink = ALPHA / 4**2  # the match: body start, "Hi", "Dana,", line break
-    assert whole.word_confidences == pytest.approx([2 / (2 + shrink)] * 3 + [1 / (2 + shrink)])
+    # the match: body start, "Hi", "Dana,", line break (evidence 4); two places agree, then one
+    assert whole.word_confidences == pytest.approx(chained([2, 2, 2, 1], 2, 4))
+    assert whole.word_confidences[0] == pytest.approx(2 / (2 + ALPHA / 4**2))
 
 
 def test_mid_word_and_a_word_typed_whole() -> None:
@@ -93,13 +96,16 @@ def test_max_words_caps_a_proposal() -> None:
 
 def test_a_single_match_is_trusted_more_the_longer_it_is() -> None:
     one = ["a\n\nplease find attached the slides"]
-    assert memory_of(one, alpha=0.0).propose("b\n\nplease find ").word_confidences == [1.0, 1.0, 1.0]
+    assert memory_of(one, alpha=0.0, beta=0.0).propose("b\n\nplease find ").word_confidences == [1.0, 1.0, 1.0]
     # body start, "please", "find": 3 tokens of evidence
-    assert memory_of(one, alpha=9.0).propose("b\n\nplease find ").word_confidences == [0.5, 0.5, 0.5]
+    assert memory_of(one, alpha=9.0, beta=0.0).propose("b\n\nplease find ").word_confidences == [0.5, 0.5, 0.5]
     # "find" alone (the body started otherwise) with two typed letters: 1 + 2
-    assert memory_of(one, alpha=9.0).propose("b\n\nso find at").word_confidences == [0.5, 0.5, 0.5]
+    assert memory_of(one, alpha=9.0, beta=0.0).propose("b\n\nso find at").word_confidences == [0.5, 0.5, 0.5]
     # "find" alone, at a word start: 1 token, the share shrinks by alpha whole
-    assert memory_of(one, alpha=9.0).propose("b\n\nso find ").word_confidences == [0.1, 0.1, 0.1]
+    assert memory_of(one, alpha=9.0, beta=0.0).propose("b\n\nso find ").word_confidences == [0.1, 0.1, 0.1]
+    # each next word of a lone place is less sure, the less the longer the evidence: 1/(1 + 16/(3+k)^2)
+    later = memory_of(one, alpha=0.0, beta=16.0).propose("b\n\nplease find ").word_confidences
+    assert later == pytest.approx([1.0, 1 / (1 + 16 / 16), 1 / (1 + 16 / 16) / (1 + 16 / 25)])
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -165,7 +171,7 @@ def test_a_prefix_of_an_added_email_is_continued_by_its_own_words(words: list[st
                                                                   cap: int) -> None:
     seps = data.draw(st.lists(ONE_BREAK, min_size=len(words), max_size=len(words)))
     body = "".join(w + s for w, s in zip(words, seps)).rstrip()
-    m = memory_of(["Subject\n\n" + body], alpha=0.0)
+    m = memory_of(["Subject\n\n" + body], alpha=0.0, beta=0.0)
     cut = data.draw(st.integers(0, len(body)))
     c = m.propose("Re\n\n" + body[:cut], max_words=cap)
     expected = continuation(body, cut, cap)

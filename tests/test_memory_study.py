@@ -50,3 +50,13 @@ def test_the_command_writes_its_json(tiny_data_dir: Path, tmp_path: Path) -> Non
     assert ms.main([str(tiny_data_dir), "--step", "9", "--emails", "3", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["lookups"][0]["emails"] > 0 and result["fit"]["leave_one_person_out"] is None
+
+
+def test_later_words_are_scored_by_the_memorys_chain(tiny_data_dir: Path) -> None:
+    rows, _, _ = ms.type_mailbox(tiny_data_dir, step=7, emails=5)
+    assert all(len(o.counts) >= 1 and list(o.counts) == sorted(o.counts, reverse=True) for o in rows)
+    assert all(0 <= o.words_right <= len(o.counts) and (o.words_right >= 1) == o.right for o in rows)
+    table = ms.by_words(rows, ALPHA, 8.0)
+    assert table[0]["prefixes"] == len(rows)  # every proposal has a first word
+    chained_first = [o.counts[0] / (o.matches + ALPHA / (o.length + min(o.letters, 3)) ** 2) for o in rows]
+    assert table[0]["confidence"] == pytest.approx(sum(chained_first) / len(rows))

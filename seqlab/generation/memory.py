@@ -21,17 +21,23 @@ each against the real tokens (a hash collision is just skipped), and extends the
 their full length; the longest matches are the evidence.
 
 Confidence of the first k words: the share of those matches that go on with exactly those k words,
-shrunk toward 0 when the evidence is thin,
+shrunk when the evidence is thin. The first word's,
 
-    P(first k words) = agree_k / (matches + alpha / evidence**2),   evidence = L + min(letters typed, 3)
+    P(w1) = agree_1 / (matches + alpha / evidence**2),   evidence = L + min(letters typed, 3)
 
-with L the match length in tokens and the letters those of the word being typed. A single earlier place
-after one matching word is a guess; after eight, or after a body start and three typed letters, it is
-nearly certain, and the shrinkage says so (a plain agree / (matches + alpha) gives both the same 0.5).
-The form and alpha = 16 were chosen on other people's mail than the replay's five (docs/suggestions.md has
-the fit and the calibration). The proposal follows, word by word, the continuation most of the still
-agreeing matches share (ties: the newest), so it is always the text that followed in one added email;
-`origin` is the label of the newest agreeing email.
+with L the match length in tokens and the letters those of the word being typed; each next word's, given
+the words before it, is the share of the still agreeing matches that go on with it, shrunk by the evidence
+grown by the words before it (each word matched is one more word of context):
+
+    P(w1 .. wk) = P(w1 .. wk-1) * agree_k / (agree_k-1 + beta / (evidence + k - 1)**2)
+
+A single earlier place after one matching word is a guess; after eight, or after a body start and three
+typed letters, it is nearly certain, and the shrinkage says so (a plain agree / (matches + alpha) gives
+both the same 0.5, and a lone place's twentieth word the same as its first). The forms, alpha = 16 and
+beta = 8 were chosen on other people's mail than the replay's five (docs/memory.md has the fit and the
+calibration). The proposal follows, word by word, the continuation most of the still agreeing matches
+share (ties: the newest), so it is always the text that followed in one added email; `origin` is the
+label of the newest agreeing email.
 
 Only in memory: nothing is written anywhere (the person's writing stays where it was).
 """
@@ -54,7 +60,8 @@ QUOTED = 2  # the start of a text that is not the person's body (never in a prom
 MAX_K = 3  # longest hashed context; matches are extended beyond it by comparing tokens
 MAX_MATCH = 16  # tokens a match is extended backwards to (longer ones rank alike)
 TAIL_CHARS = 2000  # of the body typed so far, read for its last MAX_MATCH tokens
-ALPHA = 16.0  # the shrinkage of confidences (module docstring)
+ALPHA = 16.0  # the shrinkage of a first word's confidence (module docstring)
+BETA = 8.0  # ... and of each next word's
 EVIDENCE_LETTERS = 3  # typed letters of the word being typed that count as evidence
 MAX_WORDS = 20  # words of one proposal at most (it ends earlier at its sentence's or line's end)
 _TOKEN = re.compile(r"\n|[^ \t\n\r\f\v]+")
@@ -77,6 +84,19 @@ def ends_sentence(word: str) -> bool:
     return bool(_SENTENCE_END.search(word))
 
 
+def chained(counts: list[int], matches: int, evidence: int, alpha: float = ALPHA, beta: float = BETA) -> list[float]:
+    """P(first k words) for k = 1..len(counts), from the matches agreeing on the first k words (counts,
+    non-increasing) among `matches` after `evidence` (module docstring): the first word's shrunk share, then
+    each next word's share among those still agreeing, shrunk by the evidence grown by the words before it."""
+    out: list[float] = []
+    for k, agree in enumerate(counts):
+        if k == 0:
+            out.append(agree / (matches + alpha / evidence**2))
+        else:
+            out.append(out[-1] * agree / (counts[k - 1] + beta / (evidence + k) ** 2))
+    return out
+
+
 @dataclass
 class Match:
     """An earlier place whose preceding tokens match the prompt's end: where its next word is, how many
@@ -90,7 +110,7 @@ class Match:
 class WritingMemory:
     """A suffix-match memory of one person's emails (module docstring): `add(text, origin)`, `propose(prompt)`.
 
-    `alpha` shrinks confidences toward 0 when few places match after short evidence; `chain` bounds the
+    `alpha` and `beta` shrink confidences toward 0 when few places match after short evidence; `chain` bounds the
     earlier places one lookup reads (newest first); `min_match` is the fewest context tokens a match needs
     (the body start and line starts count); `table_bits` sizes the hash tables (2**bits int32 entries
     each, six tables).
@@ -98,11 +118,11 @@ class WritingMemory:
 
     source = "memory"
 
-    def __init__(self, *, alpha: float = ALPHA, chain: int = 64, min_match: int = 1, max_words: int = MAX_WORDS,
-                 table_bits: int = 20) -> None:
-        if alpha < 0 or chain < 1 or min_match < 1 or max_words < 1:
-            raise ValueError("alpha must be 0 or more; chain, min_match and max_words at least 1")
-        self.alpha, self.chain, self.min_match, self.max_words = alpha, chain, min_match, max_words
+    def __init__(self, *, alpha: float = ALPHA, beta: float = BETA, chain: int = 64, min_match: int = 1,
+                 max_words: int = MAX_WORDS, table_bits: int = 20) -> None:
+        if alpha < 0 or beta < 0 or chain < 1 or min_match < 1 or max_words < 1:
+            raise ValueError("alpha and beta must be 0 or more; chain, min_match and max_words at least 1")
+        self.alpha, self.beta, self.chain, self.min_match, self.max_words = alpha, beta, chain, min_match, max_words
         self._mask = (1 << table_bits) - 1
         self._lock = threading.Lock()
         self._ids: dict[str, int] = {"\x00body": BODY, "\n": NEWLINE, "\x00quoted": QUOTED}
@@ -258,11 +278,9 @@ class WritingMemory:
 
     def _consensus(self, matches: list[Match], partial: str, cap: int) -> Completion | None:
         """Follow the continuation most agreeing matches share, word by word (ties: the newest), and turn it
-        into a Completion whose k-word prefix confidence is agree_k / (matches + alpha / evidence**2)."""
+        into a Completion with the confidences of `chained` (module docstring)."""
         agreeing = matches  # newest first
-        evidence = matches[0].length + min(len(partial), EVIDENCE_LETTERS)  # every match has the same length
-        shrink = self.alpha / evidence**2
-        shares: list[float] = []
+        counts: list[int] = []  # matches agreeing on the first k words
         chosen: list[int] = []
         for k in range(cap + 1):  # one more: a word typed whole is not offered again
             options = Counter(m.follow[k] if len(m.follow) > k else None for m in agreeing)
@@ -273,18 +291,20 @@ class WritingMemory:
                 break
             agreeing = [m for m in agreeing if len(m.follow) > k and m.follow[k] == pick]
             chosen.append(pick)
-            shares.append(len(agreeing) / (len(matches) + shrink))
+            counts.append(len(agreeing))
         if not chosen:
             return None
         if self._words[chosen[0]] == partial:  # the word is typed whole: the suggestion starts after it
-            shares = shares[1:]
+            counts = counts[1:]
         else:
-            chosen, shares = chosen[:cap], shares[:cap]
+            chosen, counts = chosen[:cap], counts[:cap]
+        evidence = matches[0].length + min(len(partial), EVIDENCE_LETTERS)  # every match has the same length
+        shares = chained(counts, len(matches), evidence, self.alpha, self.beta)
         newest = agreeing[0]
         body = self._bodies[self._email[newest.pos]]
         first, last = newest.pos, newest.pos + len(chosen) - 1
         text = body[self._start[first] + len(partial): self._end[last]]
-        if not split_words(text) or len(split_words(text)) != len(shares):
+        if not shares or len(split_words(text)) != len(shares):
             return None
         return Completion(text, [], shares[0], shares, source=self.source,
                           origin=self._origins[self._email[newest.pos]])

@@ -10,7 +10,9 @@ the memory after it, as a sent one does on the server):
   shrinkage `agree / (n + alpha / evidence**power)`, evidence = L + min(letters, 3), is fitted by log loss
   over a grid of (alpha, power), pooled over the DATA_DIRs given (one per person), and scored leaving each
   one out; the plain `agree / (n + alpha)` beside it. The table gives the observed share right by
-  confidence decile at the fitted setting.
+  confidence decile at the fitted setting. Then the later words: `beta` of `memory.chained` fitted by
+  log loss of "the first k words are right" over every prefix, at the served ALPHA, with the mean
+  confidence and share right of the first k words beside each other.
 
     python -m seqlab.studies.memory_study DATA_DIR [DATA_DIR ...] [--step 2] [--emails 100] [--json OUT]
 
@@ -32,10 +34,12 @@ from typing import Any
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.evaluation.compressors import split_texts
-from seqlab.generation.memory import EVIDENCE_LETTERS, WritingMemory, split_prompt
+from seqlab.generation.gate import word_ends
+from seqlab.generation.memory import ALPHA, EVIDENCE_LETTERS, WritingMemory, chained, split_prompt
 
 ALPHAS = (0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0)
 POWERS = (0.0, 1.0, 1.5, 2.0, 3.0)  # power 0: the plain agree / (n + alpha)
+BETAS = (0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # beta 0: a later word as sure as the share agreeing on it
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Observed:
     agree: int
     letters: int
     right: bool
+    counts: tuple[int, ...] = ()  # matches agreeing on the first k words, k = 1..
+    words_right: int = 0  # how many of its words were the email's next ones (a prefix)
 
 
 def confidence(o: Observed, alpha: float, power: float) -> float:
@@ -70,7 +76,7 @@ def type_mailbox(data_dir: Path, *, step: int = 2,
     """Fill a memory with the train split, type the first `emails` test emails (module doc); the proposals
     observed, the seconds of each lookup, and the memory at the end."""
     tok = load_tokenizer(data_dir / "tokenizer.json")
-    memory = WritingMemory(alpha=0.0)  # alpha 0: word_confidences[0] is agree / n
+    memory = WritingMemory(alpha=0.0, beta=0.0)  # no shrinkage: word_confidences[k] is agree_k / n
     for i, text in enumerate(split_texts(TokenStore(data_dir, "train"), tok)):
         memory.add(text, str(i))
     rows, seconds = [], []
@@ -85,10 +91,11 @@ def type_mailbox(data_dir: Path, *, step: int = 2,
                 continue
             before, partial = split_prompt(prompt)
             matches = memory.matches(before, partial)
-            first_end = len(c.text) - len(c.text.lstrip()) + len(c.words[0])
-            rows.append(Observed(data_dir.name, matches[0].length, len(matches),
-                                 round(c.word_confidences[0] * len(matches)), len(partial),
-                                 body[i:].startswith(c.text[:first_end])))
+            ends = word_ends(c.text)
+            right = next((k for k, end in enumerate(ends) if not body[i:].startswith(c.text[:end])), len(ends))
+            counts = tuple(round(q * len(matches)) for q in c.word_confidences)
+            rows.append(Observed(data_dir.name, matches[0].length, len(matches), counts[0], len(partial),
+                                 right >= 1, counts, right))
         memory.add(text, "typed")
     return rows, seconds, memory
 
@@ -110,6 +117,33 @@ def leave_one_out(rows: Sequence[Observed], powers: Sequence[float]) -> float | 
         alpha, power = fit([o for o in rows if o.person != person], powers)
         total += log_loss(mine, lambda o, a=alpha, p=power: confidence(o, a, p)) * len(mine)
     return total / len(rows)
+
+
+def word_log_loss(rows: Sequence[Observed], alpha: float, beta: float) -> float:
+    """Mean negative log-likelihood, over every prefix of every proposal, of "its first k words are right"
+    under `memory.chained` at (alpha, beta)."""
+    total, n = 0.0, 0
+    for o in rows:
+        for k, q in enumerate(chained(list(o.counts), o.matches, o.length + min(o.letters, EVIDENCE_LETTERS),
+                                      alpha, beta), start=1):
+            q = min(1 - 1e-6, max(1e-6, q))
+            total -= math.log(q if o.words_right >= k else 1 - q)
+            n += 1
+    return total / max(n, 1)
+
+
+def by_words(rows: Sequence[Observed], alpha: float, beta: float, most: int = 8) -> list[dict[str, Any]]:
+    """Mean confidence and share right of the first k words, k = 1..most (the last row: k >= most)."""
+    sums: dict[int, list[float]] = {}
+    for o in rows:
+        for k, q in enumerate(chained(list(o.counts), o.matches, o.length + min(o.letters, EVIDENCE_LETTERS),
+                                      alpha, beta), start=1):
+            row = sums.setdefault(min(k, most), [0.0, 0.0, 0.0])
+            row[0] += q
+            row[1] += o.words_right >= k
+            row[2] += 1
+    return [{"words": k, "confidence": c / n, "right": r / n, "prefixes": int(n)}
+            for k, (c, r, n) in sorted(sums.items())]
 
 
 def deciles(rows: Sequence[Observed], alpha: float, power: float) -> list[dict[str, Any]]:
@@ -145,6 +179,10 @@ def study(data_dirs: Sequence[Path], *, step: int = 2, emails: int = 100) -> dic
         out["plain"] = {"alpha": plain[0], "log_loss": log_loss(rows, lambda o: confidence(o, *plain)),
                         "leave_one_person_out": leave_one_out(rows, (0.0,))}
         out["deciles"] = deciles(rows, *best)
+        beta = min(BETAS, key=lambda b: word_log_loss(rows, ALPHA, b))
+        out["later_words"] = {"alpha": ALPHA, "beta": beta, "log_loss": word_log_loss(rows, ALPHA, beta),
+                              "log_loss_beta_0": word_log_loss(rows, ALPHA, 0.0),
+                              "by_words": by_words(rows, ALPHA, beta)}
         out["share_right"] = sum(o.right for o in rows) / len(rows)
     return out
 
