@@ -28,6 +28,9 @@ def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[1] == "--write-seeds":
         print(f"wrote {imap_fuzzing.write_seeds(Path(argv[2]))} seed inputs to {argv[2]}")
         return
+    # libFuzzer runs argv[0] again for -merge=1 and -fork=N (through the shell): this script is no
+    # executable, so that is the interpreter and the script
+    argv = [f"{sys.executable} {Path(__file__).resolve()}", *argv[1:]]
     atheris.Setup(argv, imap_fuzzing.run_input)
     atheris.Fuzz()
 

@@ -63,6 +63,9 @@ def main(argv: list[str]) -> None:
         print(f"wrote {mail_fuzzing.write_seeds(Path(argv[2]))} seed inputs to {argv[2]}")
         return
     UNCONFIRMED_PREFIX = next((a.split("=", 1)[1] for a in argv if a.startswith("-artifact_prefix=")), "")
+    # libFuzzer runs argv[0] again for -merge=1 and -fork=N (through the shell): this script is no
+    # executable, so that is the interpreter and the script
+    argv = [f"{sys.executable} {Path(__file__).resolve()}", *argv[1:]]
     atheris.Setup(argv, target)
     atheris.Fuzz()
 
