@@ -87,7 +87,7 @@ def test_threshold_withholds_unsure_suggestions(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize("body,field", [
-    ({"prefix": "x", "max_words": 9}, "max_words"),
+    ({"prefix": "x", "max_words": 13}, "max_words"),  # over MAX_SENTENCE_WORDS
     ({"prefix": "x", "max_words": 0}, "max_words"),
     ({"prefix": "x", "min_confidence": 1.5}, "min_confidence"),
     ({"prefix": "x", "beam": 0}, "beam"),
