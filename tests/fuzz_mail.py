@@ -4,7 +4,7 @@
     python tests/fuzz_mail.py --write-seeds DIR     # the seed inputs (tests/mail_fuzzing.py) into DIR
 
 The target is `mail_fuzzing.run_input` (its docstring gives the input format and what counts as a failure).
-`make fuzz` runs this for 10 minutes on a corpus under out/; `tests/test_fuzz_mail_atheris.py` runs it for
+`make fuzz` runs this to 1M executions on a corpus under out/; `tests/test_fuzz_mail_atheris.py` runs it for
 a fixed number of executions. libFuzzer writes a failing input as `crash-<sha1>` (or `timeout-<sha1>` for a
 hang past -timeout) under -artifact_prefix; copy it into tests/fuzz_corpus/mail/ with a name saying what it
 found, fix the reader, and the replay test keeps it fixed. The seqlab mail modules and the standard library's
