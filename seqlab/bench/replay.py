@@ -35,8 +35,8 @@ from seqlab.bench import replay_passes as passes
 from seqlab.data.layout import SPLITS
 from seqlab.evaluation.calibration import load_calibration
 from seqlab.evaluation.typing_sim import TypedEmail, simulate
-from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
+from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
 
@@ -186,13 +186,15 @@ def format_table(result: dict[str, Any]) -> str:
         shares = ", ".join(f"{s} {100 * v:.0f}%" for s, v in row["saved_by_source"].items())
         lines.append(f"| {label} | {_pct(f['saved'])}{_ci(ci['saved'], 100)} | "
                      f"{'—' if wrong is None else f'{wrong:.2f}'}{_ci(ci['wrong_per_100_words'], 1)} | {shares} |")
-    lines += ["", "| person | emails | replies | saved off -> on | wrong / 100 words off -> on |", "|---|---:|---:|---|---|"]
+    lines += ["", "| person | emails | replies | saved off -> on | wrong / 100 words off -> on |",
+              "|---|---:|---:|---|---|"]
     for p in [*result["people"], {"person": "**pooled**", "replies": "", **pooled}]:
         off, on = p[OFF]["figures"], p[ON]["figures"]
         ci = p[ON]["minus_off_ci95"]
         w_off, w_on = off["wrong_per_100_words"], on["wrong_per_100_words"]
-        lines.append(f"| {p['person']} | {p['emails']} | {p['replies']} | {_pct(off['saved'])} -> {_pct(on['saved'])}"
-                     f"{_ci(ci['saved'], 100)} | {w_off or 0:.2f} -> {w_on or 0:.2f}{_ci(ci['wrong_per_100_words'], 1)} |")
+        lines.append(f"| {p['person']} | {p['emails']} | {p['replies']} | "
+                     f"{_pct(off['saved'])} -> {_pct(on['saved'])}{_ci(ci['saved'], 100)} | "
+                     f"{w_off or 0:.2f} -> {w_on or 0:.2f}{_ci(ci['wrong_per_100_words'], 1)} |")
     return "\n".join(lines)
 
 
