@@ -9,8 +9,11 @@ says where each moved account's folders were found.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mail_samples import corpus_messages
 from test_thunderbird import _bytes_of, tb_message, write_folder
 
@@ -34,6 +37,14 @@ def test_prefs_are_parsed_as_data_never_run() -> None:
                                  "mail.server.server2.name": "Café A\n",
                                  "mail.server.server2.port": -993,
                                  "mail.server.server2.login_at_startup": True}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(), st.one_of(st.text(), st.integers(-2**31, 2**31), st.booleans()), st.booleans())
+def test_a_pref_written_as_json_reads_back(key: str, value: str | int | bool, ascii_only: bool) -> None:
+    """JSON's string escapes are JavaScript's; Thunderbird writes its strings the same way."""
+    line = f"user_pref({json.dumps(key, ensure_ascii=ascii_only)}, {json.dumps(value, ensure_ascii=ascii_only)});"
+    assert parse_prefs(f"// prefs\r\n{line}\r\n") == {key: value}
 
 
 def moved_profile(tmp_path: Path) -> tuple[Path, list[bytes], dict[str, Path]]:

@@ -39,13 +39,15 @@ def _unescape(body: str) -> str:
             return chr(int(code[1:], 16))
         return _SIMPLE.get(code, code)
 
-    return _ESCAPE.sub(one, body)
+    text = _ESCAPE.sub(one, body)
+    # a character beyond the BMP escaped as two \\u surrogates (as JSON writes it) joined again; a lone one is U+FFFD
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace") if "\\u" in body else text
 
 
 def parse_prefs(text: str) -> dict[str, str | int | bool]:
     """Every `user_pref("key", value);` line of a prefs.js: strings decoded, integers and booleans as such."""
     prefs: dict[str, str | int | bool] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines: U+2028 and the like may sit inside a string
         m = _PREF.match(line)
         if m is None:
             continue
