@@ -4,7 +4,8 @@ calibration.json's threshold was chosen on the run's validation split, other peo
 memory's blend weight is 1.0 until fitted; a fixed weight halves the gain of a personal model in the
 personalisation literature. Under `serve --learn`, once the person has sent `MIN_EMAILS` emails and
 `EVERY` more since the last fit, the learner's thread (while the server is idle and nothing is left to
-learn) types the last `HELD` of them as the compose page would, with the served model and a memory of
+learn) types the last `HELD` of them as the compose page asks (after every letter, each suggestion to
+the end of its sentence, `MAX_SENTENCE_WORDS` at most), with the served model and a memory of
 everything else (--memory's mail and the earlier sent emails: never the email being typed), and fits the
 (threshold, weights) that save the most characters within `MAX_WRONG_PER_100` wrong suggestions per 100
 words (`seqlab.evaluation.saved_fit.fit_setting`, the replay `seqlab eval` uses).
@@ -28,6 +29,7 @@ from torch import nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.saved_chars import type_emails
 from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_setting
+from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.serving.engine import prompt_text
 from seqlab.serving.personal import PersonalStore, SentEmail
@@ -42,17 +44,18 @@ MAX_WRONG_PER_100 = 3.0  # the issue's cap on wrong suggestions
 
 
 def fit_on_sent(model: nn.Module, tokenizer: Tokenizer, emails: list[SentEmail], background: list[tuple[str, str]],
-                *, held: int = HELD, words: int = WORDS, max_words: int = 3,
+                *, held: int = HELD, words: int = WORDS, max_words: int = MAX_SENTENCE_WORDS,
                 max_wrong_per_100: float = MAX_WRONG_PER_100) -> dict[str, Any]:
     """Type the newest `held` of `emails` with `model` and a memory of `background` (text, label) and the
     other emails, and fit (threshold, memory weight) under the expected-characters rule (module doc).
     Returns the setting with what it scored: saved share, wrong per 100 words, whether within the cap."""
     typed_ones, others = emails[-held:], emails[:-held]
     memory = build_memory(background, None)
+    memory.max_words = max_words  # as the page asks: to the end of the sentence, at most max_words
     for e in others:
         memory.add_body(e.body, sent_label(e))
     typed = type_emails(model, tokenizer, [prompt_text(e.subject, e.body) for e in typed_ones], words=words,
-                        max_words=max_words, proposers=[memory.propose])
+                        max_words=max_words, sentence=True, proposers=[memory.propose])
     row = fit_setting(typed, EXPECTED_CHARS, max_wrong_per_100, weight_grid={"memory": WEIGHT_GRID})
     return {"rule": EXPECTED_CHARS, "threshold": float(row["threshold"]),
             "weights": {"memory": float(row.get("weights", {}).get("memory", 1.0))},
