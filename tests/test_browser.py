@@ -185,20 +185,27 @@ def test_the_replying_to_box_sends_the_original_to_a_model_that_reads_it(driver,
     assert direct["text"] == ghost
 
 
-def test_the_replying_to_box_says_when_the_model_does_not_read_it(driver, server):
+def test_the_replying_to_box_offers_the_originals_names_to_any_model(driver, server):
+    """A model trained without a context does not read the original, but the server still copies its names
+    and figures where the reply starts typing them: the box is open to every model and its text is sent."""
     driver.get(server.page)
     _ready(driver)
-    box, text = driver.find_element(By.ID, "reply"), driver.find_element(By.ID, "reply-to")
-    summary = driver.find_element(By.ID, "reply-summary")
-    assert "does not read" in summary.text and not text.is_enabled()
-    summary.click()  # it does not open onto a field that would do nothing
-    WebDriverWait(driver, WAIT_S).until(lambda d: not box.get_attribute("open"))
+    text = driver.find_element(By.ID, "reply-to")
+    assert text.is_enabled()
+    driver.find_element(By.ID, "reply-summary").click()
+    text.send_keys(ORIGINAL)
     driver.execute_script(RECORD_FETCH)
+    driver.find_element(By.ID, "subject").send_keys("Re: Thursday")
     area = driver.find_element(By.ID, "body")
     area.click()
-    area.send_keys(BODY)
-    _wait_for_ghost(driver)  # a suggestion still comes, asked for without a context
-    assert all("context" not in body for body in _sent_completions(driver))
+    area.send_keys("Hi Sam,\n\nYes, see you on Thu")
+    ghost = _wait_for_ghost(driver)
+    asked = _sent_completions(driver)[-1]
+    assert asked["context"] == ORIGINAL
+    direct = httpx.post(f"{server.url}/v1/complete", headers=server.headers(), timeout=30,
+                        json={"prefix": "Hi Sam,\n\nYes, see you on Thu", "subject": "Re: Thursday",
+                              "max_words": 12, "sentence": True, "context": ORIGINAL}).json()
+    assert direct["source"] == "reply" and direct["text"].startswith("rsday") and ghost == direct["text"]
 
 
 def test_tab_accepts_the_whole_suggestion(driver, server):

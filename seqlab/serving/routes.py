@@ -72,8 +72,9 @@ class CompleteRequest(BaseModel):
                                          description="default: --min-confidence, else the run's calibrated threshold")
     beam: int = Field(1, ge=1, le=8)
     context: str | None = Field(None, max_length=MAX_BODY_BYTES,
-                                description="the message being answered (plain text or a whole message); "
-                                "read by a model trained with a model.context")
+                                description="the message being answered (plain text or a whole message): "
+                                "its names, figures and phrases are offered where the reply types them, and a "
+                                "model trained with a model.context also reads it")
 
 
 class CompleteResponse(BaseModel):
@@ -205,9 +206,6 @@ async def complete(req: CompleteRequest, request: Request) -> Any:
         s.stats.incr_rejected()
         return error(503, f"more than {s.config.max_queue} requests are waiting; try again", retry_after=1)
     engine = s.engine
-    if req.context and not engine.reads_context:
-        return error(422, "this model reads no context (it was trained with model.context=none)",
-                     field="context")
 
     # the store's key joins the caller and the session: a name is only good to the caller it was issued to
     caller = caller_of(request)

@@ -21,10 +21,9 @@
  * middle of a text would need the text after the caret as well, which the model does not read; rather than
  * pretend, the page stays quiet there.
  *
- * The "replying to" box. A model trained with a model.context (`/health`: model.cross_attention) reads the
- * message being answered; the box's text then goes with every request as `context`. For any other model
- * the box stays closed, its textarea disabled, and its summary says the model does not read it: the
- * server would refuse a context it cannot read, and the writer should not think it helps.
+ * The "replying to" box: the message being answered goes with every request as `context`. The server offers
+ * its names, figures and phrases where the reply starts typing them, whatever the model; a model trained
+ * with a model.context (`/health`: model.cross_attention) also reads all of it while it suggests.
  *
  * API: POST /v1/complete {prefix, subject, session, max_words, sentence, context?} -> {id, text, confidence,
  * latency_ms, session, ...}; POST /v1/events {id, kind: shown|accepted|dismissed, accepted_chars,
@@ -57,8 +56,7 @@
   const replyText = $("reply-to");
 
   // Whether the model reads the message being answered: known once /health has described it.
-  let readsContext = false;
-  const replyContext = () => (readsContext && replyText.value.trim() ? replyText.value : "");
+  const replyContext = () => (replyText.value.trim() ? replyText.value : "");
 
   // The server admits only the person. `seqlab serve` prints this page's URL with a one-time code
   // (?code=...), which the page trades once (POST /login) for a credential of its own, kept for this tab in
@@ -401,22 +399,12 @@
     $("to").focus();
   });
 
-  // The box follows what the model reads (see the top of this file).
+  // The box says what is done with the message (see the top of this file).
   function setupReply(model) {
-    readsContext = Boolean(model.cross_attention);
-    replyText.disabled = !readsContext;
-    replyBox.classList.toggle("unread", !readsContext);
-    if (readsContext) {
-      replySummary.textContent = "Replying to";
-      replySummary.title = "the model reads this message while it suggests";
-    } else {
-      replyBox.open = false;
-      replySummary.textContent = "Replying to (this model does not read the message being answered)";
-      replySummary.title = "trained with model.context=none";
-    }
+    replySummary.textContent = "Replying to";
+    replySummary.title = model.cross_attention ? "the model reads this message while it suggests"
+      : "its names, figures and phrases are offered where your reply types them";
   }
-  // a closed box for a model that cannot read it: opening it would only offer a disabled field
-  replyBox.addEventListener("toggle", () => { if (!readsContext && replyBox.open) replyBox.open = false; });
   // a changed original makes the suggestion on screen stale: it goes, and the body's next keystroke asks
   // again with the new original
   replyText.addEventListener("input", () => { if (current) finish("dismissed"); });
