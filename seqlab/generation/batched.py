@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.generation.complete import Completion, complete_encoded, encode_prompt, finish
+from seqlab.generation.complete import Completion, complete_encoded, encode_prompt, finish, token_budget
 from seqlab.generation.decode import IncrementalDecoder, context_limit, model_device, to_eval
 from seqlab.generation.gate import FIRST_WORD, check_rule
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
@@ -128,7 +128,7 @@ def propose_positions(
         one_by_one(model, tokenizer, texts, positions, contexts, answers, counts, max_words=max_words,
                    stop_at_newline=stop_at_newline, rule=rule, threshold=threshold, sentence=sentence)
         return answers
-    budget = 16 * max_words + 8  # complete's default max_new_tokens
+    budget = token_budget(max_words, sentence)  # complete's default max_new_tokens
     was_training = to_eval(model)
     try:
         with torch.inference_mode():

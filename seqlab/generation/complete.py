@@ -50,6 +50,16 @@ from seqlab.generation.stops import WORD_BYTES, ValueStop, WordStop, cut_body, p
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 MAX_SENTENCE_WORDS = 12  # the cap on a suggestion that runs to the end of its sentence (`sentence=True`)
+# Tokens a suggestion to the end of its sentence may take: 12 words of mail are about 15-25 BPE tokens, and
+# a run that never ends a word (a rule of "^^^^", a long URL) would otherwise be decoded 200 tokens deep at
+# every keystroke only to be dropped (an unfinished word is never shown).
+SENTENCE_TOKENS = 64
+
+
+def token_budget(max_words: int, sentence: bool = False) -> int:
+    """The default `max_new_tokens`: 16 per word + 8, at most SENTENCE_TOKENS for a sentence suggestion."""
+    budget = 16 * max_words + 8
+    return min(budget, SENTENCE_TOKENS) if sentence else budget
 
 
 def split_words(text: str) -> list[str]:
@@ -159,7 +169,7 @@ def complete(
     best mean log-probability per token (length_penalty=1, so a beam cut short by a newline is not
     preferred merely for being short).
     Generation stops at the end of the email, at a newline (`stop_at_newline`), or once word
-    `max_words + 1` starts; `max_new_tokens` (default 16 per word + 8) bounds it. `rule` says what
+    `max_words + 1` starts; `max_new_tokens` (default `token_budget`) bounds it. `rule` says what
     `threshold` gates (`seqlab.generation.gate`): under `expected-chars` (the default) a suggestion is shown
     when its best prefix's P(words) * (characters - 1) reaches it, lone punctuation never; under
     `first-word` a suggestion whose confidence (the first word's probability) is below it comes back empty,
@@ -197,7 +207,7 @@ def complete_encoded(
     if beam < 1:
         raise ValueError(f"beam must be at least 1, not {beam}")
     check_rule(rule, threshold)
-    budget = max_new_tokens if max_new_tokens is not None else 16 * max_words + 8
+    budget = max_new_tokens if max_new_tokens is not None else token_budget(max_words, sentence)
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1, sentence=sentence)
     # the value bound holds for one greedy sequence under the expected-chars gate (stops.ValueStop)
     bound = (ValueStop(tokenizer, max_words, budget, skip, stop_at_newline, sentence, threshold)
