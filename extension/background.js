@@ -13,10 +13,12 @@
  * which is ever sent (seqlab/serving/signing.py says how). It is kept as a non-extractable HMAC CryptoKey
  * in this extension's IndexedDB (a content script runs in the page's origin and cannot open it);
  * storage.local holds only the address and the public pairing id. Each request is signed (no reusable
- * key on the wire), and every answer used must carry the server's proof: before any text goes out, a
- * signed /health whose answer is proven shows that the server on the port is the one paired with, and
- * the suggestion's own answer is proven too. Whatever else listens on the port gets no key and no text,
- * and none of what it answers is shown or believed.
+ * key on the wire), each body that carries the person's text is sealed (AES-GCM under a key derived from
+ * the pairing secret, for that one request: seqlab/serving/sealing.py), and every answer used must carry
+ * the server's proof. Whatever else listens on the port gets no key and no readable text (sealed bytes it
+ * cannot open), and none of what it answers is shown or believed. So no question waits for a proven
+ * /health first: the last proven one (which model, whether it learns) is kept and renewed in the
+ * background, and dropped as soon as an answer is not proven.
  *
  * Sites: the person switches a site (an origin) on in the options page, which asks the browser for that
  * origin's host permission; this worker then registers content.js for the switched-on origins
@@ -35,7 +37,9 @@ const MAX_WORDS = 12;         // a cap: the suggestion runs to its sentence's or
 const CONTEXT_MAX = 16_000;   // characters of a quoted original sent as `context`
 const PREFIX_MAX = 60_000;    // the server takes 64 KiB; a longer body is cut from the left
 const EXTENSION_ORIGIN = new URL(api.runtime.getURL("")).origin;
-const NOT_OURS = "not your seqlab server: it could not prove it holds this extension's pairing, so nothing was sent";
+const NOT_OURS = "not your seqlab server: it could not prove it holds this extension's pairing, so it was sent "
+  + "nothing it can read and nothing it said is shown";
+const HEALTH_FRESH_MS = 30_000;  // a kept /health older than this is renewed, in the background
 
 // Content scripts may not read storage.local at all where the browser allows saying so (storage.session is
 // trusted-only by default). It holds nothing secret either way: the pairing secret lives in IndexedDB.
@@ -96,7 +100,9 @@ async function migrate() {
 const DB_NAME = "seqlab";
 const DB_STORE = "keys";
 const DB_KEY = "pairing";
+const DB_SEAL = "seal";  // the AES-GCM key that seals request bodies, derived from the pairing's
 let keyCache = null;  // the CryptoKey, once read this start
+let sealCache = null;  // {of: the pairing's CryptoKey, seal: its sealing CryptoKey}
 
 function idb(mode, action) {
   return new Promise((resolve, reject) => {
@@ -119,20 +125,36 @@ async function loadKey() {
 }
 
 async function saveKey(key) {
-  await idb("readwrite", (store) => store.put(key, DB_KEY));
+  await idb("readwrite", (store) => { store.delete(DB_SEAL); return store.put(key, DB_KEY); });
   keyCache = key;
+  sealCache = null;
 }
 
 async function dropKey() {
   keyCache = null;
-  await idb("readwrite", (store) => store.delete(DB_KEY));
+  sealCache = null;
+  await idb("readwrite", (store) => { store.delete(DB_SEAL); return store.delete(DB_KEY); });
 }
 
-/** The pairing in use: {server: {base, id}, key: CryptoKey}, or null. */
+/** The AES-256-GCM key of the pairing `key`: K = HMAC-SHA256(S, "seqlab-seal-v1") (seqlab/serving/sealing.py),
+ * imported non-extractable and kept in IndexedDB beside S; derived once (a pairing made before sealing too). */
+async function sealKey(key) {
+  if (sealCache?.of === key) return sealCache.seal;
+  let seal = (await idb("readonly", (store) => store.get(DB_SEAL))) ?? null;
+  if (!seal) {
+    const raw = await crypto.subtle.sign("HMAC", key, utf8.encode("seqlab-seal-v1"));
+    seal = await crypto.subtle.importKey("raw", raw, { name: "AES-GCM" }, false, ["encrypt", "decrypt"]);
+    await idb("readwrite", (store) => store.put(seal, DB_SEAL));
+  }
+  sealCache = { of: key, seal };
+  return seal;
+}
+
+/** The pairing in use: {server: {base, id}, key: CryptoKey (HMAC), seal: CryptoKey (AES-GCM)}, or null. */
 async function paired() {
   const { server } = await stored();
   const key = server ? await loadKey() : null;
-  return server && key ? { server, key } : null;
+  return server && key ? { server, key, seal: await sealKey(key) } : null;
 }
 
 // --------------------------------------------------------------------------- signing (seqlab/serving/signing.py)
@@ -177,11 +199,22 @@ async function call(base, path, body) {
   return { ok: res.ok, status: res.status, data };
 }
 
-/** A signed call; `proven` says whether the answer carries the server's proof (its data is {} otherwise). */
-async function signed({ server, key }, path, { method = "GET", body, signal } = {}) {
-  const text = body === undefined ? "" : JSON.stringify(body);
+/** `body` as JSON, sealed for the request (method, path, ts, nonce) with AES-GCM: {iv, ciphertext} as JSON text
+ * (seqlab/serving/sealing.py). Only the server holding the pairing opens it, and for this request alone. */
+async function sealed(seal, method, path, ts, nonce, body) {
+  const iv = crypto.getRandomValues(new Uint8Array(12));
+  const box = await crypto.subtle.encrypt(
+    { name: "AES-GCM", iv, additionalData: lines("seqlab-seal-v1", method, path, ts, nonce) }, seal,
+    utf8.encode(JSON.stringify(body)));
+  return JSON.stringify({ iv: b64(iv), ciphertext: b64(box) });
+}
+
+/** A signed call, its body sealed; `proven` says whether the answer carries the server's proof (its data is {}
+ * otherwise). */
+async function signed({ server, key, seal }, path, { method = "GET", body, signal } = {}) {
   const ts = Date.now();
   const nonce = newNonce();
+  const text = body === undefined ? "" : await sealed(seal, method, path, ts, nonce, body);
   const sig = await crypto.subtle.sign("HMAC", key,
     lines("seqlab-request-v1", method, new URL(server.base).host, path, ts, nonce,
       await hexDigest(utf8.encode(text))));
@@ -204,9 +237,15 @@ async function signed({ server, key }, path, { method = "GET", body, signal } = 
   return { ok: res.ok, status: res.status, data, proven };
 }
 
-/** The server's state, from a signed GET /health whose answer must be proven: the challenge made before any
- * text is sent. status: ok, loading, failed, unpaired (401/403 unproven), unreachable, impostor. */
+/** The server's state, from a signed GET /health whose answer must be proven (and kept: `knownHealth`).
+ * status: ok, loading, failed, unpaired (401/403 unproven), unreachable, impostor. */
 async function challenge(pairing) {
+  const health = await askHealth(pairing);
+  healthCache = { id: pairing.server.id, at: Date.now(), health };
+  return health;
+}
+
+async function askHealth(pairing) {
   let res;
   try {
     res = await signed(pairing, "/health");
@@ -221,6 +260,34 @@ async function challenge(pairing) {
   }
   return { status: res.data.status || (res.ok ? "ok" : `error ${res.status}`), model: res.data.model || null,
     error: res.data.error || null, learning: Boolean(res.data.learning) };
+}
+
+// The last proven /health: what a question needs to know of the server (is it ready, does its model read a
+// quoted original, does it learn), without a round trip before each key's question. Bodies are sealed and
+// answers proven, so a server that changed under it learns nothing and shows nothing; its first unproven
+// answer drops this, and the next question asks /health first.
+let healthCache = null;  // {id: the pairing id, at: ms, health}
+let healthAsked = null;  // the /health in flight, shared by whoever needs it meanwhile
+
+/** The server's state: the kept one while it says ok (renewed in the background once older than
+ * HEALTH_FRESH_MS), else a proven /health asked now. */
+async function knownHealth(pairing) {
+  const kept = healthCache;
+  if (kept && kept.id === pairing.server.id && kept.health.status === "ok") {
+    if (Date.now() - kept.at > HEALTH_FRESH_MS) renewHealth(pairing).catch(() => {});
+    return kept.health;
+  }
+  return renewHealth(pairing);
+}
+
+function renewHealth(pairing) {
+  healthAsked ??= challenge(pairing).finally(() => { healthAsked = null; });
+  return healthAsked;
+}
+
+/** After an answer that was not proven, or a proven refusal: the kept state no longer holds. */
+function forgetHealth() {
+  healthCache = null;
 }
 
 // --------------------------------------------------------------------------- pairing and sites
@@ -258,6 +325,7 @@ async function pair(url, name) {
   await saveKey(await hmacKey(shared));
   await setLocal({ server: { base, id }, notices: [] });
   sessions.clear();
+  forgetHealth();
 }
 
 async function forget() {
@@ -272,6 +340,7 @@ async function forget() {
   await removeLocal("server");
   await dropKey();
   sessions.clear();
+  forgetHealth();
 }
 
 async function status() {
@@ -327,7 +396,7 @@ const inflight = new Map();   // tab id -> {ctrl, seq}: that tab's one request i
 async function complete(tabId, msg) {
   const pairing = await paired();
   if (!pairing) return { error: "not paired" };
-  const h = await challenge(pairing);  // before the text goes out: the server on the port proves it is ours
+  const h = await knownHealth(pairing);  // kept from the last proven /health: no round trip per key
   if (h.status !== "ok") return { error: h.status === "impostor" ? NOT_OURS : `the server is ${h.status}` };
   const body = { prefix: String(msg.prefix).slice(-PREFIX_MAX), subject: String(msg.subject || "").slice(0, 2000),
     max_words: MAX_WORDS, sentence: true };
@@ -347,8 +416,14 @@ async function complete(tabId, msg) {
   } finally {
     if (inflight.get(tabId) === mine) inflight.delete(tabId);
   }
-  if (!res.proven) return { error: NOT_OURS };  // never shown: a text the server did not prove
-  if (!res.ok) return { error: res.data.error || `the server answered ${res.status}` };
+  if (!res.proven) {  // never shown: a text the server did not prove; the next question asks /health first
+    forgetHealth();
+    return { error: NOT_OURS };
+  }
+  if (!res.ok) {  // a server restarted with another model, or loading: ask /health again next time
+    forgetHealth();
+    return { error: res.data.error || `the server answered ${res.status}` };
+  }
   if (res.data.session) sessions.set(tabId, res.data.session);
   return { id: String(res.data.id || ""), text: String(res.data.text || "") };
 }
@@ -364,11 +439,12 @@ function cancel(tabId, msg) {
 async function sent(msg) {
   const pairing = await paired();
   if (!pairing || typeof msg.body !== "string" || !msg.body.trim()) return;
-  const h = await challenge(pairing);  // a `learning` the server did not prove is not believed
+  const h = await knownHealth(pairing);  // a `learning` the server did not prove is not believed
   if (h.status !== "ok" || !h.learning) return;
   const body = { subject: String(msg.subject || "").slice(0, 2000), body: msg.body.slice(-PREFIX_MAX) };
   if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
-  await signed(pairing, "/v1/sent", { method: "POST", body }).catch(() => {});
+  const res = await signed(pairing, "/v1/sent", { method: "POST", body }).catch(() => null);
+  if (res && !res.proven) forgetHealth();
 }
 
 function sendEvent(msg) {
@@ -376,7 +452,7 @@ function sendEvent(msg) {
   if (!kinds.has(msg.kind) || typeof msg.id !== "string" || !msg.id) return;
   (async () => {
     const pairing = await paired();
-    if (!pairing || (await challenge(pairing)).status !== "ok") return;
+    if (!pairing || (await knownHealth(pairing)).status !== "ok") return;
     const count = (n) => Math.max(0, Math.min(65536, Number(n) | 0));
     await signed(pairing, "/v1/events", { method: "POST",
       body: { id: msg.id, kind: msg.kind, accepted_chars: count(msg.accepted_chars),

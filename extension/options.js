@@ -59,7 +59,8 @@
     // every answer used is proven by the server (background.js): "impostor" is a program on the port that could not
     state.textContent = h.status === "impostor"
       ? `What answers at ${st.base} is not your seqlab server: it could not prove it holds this extension's `
-        + "pairing, so nothing is sent to it and nothing it says is shown. Stop it and start `seqlab serve` again."
+        + "pairing, so nothing it can read is sent to it and nothing it says is shown. Stop it and start "
+        + "`seqlab serve` again."
       : h.status === "unpaired"
         ? "The server at this address no longer knows this extension (it was unpaired there, or it is not your "
           + "seqlab server): paste the URL `seqlab serve` printed to pair anew."

@@ -1,5 +1,6 @@
-"""A paired extension's side of `seqlab.serving.signing`, in Python: what extension/background.js does with Web
-Crypto, for the tests that attack the gate (a replayed or altered request, another origin) and for timing it."""
+"""A paired extension's side of `seqlab.serving.signing` and `sealing`, in Python: what extension/background.js
+does with Web Crypto, for the tests that attack the gate (a replayed or altered request, another origin) and
+for timing it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from seqlab.serving.sealing import seal
 from seqlab.serving.signing import (
     b64,
     new_nonce,
@@ -41,12 +43,21 @@ class Paired:
         sig = request_signature(secret or self.secret, method, host, target, ts, nonce, body)
         return f"SeqlabHMAC id={self.id}, ts={ts}, nonce={nonce}, sig={b64(sig)}", nonce
 
+    def sealed(self, method: str, target: str, body: Any, ts: int | None = None,
+               nonce: str | None = None) -> tuple[str, str, bytes]:
+        """(the SeqlabHMAC header, its nonce, the wire body): `body` as JSON sealed for this request
+        (`sealing.seal`), then signed as the extension does; no body for None."""
+        ts = int(time.time() * 1000) if ts is None else ts
+        nonce = nonce or new_nonce()
+        wire = b"" if body is None else seal(self.secret, method, target, ts, nonce, json.dumps(body).encode())
+        header, _ = self.authorization(method, target, wire, ts=ts, nonce=nonce)
+        return header, nonce, wire
+
     def request(self, client: httpx.Client, method: str, target: str, body: Any = None,
                 origin: str | None = "") -> tuple[httpx.Response, bool]:
-        """A signed request (from the paired origin unless `origin` says otherwise; None: no Origin) and
-        whether its answer carries the server's proof."""
-        raw = b"" if body is None else json.dumps(body).encode()
-        header, nonce = self.authorization(method, target, raw)
+        """A signed request, its body sealed (from the paired origin unless `origin` says otherwise; None: no
+        Origin) and whether its answer carries the server's proof."""
+        header, nonce, raw = self.sealed(method, target, body)
         headers = {"authorization": header}
         if origin is not None:
             headers["origin"] = origin or self.origin

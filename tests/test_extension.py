@@ -44,7 +44,9 @@ from serving_helpers import chromium, require_browser, running_server, static_si
 from starlette.middleware import Middleware
 
 from seqlab.serving.access import replay_body
-from seqlab.serving.signing import WINDOW_MS
+from seqlab.serving.credentials import PairingStore
+from seqlab.serving.sealing import open_sealed
+from seqlab.serving.signing import WINDOW_MS, parse_signed
 
 REPO = Path(__file__).resolve().parents[1]
 EXTENSION = REPO / "extension"
@@ -70,6 +72,8 @@ def extension_id(path: Path) -> str:
 class Recorder:
     """An ASGI wrapper that notes each HTTP request (method, path, Origin, Authorization, JSON body, when it
     came: `start`), as it comes off the wire; for /v1/complete also the answer, and when it was sent (`end`).
+    A signed request's body is sealed on the wire (`wire`, as bytes read as latin-1): `body` is it opened with
+    the pairing's secret from `pairing_file`, as the gate opens it.
 
     With `pretend_context` its `Pretender`, inside the gate (so after the extension's signature is checked
     and before the server's proof of the answer is made), says on /health that the model reads context and
@@ -77,6 +81,7 @@ class Recorder:
     test of the reply page checks what the extension sends to a model that does."""
 
     app: Any
+    pairing_file: Path | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     pretend_context: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -102,18 +107,29 @@ class Recorder:
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         raw = b"".join(chunks)
+        plain = self._opened(scope, headers.get("authorization"), raw)
         try:
-            body = json.loads(raw) if raw else None
+            body = json.loads(plain) if plain else None
         except ValueError:
-            body = raw
+            body = plain
         entry = {"method": scope["method"], "path": scope["path"], "origin": headers.get("origin"),
-                 "authorization": headers.get("authorization"), "body": body, "start": time.monotonic()}
+                 "authorization": headers.get("authorization"), "body": body, "wire": raw.decode("latin-1"),
+                 "start": time.monotonic()}
         if self.pretend_context and scope["path"] == "/v1/complete" and isinstance(body, dict):
             entry["context"] = body.get("context")
         with self.lock:
             self.requests.append(entry)
         noted = self._noting_answer(entry, send) if scope["path"] == "/v1/complete" else send
         await self.app(scope, replay_body(raw, receive), noted)
+
+    def _opened(self, scope: dict, authorization: str | None, raw: bytes) -> bytes:
+        """A signed request's body opened with its pairing's secret (`sealing.open_sealed`); any other as sent."""
+        signed = parse_signed(authorization or "")
+        paired = PairingStore(self.pairing_file).lookup(signed.id) if signed and self.pairing_file else None
+        if not raw or paired is None:
+            return raw
+        opened = open_sealed(paired.secret, scope["method"], scope["path"], signed.ts, signed.nonce, raw)
+        return raw if opened is None else opened
 
     @staticmethod
     def _noting_answer(entry: dict[str, Any], send: Any) -> Any:
@@ -205,7 +221,7 @@ def server(browser_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     holder: dict[str, Recorder] = {}
 
     def wrap(app: Any) -> Recorder:
-        holder["recorder"] = Recorder(app)
+        holder["recorder"] = Recorder(app, config.pairing_file)
         app.user_middleware.append(Middleware(Pretender, recorder=holder["recorder"]))  # innermost: inside the gate
         return holder["recorder"]
 
@@ -408,6 +424,10 @@ def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paire
     complete = server.recorder.since(mark, "/v1/complete")[-1]
     assert complete["body"]["prefix"] == BODY and complete["body"]["subject"] == SUBJECT
     assert complete["origin"] == f"chrome-extension://{paired}"
+    # on the wire the text is sealed (only the paired server opens it), and no question waits for a /health
+    assert set(json.loads(complete["wire"])) == {"iv", "ciphertext"} and "Dana" not in complete["wire"]
+    asked = [r["path"] for r in server.recorder.since(mark)]
+    assert asked.count("/health") < asked.count("/v1/complete") - 1, asked  # a /health each had asked as many
     assert "context" not in complete["body"]  # the tiny GRU reads no context
     _screenshot(driver, "extension-textarea.png")
     _keys(driver, Keys.TAB)
@@ -916,9 +936,10 @@ def _fake_seqlab(port: int) -> Iterator[list[dict[str, Any]]]:
 def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(driver, site, paired, browser_run_dir,
                                                                            tmp_path):
     """Last (it pairs with a server of its own): paired with a real server, which then stops; a fake one takes
-    its port. The person types and sends: the fake gets only the signed challenge, which is worth nothing to the
-    real server started again there; no text, no sent mail, no ghost of its own; and the options page says it
-    is not the person's server."""
+    its port. The person types and sends: the fake gets signed requests, worth nothing to the real server
+    started again there, whose bodies are sealed (it reads none of the typed text, the subject or the sent
+    mail in any byte it got); it shows no ghost of its own; and the options page says it is not the person's
+    server."""
     from seqlab.serving.app import ServerConfig
 
     config = ServerConfig(run_dir=browser_run_dir, min_confidence=0.0, log_dir=tmp_path / "serve",
@@ -944,9 +965,13 @@ def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(drive
             lambda d: "not your seqlab server" in d.find_element(By.ID, "server-state").text)
         _screenshot(driver, "extension-not-ours.png")
     print(json.dumps([(r["method"], r["path"], r["headers"].get("authorization")) for r in fake]))  # closing note
-    assert fake and {(r["method"], r["path"]) for r in fake} <= {("GET", "/health"), ("OPTIONS", "/health")}
+    assert fake and all(r["path"] in ("/health", "/v1/complete", "/v1/events", "/v1/sent") for r in fake)
+    posted = [r for r in fake if r["method"] == "POST"]
+    assert all(set(json.loads(r["body"])) == {"iv", "ciphertext"} for r in posted), posted  # sealed, every one
     everything = json.dumps(fake)
-    assert all(text not in everything for text in ("Could you send me", "Dana", SUBJECT, "Sam Okafor"))
+    # each with a space or a comma, or long: none can turn up by chance in base64 of sealed bytes
+    typed = [LINES[0], "Could you send me", "the rep", SUBJECT, "Sam Okafor", "Whitfield"]
+    assert all(text not in everything for text in typed)
     kept = json.loads(config.pairing_file.read_text())["paired"][0]["secret"]
     assert config.token not in everything and kept not in everything and "bearer" not in everything.lower()
     # what it did get, sent on to the real server started again on the port while still fresh: 401
@@ -956,7 +981,8 @@ def test_a_program_on_the_paired_port_gets_no_key_no_text_and_no_sent_mail(drive
             if header:
                 ts = int(header.split("ts=")[1].split(",")[0])
                 assert time.time() * 1000 - ts < WINDOW_MS  # within its time window: refused for what it is
-                got = httpx.request(r["method"], url + r["path"], headers={"authorization": header})
+                got = httpx.request(r["method"], url + r["path"], content=r["body"].encode("latin-1"),
+                                    headers={"authorization": header, "content-type": "application/json"})
                 assert got.status_code == 401, got.text
         _options(driver)  # and the extension is at home again
         WebDriverWait(driver, WAIT_S).until(lambda d: d.find_element(By.ID, "server-status").text == "ok")

@@ -152,17 +152,23 @@ def test_a_paired_extension_and_nobody_else(server: tuple[str, ServerConfig]) ->
         health, proof = ext.request(client, "GET", "/health", origin=None)
         assert proof and health.json()["model"]["params"] > 0
         # a captured request, sent again: refused (its nonce was seen), and so is one altered on the way
-        header, nonce = ext.authorization("POST", "/v1/complete", json.dumps(BODY).encode())
+        header, _, wire = ext.sealed("POST", "/v1/complete", BODY)
         sent = {"authorization": header, "origin": EXT, "content-type": "application/json"}
-        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY), headers=sent).status_code == 200
-        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY), headers=sent).status_code == 401
-        header, _ = ext.authorization("POST", "/v1/complete", json.dumps(BODY).encode())
-        changed = json.dumps({**BODY, "prefix": "Another text"})
+        assert client.post(f"{url}/v1/complete", content=wire, headers=sent).status_code == 200
+        assert client.post(f"{url}/v1/complete", content=wire, headers=sent).status_code == 401
+        header, _, _ = ext.sealed("POST", "/v1/complete", BODY)
+        _, _, changed = ext.sealed("POST", "/v1/complete", {**BODY, "prefix": "Another text"})
         assert client.post(f"{url}/v1/complete", content=changed,
                            headers={**sent, "authorization": header}).status_code == 401
-        header, _ = ext.authorization("POST", "/v1/why", json.dumps(BODY).encode())  # signed for another path
-        assert client.post(f"{url}/v1/complete", content=json.dumps(BODY),
+        header, _, wire = ext.sealed("POST", "/v1/why", BODY)  # signed for another path
+        assert client.post(f"{url}/v1/complete", content=wire,
                            headers={**sent, "authorization": header}).status_code == 401
+        # a body signed but not sealed (plain JSON), or sealed for another request under a valid signature: 401
+        for target, body in (("/v1/complete", json.dumps(BODY).encode()),
+                             ("/v1/complete", ext.sealed("POST", "/v1/why", BODY)[2])):
+            header, _ = ext.authorization("POST", target, body)
+            refused = client.post(f"{url}{target}", content=body, headers={**sent, "authorization": header})
+            assert refused.status_code == 401 and "sealed" in refused.json()["error"], refused.text
         # a wrong secret, a time outside the window, a malformed header: 401
         for bad in (ext.authorization("GET", "/v1/stats", secret=b"x" * 32)[0],
                     ext.authorization("GET", "/v1/stats", ts=int(time.time() * 1000) - 120_000)[0],

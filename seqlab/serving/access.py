@@ -16,7 +16,8 @@ look-ups per request, so typing does not get slower):
    credential, traded once for the printed link's one-time code: `login_codes.py`), or a paired extension's
    signed request (`Authorization: SeqlabHMAC ...`, `signing.py`: fresh, never seen before, signed over
    method, path, time, nonce and body with the pairing's secret, from the paired origin when it names
-   one); 401 otherwise, before any route runs. The answer to a signed request carries `Seqlab-Proof`, by
+   one, its body sealed for that request with the pairing's key and opened here: `sealing.py`); 401
+   otherwise, before any route runs. The answer to a signed request carries `Seqlab-Proof`, by
    which the extension knows its own server answered. `/health` without a credential says only whether
    the model is ready; a wrong one is refused there too. With --allow-remote every route needs it; the
    page and its files (never `/v1/*`) can carry it as `?token=` (the page's own links do, `routes.page`),
@@ -47,6 +48,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from seqlab.serving.credentials import PairingStore, is_extension_origin, same_secret
 from seqlab.serving.limits import send_error
 from seqlab.serving.login_codes import LoginCodes
+from seqlab.serving.sealing import open_sealed
 from seqlab.serving.signing import PROOF_HEADER, WINDOW_MS, NonceCache, parse_signed, request_signature, response_proof
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
@@ -146,9 +148,11 @@ class AccessPolicy:
         return lapses is not None and lapses > time.monotonic()
 
     def verify_signed(self, authorization: str, method: str, host: str, target: str, origin: str | None,
-                      body: bytes) -> tuple[Caller, bytes, str] | str:
-        """A paired extension's signed request: (the caller, the pairing's secret, the request's nonce), or
-        why it is refused. The nonce is remembered only for a request whose signature holds."""
+                      body: bytes) -> tuple[Caller, bytes, str, bytes] | str:
+        """A paired extension's signed request: (the caller, the pairing's secret, the request's nonce, its
+        body opened), or why it is refused. A body must be sealed for this request (`sealing.py`): one that
+        does not open is refused as a wrong signature is. The nonce is remembered only for a request whose
+        signature holds and whose body opens."""
         signed = parse_signed(authorization)
         if signed is None:
             return "a malformed SeqlabHMAC header"
@@ -163,9 +167,12 @@ class AccessPolicy:
         expected = request_signature(paired.secret, method, host, target, signed.ts, signed.nonce, body)
         if not hmac.compare_digest(expected, signed.sig):
             return "a wrong signature"
+        plain = open_sealed(paired.secret, method, target, signed.ts, signed.nonce, body) if body else b""
+        if plain is None:
+            return "a body not sealed for this request with the pairing's key"
         if not self.nonces.add(f"{signed.id}\x00{signed.nonce}", signed.ts, now):
             return "a signed request seen before (or too many at once)"
-        return Caller("extension", paired.origin, paired.id), paired.secret, signed.nonce
+        return Caller("extension", paired.origin, paired.id), paired.secret, signed.nonce, plain
 
     def origin_allowed(self, origin: str, host: str, path: str) -> bool:
         if origin.lower() == f"http://{host}".lower():  # the server's own page
@@ -220,23 +227,12 @@ class AccessGuard:
         authorization = auth.decode("latin-1") if auth is not None else None
         proof: tuple[bytes, str] | None = None  # a signed request's secret and nonce: its answer is proven
         if authorization is not None and authorization.lstrip()[:11].lower() == "seqlabhmac ":
-            declared = headers.get(b"content-length", b"0")
-            if not declared.isdigit() or int(declared) > SIGNED_BODY_MAX:
-                await _refuse(send, 413, f"the request body is larger than {SIGNED_BODY_MAX} bytes", extra + cors)
+            signed = await _signed_request(p, scope, receive, authorization, host, origin)
+            if len(signed) == 2:  # refused: (status, why)
+                await _refuse(send, signed[0], signed[1], extra + cors)
                 return
-            body = await _read_body(receive, SIGNED_BODY_MAX)
-            if body is None:
-                await _refuse(send, 413, f"the request body is larger than {SIGNED_BODY_MAX} bytes", extra + cors)
-                return
-            query = scope.get("query_string", b"").decode("latin-1")
-            verified = p.verify_signed(authorization, scope["method"], host, path + (f"?{query}" if query else ""),
-                                       origin, body)
-            if isinstance(verified, str):
-                await _refuse(send, 401, f"refused: {verified}", extra + cors)
-                return
-            caller, secret, nonce = verified
+            caller, secret, nonce, scope, receive = signed
             proof = (secret, nonce)
-            receive = replay_body(body, receive)
         else:
             caller = p.identify(authorization, origin)
         # the page and its files under --allow-remote only (a <script src> sends no header), never the API
@@ -267,6 +263,29 @@ class AccessGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+async def _signed_request(p: AccessPolicy, scope: Scope, receive: Receive, authorization: str, host: str,
+                          origin: str | None) -> tuple[int, str] | tuple[Caller, bytes, str, Scope, Receive]:
+    """A signed request read whole and checked (`AccessPolicy.verify_signed`): (the caller, the pairing's secret,
+    the nonce, and the scope and receive that give the app the opened body), or (status, why) to refuse it."""
+    too_large = (413, f"the request body is larger than {SIGNED_BODY_MAX} bytes")
+    declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"0")
+    if not declared.isdigit() or int(declared) > SIGNED_BODY_MAX:
+        return too_large
+    body = await _read_body(receive, SIGNED_BODY_MAX)
+    if body is None:
+        return too_large
+    query = scope.get("query_string", b"").decode("latin-1")
+    verified = p.verify_signed(authorization, scope["method"], host, scope["path"] + (f"?{query}" if query else ""),
+                               origin, body)
+    if isinstance(verified, str):
+        return 401, f"refused: {verified}"
+    caller, secret, nonce, plain = verified
+    if plain != body:  # the route reads the opened JSON: its length is what Content-Length now says
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+                 + [(b"content-length", str(len(plain)).encode())]}
+    return caller, secret, nonce, scope, replay_body(plain, receive)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
