@@ -76,3 +76,13 @@ def test_every_preset_gives_every_mixer_a_valid_config() -> None:
     assert apply_overrides(get_preset("small"), ["model.mixer=gru", "model.pos=sinusoidal"]).model.pos == "sinusoidal"
     with pytest.raises(ValueError):
         apply_overrides(get_preset("small"), ["model.mixer=gru", "model.pos=rope"])
+
+
+def test_the_cli_names_the_generation_constants_it_shows_in_help() -> None:
+    """`seqlab --help` imports no torch, so cli/runs.py names two constants of the generation code itself:
+    they must be the same values."""
+    from seqlab.cli import runs
+    from seqlab.generation.complete import MAX_SENTENCE_WORDS
+    from seqlab.generation.gate import RULES
+
+    assert runs.MAX_SENTENCE_WORDS == MAX_SENTENCE_WORDS and runs.RULES == RULES

@@ -18,6 +18,7 @@ import torch
 
 from seqlab.api.views import Attention, Inspection, NextToken, Score
 from seqlab.errors import UserError
+from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS
 from seqlab.private_files import private_umask
 
@@ -206,7 +207,7 @@ class Run:
                  positions_per_email: int = 5, phrases: bool = False, phrase_weight: float = 0.3,
                  precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int | None = None,
                  saved_words: int = 50, rule: str | None = None, saved_threshold: float | None = None,
-                 max_wrong_per_100: float = 5.0, dynamic: bool = False, dynamic_lr: float | None = None,
+                 max_wrong_per_100: float = 3.0, dynamic: bool = False, dynamic_lr: float | None = None,
                  dynamic_method: str = "rms", ask: str = "every-letter") -> dict[str, Any]:
         """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
         compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
@@ -242,7 +243,7 @@ class Run:
         return result
 
     def tradeoff(self, split: str = "val", *, data: str | Path | None = None, emails: int = 100, words: int = 50,
-                 max_words: int = 3, max_wrong_per_100: float = 5.0, ask: str = "every-letter",
+                 max_words: int = MAX_SENTENCE_WORDS, max_wrong_per_100: float = 3.0, ask: str = "every-letter",
                  mid_word: int = 0) -> dict[str, Any]:
         """The trade-off curve of the suggestion rules (`seqlab tradeoff`): `emails` held-out emails typed for
         `words` words; for each rule and threshold of `seqlab.evaluation.saved_chars.CURVE_THRESHOLDS` the
@@ -276,9 +277,9 @@ class Run:
                 "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
 
     @private_umask()
-    def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int = 3,
+    def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int | None = None,
                   data: str | Path | None = None, target: str = "coverage", rule: str = EXPECTED_CHARS,
-                  max_wrong_per_100: float = 5.0, words: int = 50, ask: str = "every-letter") -> dict[str, Any]:
+                  max_wrong_per_100: float = 3.0, words: int = 50, ask: str = "every-letter") -> dict[str, Any]:
         """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries
         (or, with `target="saved"`, the `rule`'s threshold that saves the most characters with at most
         `max_wrong_per_100` wrong suggestions per 100 words, emails typed for `words` words with suggestions

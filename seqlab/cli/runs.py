@@ -13,6 +13,7 @@ from pathlib import Path
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 
 RULES = ("first-word", "expected-chars")  # seqlab.generation.gate.RULES, named here so --help imports nothing
+MAX_SENTENCE_WORDS = 12  # seqlab.generation.complete.MAX_SENTENCE_WORDS, likewise
 ASK_MODES = ("every-letter", "word-starts")  # seqlab.evaluation.saved_chars.ASK_MODES, likewise
 ASK_HELP = ("where the simulated writer is offered suggestions: every-letter (after every typed character, as the "
             "compose page asks; default) or word-starts (at word starts only, the earlier counting)")
@@ -80,8 +81,8 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                    "else expected-chars)")
     p.add_argument("--saved-threshold", type=non_negative_float, default=None,
                    help="threshold of --rule: a probability for first-word, characters for expected-chars")
-    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
-                   help="wrong suggestions per 100 words the best threshold of each rule may show (default 5)")
+    p.add_argument("--max-wrong", type=non_negative_float, default=3.0,
+                   help="wrong suggestions per 100 words the best threshold of each rule may show (default 3)")
     p.add_argument("--dynamic", action="store_true",
                    help="also evaluate with dynamic evaluation (a gradient step on each test email after "
                    "scoring it, in date order per sender); the run on disk is not changed")
@@ -138,14 +139,17 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
                    help="coverage: the first word's probability that reaches --coverage; saved: the --rule "
                    "threshold that saves the most characters within --max-wrong (default coverage)")
     p.add_argument("--rule", choices=RULES, default="expected-chars", help="the rule --target saved tunes")
-    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
-                   help="with --target saved: wrong suggestions allowed per 100 words typed (default 5)")
+    p.add_argument("--max-wrong", type=non_negative_float, default=3.0,
+                   help="with --target saved: wrong suggestions allowed per 100 words typed (default 3)")
     p.add_argument("--words", type=positive_int, default=50,
                    help="with --target saved: words typed of each email (default 50)")
     p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help="with --target saved: " + ASK_HELP)
     p.add_argument("--split", choices=("val", "test"), default="val")
     p.add_argument("--emails", type=positive_int, default=200, help="held-out emails to calibrate on")
-    p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3)")
+    p.add_argument("--max-words", type=positive_int, default=None,
+                   help="words per suggestion: with --target coverage, ExactMatch@1..N is reported (default 3); "
+                   f"with --target saved, a cap (default {MAX_SENTENCE_WORDS}): each suggestion runs to the end "
+                   "of its sentence or line, as the compose page asks")
     p.add_argument("--data", type=Path, default=None, help="DATA_DIR (default: the one the run trained on)")
     p.add_argument("--device", default="auto")
 
@@ -230,9 +234,11 @@ def add_tradeoff(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=("val", "test"), default="test")
     p.add_argument("--emails", type=positive_int, default=100, help="held-out emails typed (default 100)")
     p.add_argument("--words", type=positive_int, default=50, help="words typed of each (default 50)")
-    p.add_argument("--max-words", type=positive_int, default=3, help="words per suggestion (default 3, as the page)")
-    p.add_argument("--max-wrong", type=non_negative_float, default=5.0,
-                   help="the cap on wrong suggestions per 100 words the best thresholds keep to (default 5)")
+    p.add_argument("--max-words", type=positive_int, default=MAX_SENTENCE_WORDS,
+                   help=f"words per suggestion at most (default {MAX_SENTENCE_WORDS}): each runs to the end of its "
+                   "sentence or line, as the compose page asks")
+    p.add_argument("--max-wrong", type=non_negative_float, default=3.0,
+                   help="the cap on wrong suggestions per 100 words the best thresholds keep to (default 3)")
     p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help=ASK_HELP)
     p.add_argument("--mid-word", type=int, default=0, metavar="K",
                    help="with --ask word-starts: also ask K letters into each word (default 0)")

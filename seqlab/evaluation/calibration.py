@@ -39,6 +39,7 @@ from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, best_threshold, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
+from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 from seqlab.printed_command import printed_command
 from seqlab.runs.checkpoint_files import atomic_write_text
@@ -61,7 +62,7 @@ def _check_options(split: str, coverage: float, emails: int, positions_per_email
 
 
 def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val",
-                  coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int = 3,
+                  coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int | None = None,
                   seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = EXPECTED_CHARS,
                   max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50, ask: str = DEFAULT_ASK
                   ) -> dict[str, Any]:
@@ -69,6 +70,8 @@ def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split
     there (or, with `target="saved"`, the `rule`'s threshold that saves the most characters within the cap
     on wrong suggestions, emails typed for `words` words with suggestions asked where `ask` says); written
     to RUN_DIR/calibration.json (see module doc) and returned."""
+    if max_words is None:  # ExactMatch@1..3 at a coverage; a suggestion as the page asks for it when typing
+        max_words = MAX_SENTENCE_WORDS if target == "saved" else 3
     _check_options(split, coverage, emails, positions_per_email, max_words)
     if target not in ("coverage", "saved"):
         raise UserError(f"the calibration target must be coverage or saved, not {target!r}.")

@@ -52,7 +52,7 @@ from seqlab.evaluation.typing_sim import (  # noqa: F401
     simulate,
 )
 from seqlab.generation.batched import propose_positions
-from seqlab.generation.complete import Completion, complete
+from seqlab.generation.complete import MAX_SENTENCE_WORDS, Completion, complete
 from seqlab.generation.gate import FIRST_WORD, RULES, word_ends
 
 EVERY_LETTER = "every-letter"
@@ -181,12 +181,13 @@ def model_proposer(model: nn.Module, tokenizer: Tokenizer, *, max_words: int = 3
 
 
 def type_emails(model: nn.Module, tokenizer: Tokenizer, emails: Sequence[str], *, words: int = 50,
-                max_words: int = 3, phrases: Any = None, contexts: Sequence[Any] | None = None,
+                max_words: int = MAX_SENTENCE_WORDS, phrases: Any = None, contexts: Sequence[Any] | None = None,
                 ask: str = DEFAULT_ASK, mid_word: int = 0, proposers: Sequence[Proposer] = (),
-                sentence: bool = False) -> list[TypedEmail]:
-    """`collect_typing` with `model`'s proposals of up to `max_words` words (the compose page asks for 3;
-    with `sentence`, to the end of the sentence, `max_words` a cap) (`model_proposer`), reading each
-    email's context when given, and the extra `proposers`."""
+                sentence: bool = True) -> list[TypedEmail]:
+    """`collect_typing` with `model`'s proposals (`model_proposer`): by default as the compose page asks,
+    to the end of the sentence or line with `max_words` a cap (`sentence=False`: exactly up to
+    `max_words` words, the earlier counting), reading each email's context when given, and the extra
+    `proposers`."""
     return collect_typing(emails, model_proposer(model, tokenizer, max_words=max_words, phrases=phrases,
                                                  sentence=sentence),
                           words=words, contexts=contexts, ask=ask, mid_word=mid_word, proposers=proposers)

@@ -28,7 +28,7 @@ CURVE_THRESHOLDS = {
     FIRST_WORD: (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
     EXPECTED_CHARS: (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0),
 }
-MAX_WRONG_PER_100 = 5.0  # the cap `best_threshold` keeps to by default: a wrong suggestion at most once per 20 words
+MAX_WRONG_PER_100 = 3.0  # the cap `best_threshold` keeps to by default: a wrong suggestion at most once per 33 words
 # the weights `fit_setting` tries for each source other than the model (multiplying its word confidences)
 WEIGHT_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 
