@@ -4,6 +4,8 @@ the decoding that runs on without it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -125,3 +127,18 @@ def test_the_value_stop_shows_what_the_full_decoding_shows(trained: tuple, budge
                     assert (fast.text, fast.ids) == (full.text, full.ids)
                     assert fast.word_confidences == pytest.approx(full.word_confidences, abs=1e-9)
     assert _Counting.fired > 0
+
+
+def test_the_value_bound_by_hand() -> None:
+    """" ab " with P = 0.9, 0.9, 0.9, 0.3 (byte tokens, one byte each): the whole word "ab" is worth
+    0.729 * (3 - 1) = 1.458; a longer prefix at most P_4 * (4 + (budget - 4) * 1 - 1) = 0.2187 * (budget - 1),
+    1.3122 at a budget of 7 (stop) and 1.5309 at 8 (go on)."""
+    tok = ByteTokenizer()
+    ids, logps = list(b" ab "), [math.log(0.9)] * 3 + [math.log(0.3)]
+    assert stops.longest_token(tok) == 1
+    stop = {b: stops.ValueStop(tok, 12, b, 0, True, True) for b in (7, 8)}
+    assert stop[7](ids, logps) and not stop[8](ids, logps)
+    assert not stop[7](ids[:3], logps[:3])  # no whole word yet: nothing to compare with
+    # below a threshold both ways, the suggestion is withheld whatever follows
+    assert stops.ValueStop(tok, 12, 8, 0, True, True, threshold=1.6)(ids, logps)
+    assert not stops.ValueStop(tok, 12, 8, 0, True, True, threshold=1.5)(ids, logps)
