@@ -300,7 +300,7 @@ def test_tradeoff_command_writes_the_curve(gru_run_dir: Path, tmp_path: Path, ca
     out = capsys.readouterr().out
     assert "| first-word |" in out and "| expected-chars |" in out
     result = json.loads((tmp_path / "t" / "tradeoff.json").read_text())
-    assert {r["rule"] for r in result["curve"]} == {"first-word", "expected-chars"}
+    assert {r["rule"] for r in result["curve"]} == {"first-word", "expected-chars", "chars-per-wrong"}
     assert result["ask"] == "word-starts"
     assert (tmp_path / "t" / "tradeoff.png").stat().st_size > 1000
     assert main(["eval", str(gru_run_dir), "--saved-threshold", "2", "--rule", "first-word",

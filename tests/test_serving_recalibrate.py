@@ -16,7 +16,7 @@ from serving_helpers import auth, running_server
 from seqlab.evaluation.saved_chars import type_emails
 from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_setting
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import EXPECTED_CHARS
+from seqlab.generation.gate import DEFAULT_RULE
 from seqlab.generation.memory import WritingMemory
 from seqlab.runs.load import load_run
 from seqlab.serving.app import ServerConfig
@@ -47,7 +47,7 @@ def test_the_fit_is_the_replays_over_the_newest_emails_with_a_memory_of_the_rest
         memory.add_body(e.body)
     typed = type_emails(model, tok, [prompt_text(e.subject, e.body) for e in emails[-2:]], words=15,
                         max_words=MAX_SENTENCE_WORDS, sentence=True, proposers=[memory.propose])
-    row = fit_setting(typed, EXPECTED_CHARS, 3.0, weight_grid={"memory": WEIGHT_GRID})
+    row = fit_setting(typed, DEFAULT_RULE, 3.0, weight_grid={"memory": WEIGHT_GRID})
     assert got["threshold"] == row["threshold"] and got["weights"] == row["weights"]
     assert got["saved"] == pytest.approx(row["saved"]) and got["emails"] == 6 and got["typed"] == 2
     assert got["weights"]["memory"] > 0  # the weekly email is worth remembering

@@ -19,7 +19,7 @@ import torch
 from seqlab.api.views import Attention, Inspection, NextToken, Score
 from seqlab.errors import UserError
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS
+from seqlab.generation.gate import DEFAULT_RULE
 from seqlab.private_files import private_umask
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class Run:
 
     @private_umask()
     def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int | None = None,
-                  data: str | Path | None = None, target: str = "coverage", rule: str = EXPECTED_CHARS,
+                  data: str | Path | None = None, target: str = "coverage", rule: str = DEFAULT_RULE,
                   max_wrong_per_100: float = 3.0, words: int = 50, ask: str = "every-letter") -> dict[str, Any]:
         """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries
         (or, with `target="saved"`, the `rule`'s threshold that saves the most characters with at most

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader, positive_int, unit_float
 
-RULES = ("first-word", "expected-chars")  # seqlab.generation.gate.RULES, named here so --help imports nothing
+RULES = ("first-word", "expected-chars", "chars-per-wrong")  # seqlab.generation.gate.RULES, named here so
+DEFAULT_RULE = "chars-per-wrong"  # --help imports nothing; gate.DEFAULT_RULE
 MAX_SENTENCE_WORDS = 12  # seqlab.generation.complete.MAX_SENTENCE_WORDS, likewise
 ASK_MODES = ("every-letter", "word-starts")  # seqlab.evaluation.saved_chars.ASK_MODES, likewise
 ASK_HELP = ("where the simulated writer is offered suggestions: every-letter (after every typed character, as the "
@@ -78,9 +79,10 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ask", choices=ASK_MODES, default="every-letter", help=ASK_HELP)
     p.add_argument("--rule", choices=RULES, default=None,
                    help="suggestion rule saved characters are reported at (default: the run's calibration.json, "
-                   "else expected-chars)")
+                   "else chars-per-wrong)")
     p.add_argument("--saved-threshold", type=non_negative_float, default=None,
-                   help="threshold of --rule: a probability for first-word, characters for expected-chars")
+                   help="threshold of --rule: a probability for first-word, characters for expected-chars, "
+                   "characters per wrong suggestion for chars-per-wrong")
     p.add_argument("--max-wrong", type=non_negative_float, default=3.0,
                    help="wrong suggestions per 100 words the best threshold of each rule may show (default 3)")
     p.add_argument("--dynamic", action="store_true",
@@ -138,7 +140,7 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", choices=("coverage", "saved"), default="coverage",
                    help="coverage: the first word's probability that reaches --coverage; saved: the --rule "
                    "threshold that saves the most characters within --max-wrong (default coverage)")
-    p.add_argument("--rule", choices=RULES, default="expected-chars", help="the rule --target saved tunes")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE, help="the rule --target saved tunes")
     p.add_argument("--max-wrong", type=non_negative_float, default=3.0,
                    help="with --target saved: wrong suggestions allowed per 100 words typed (default 3)")
     p.add_argument("--words", type=positive_int, default=50,
@@ -177,10 +179,11 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beam", type=positive_int, default=1)
     p.add_argument("--seed", type=int, default=None, help="seed for sampling (reproducible)")
     p.add_argument("--threshold", type=non_negative_float, default=None,
-                   help="show a suggestion only when worth it: expected saved characters (--rule expected-chars) "
+                   help="show a suggestion only when worth it: expected saved characters per chance of a wrong "
+                   "first word (--rule chars-per-wrong), expected saved characters (--rule expected-chars) "
                    "or the first word's probability (--rule first-word)")
-    p.add_argument("--rule", choices=RULES, default="expected-chars",
-                   help="what --threshold gates (default expected-chars; lone punctuation is never shown)")
+    p.add_argument("--rule", choices=RULES, default=DEFAULT_RULE,
+                   help="what --threshold gates (default chars-per-wrong; lone punctuation is never shown)")
     p.add_argument("--show-confidence", action="store_true")
     _add_phrase_options(p)
     p.add_argument("--reply-to", type=Path, default=None, metavar="FILE",

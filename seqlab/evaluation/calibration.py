@@ -40,7 +40,7 @@ from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, best_threshold, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
+from seqlab.generation.gate import CHARS_PER_WRONG, DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 from seqlab.printed_command import printed_command
 from seqlab.runs.checkpoint_files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
@@ -63,7 +63,7 @@ def _check_options(split: str, coverage: float, emails: int, positions_per_email
 
 def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val",
                   coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int | None = None,
-                  seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = EXPECTED_CHARS,
+                  seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = DEFAULT_RULE,
                   max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50, ask: str = DEFAULT_ASK
                   ) -> dict[str, Any]:
     """The threshold that shows `coverage` of the word boundaries of `split`, with ExactMatch@1..max_words
@@ -157,7 +157,8 @@ def format_calibration(result: dict[str, Any]) -> str:
             f"({result['chars']:,} characters), up to {result['max_words']} words per suggestion, asked at "
             f"{ASK_WORDS.get(result.get('ask', 'word-starts'), result.get('ask'))}",
             f"  {result['rule']} threshold {result['threshold']:.4g}"
-            + (" characters" if result["rule"] == EXPECTED_CHARS else "")
+            + (" characters" if result["rule"] == EXPECTED_CHARS
+               else " characters per wrong suggestion" if result["rule"] == CHARS_PER_WRONG else "")
             + f": saved {_pct(result['saved']).strip()} of the characters [{100 * s_ci[0]:.1f}-{100 * s_ci[1]:.1f}], "
             f"{result['wrong_per_100_words'] or 0:.2f} wrong suggestions per 100 words [{w_ci[0]:.2f}-{w_ci[1]:.2f}] "
             f"(cap {result['max_wrong_per_100']:g})",

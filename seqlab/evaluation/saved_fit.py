@@ -20,13 +20,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seqlab.evaluation.typing_sim import MODEL, TypedEmail, Typing, chosen, simulate
-from seqlab.generation.gate import EXPECTED_CHARS, FIRST_WORD, RULES, check_rule, prefix_values
+from seqlab.generation.gate import CHARS_PER_WRONG, DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 
 BOOTSTRAP = 1000  # resamples for the 95% intervals
 # the grids the trade-off curve is drawn at: a first word's probability, and expected saved characters
 CURVE_THRESHOLDS = {
     FIRST_WORD: (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
     EXPECTED_CHARS: (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 6.0),
+    CHARS_PER_WRONG: (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0, 32.0, 48.0, 64.0),
 }
 MAX_WRONG_PER_100 = 3.0  # the cap `best_threshold` keeps to by default: a wrong suggestion at most once per 33 words
 # the weights `fit_setting` tries for each source other than the model (multiplying its word confidences)
@@ -98,14 +99,19 @@ def tradeoff_curve(typed: Sequence[TypedEmail], rules: Sequence[str] = RULES,
 def candidate_thresholds(typed: Sequence[TypedEmail], rule: str, count: int = 200, *,
                          weights: Mapping[str, float] | None = None) -> list[float]:
     """Up to `count` thresholds spread over the quantiles of what the rule compares at each position (the
-    chosen proposal's first-word probability, or its best prefix's expected saved characters), 0, and one
-    just above the largest (nothing shown)."""
+    chosen proposal's first-word probability, its best prefix's expected saved characters, or those per
+    chance of a wrong first word), 0, and one just above the largest (nothing shown but what is sure)."""
     values = []
     for e in typed:
         for c in chosen(e, weights):
-            if c is not None:
-                values.append(c.word_confidences[0] if rule == FIRST_WORD
-                              else max(prefix_values(c.text, c.word_confidences)))
+            if c is None:
+                continue
+            if rule == FIRST_WORD:
+                values.append(c.word_confidences[0])
+            elif rule == EXPECTED_CHARS:
+                values.append(c.best_value)
+            elif c.word_confidences[0] < 1.0:  # a sure first word passes every threshold
+                values.append(c.best_value / (1.0 - c.word_confidences[0]))
     values.sort()
     if not values:
         return [0.0]
@@ -133,7 +139,7 @@ def _best_row(typed: Sequence[TypedEmail], rule: str, max_wrong_per_100: float,
     return (max(ok, key=lambda r: ((r["saved"] or 0.0), r["threshold"])), True) if ok else (rows[-1], False)
 
 
-def best_threshold(typed: Sequence[TypedEmail], rule: str = EXPECTED_CHARS,
+def best_threshold(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
                    max_wrong_per_100: float = MAX_WRONG_PER_100, *,
                    weights: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The threshold (among `candidate_thresholds`) whose saved share is largest while wrong suggestions
@@ -162,7 +168,7 @@ def weight_settings(typed: Sequence[TypedEmail],
     return [dict(zip(names, combo)) for combo in itertools.product(*(weight_grid[s] for s in names))]
 
 
-def fit_setting(typed: Sequence[TypedEmail], rule: str = EXPECTED_CHARS,
+def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
                 max_wrong_per_100: float = MAX_WRONG_PER_100,
                 weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None) -> dict[str, Any]:
     """The (threshold, source weights) saving the most characters within the cap: `best_threshold` at each

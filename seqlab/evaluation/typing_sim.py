@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from seqlab.generation.complete import Completion, split_words
-from seqlab.generation.gate import FIRST_WORD, has_word_character, prefix_values, word_ends
+from seqlab.generation.gate import FIRST_WORD, has_word_character, prefix_values, value_passes, word_ends
 
 MODEL = "model"
 
@@ -101,7 +101,8 @@ class Choice:
             return n if threshold is None else sum(q >= threshold for q in self.word_confidences[:n])
         if threshold is None:
             return n if self.all_lettered else 0
-        return self.best + 1 if self.best_lettered and self.best_value >= threshold else 0
+        passes = value_passes(self.best_value, self.word_confidences[0], rule, threshold)
+        return self.best + 1 if self.best_lettered and passes else 0
 
 
 @dataclass

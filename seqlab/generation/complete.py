@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
-from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, check_rule, kept_words
+from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, VALUE_RULES, check_rule, kept_words
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
 from seqlab.generation.stops import WORD_BYTES, ValueStop, WordStop, cut_body, prefix_probability, token_starts
 
@@ -209,9 +209,11 @@ def complete_encoded(
     check_rule(rule, threshold)
     budget = max_new_tokens if max_new_tokens is not None else token_budget(max_words, sentence)
     stop = WordStop(tokenizer, max_words, stop_at_newline, skip, early=beam == 1, sentence=sentence)
-    # the value bound holds for one greedy sequence under the expected-chars gate (stops.ValueStop)
-    bound = (ValueStop(tokenizer, max_words, budget, skip, stop_at_newline, sentence, threshold)
-             if value_stop and beam == 1 and temperature <= 0 and rule == EXPECTED_CHARS else None)
+    # the value bound holds for one greedy sequence under a gate showing the prefix of the largest value
+    # (stops.ValueStop); its shortcut below the threshold only where the threshold is in characters alone
+    bound = (ValueStop(tokenizer, max_words, budget, skip, stop_at_newline, sentence,
+                       threshold if rule == EXPECTED_CHARS else None)
+             if value_stop and beam == 1 and temperature <= 0 and rule in VALUE_RULES else None)
     if beam > 1:
         best = beam_search_hypotheses(model, ids, beam=beam, max_new_tokens=budget, eos_id=tokenizer.eos_id,
                                       stop=stop, length_penalty=1.0, first_allowed=allowed, decoder=decoder,

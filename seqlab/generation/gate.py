@@ -1,4 +1,4 @@
-"""When a suggestion is worth showing, and how many of its words: the two rules of `complete`'s threshold.
+"""When a suggestion is worth showing, and how many of its words: the three rules of `complete`'s threshold.
 
 A greedy completion comes with the probability of each of its prefixes as a phrase,
 `Completion.word_confidences` = [P(w1), P(w1 w2), ...] (non-increasing). A rule turns those and the
@@ -6,7 +6,7 @@ suggestion's text into the number of words to show, 0 meaning "withhold it":
 
 - `first-word` (the original rule): show the suggestion when P(w1) >= threshold (a probability), and keep
   the words whose prefix probability still reaches it. A lone "," counts as much as "outsource suppliers".
-- `expected-chars` (the default): a suggestion is worth what it saves. Showing its first k words saves,
+- `expected-chars`: a suggestion is worth what it saves. Showing its first k words saves,
   when all k are right, the characters up to the end of word k minus the one keystroke that accepts it;
   the rule scores that prefix by
 
@@ -19,9 +19,21 @@ suggestion's text into the number of words to show, 0 meaning "withhold it":
   by score and length) reduced to the one quantity the product metric counts. A prefix with no letter or
   digit ("." or ", -") is never shown under this rule: it saves at most a keystroke and costs the
   writer a look.
+- `chars-per-wrong` (the default): the same prefix (the largest value_k), shown when what it is expected
+  to save pays for the chance that it is a wrong suggestion:
+
+      value_k >= threshold * (1 - P(w1))             threshold: characters saved per wrong suggestion
+
+  A shown suggestion is wrong exactly when its first word is (`seqlab.evaluation.typing_sim`), so over
+  the suggestions shown, expected saved characters sum the value_k and expected wrong suggestions the
+  1 - P(w1). Saving the most characters for a given number of wrong suggestions is a knapsack whose
+  Lagrangian relaxation shows each suggestion whose saving per expected wrong one reaches the multiplier
+  (Everett 1963): this rule, with the threshold as the multiplier. `expected-chars` ignores the cost
+  and shows a long unsure suggestion (P(w1) = 0.25 of 60 characters is worth 15) that is wrong three
+  times in four; this rule asks it to save 3x the threshold. A sure one (P(w1) near 1) always passes.
 
 `docs/suggestions.md` has the measured trade-off between the rules (saved characters against wrong
-suggestions shown) and why `expected-chars` is the default.
+suggestions shown) and why `chars-per-wrong` is the default.
 """
 
 from __future__ import annotations
@@ -31,23 +43,33 @@ from collections.abc import Sequence
 
 FIRST_WORD = "first-word"
 EXPECTED_CHARS = "expected-chars"
-RULES = (FIRST_WORD, EXPECTED_CHARS)
-DEFAULT_RULE = EXPECTED_CHARS
+CHARS_PER_WRONG = "chars-per-wrong"
+RULES = (FIRST_WORD, EXPECTED_CHARS, CHARS_PER_WRONG)
+VALUE_RULES = (EXPECTED_CHARS, CHARS_PER_WRONG)  # the rules that show the prefix of the largest value_k
+DEFAULT_RULE = CHARS_PER_WRONG
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 
 
 def check_rule(rule: str, threshold: float | None) -> None:
     """A `ValueError` naming the problem when `rule` is unknown or `threshold` is out of its range
-    ([0, 1] for a probability, >= 0 characters for expected-chars)."""
+    ([0, 1] for a probability, >= 0 characters for the other rules)."""
     if rule not in RULES:
         raise ValueError(f"the suggestion rule must be one of {', '.join(RULES)}, not {rule!r}")
     if threshold is None:
         return
     if rule == FIRST_WORD and not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold must be in [0, 1], not {threshold}")
-    if rule == EXPECTED_CHARS and not 0.0 <= threshold < float("inf"):
-        raise ValueError(f"the expected-characters threshold must be 0 or more, not {threshold}")
+    if rule in VALUE_RULES and not 0.0 <= threshold < float("inf"):
+        raise ValueError(f"the {rule} threshold must be 0 or more characters, not {threshold}")
+
+
+def value_passes(value: float, first_word: float, rule: str, threshold: float) -> bool:
+    """Whether the best prefix, worth `value` characters with a first word of probability `first_word`,
+    reaches `threshold` under `rule` (one of VALUE_RULES; module doc)."""
+    if rule == CHARS_PER_WRONG:
+        return value >= threshold * (1.0 - first_word)
+    return value >= threshold
 
 
 def word_ends(text: str) -> list[int]:
@@ -86,6 +108,6 @@ def kept_words(text: str, word_confidences: Sequence[float], rule: str, threshol
     best = max(range(n), key=lambda k: (values[k], -k))
     if not has_word_character(text[: word_ends(text)[best]]):
         return 0
-    if values[best] < threshold:
+    if not value_passes(values[best], word_confidences[0], rule, threshold):
         return 0
     return best + 1

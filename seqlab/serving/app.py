@@ -23,7 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from torch import nn
 
-from seqlab.generation.gate import EXPECTED_CHARS
+from seqlab.generation.gate import VALUE_RULES
 from seqlab.printed_command import printed_command
 from seqlab.serving.access import AccessGuard, AccessPolicy
 from seqlab.serving.engine import CompletionEngine
@@ -113,7 +113,7 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
 
     state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
                             record=record, on_forgotten=trained_again)
-    if state.config.min_confidence is None and engine.rule == EXPECTED_CHARS:  # the person's own setting
+    if state.config.min_confidence is None and engine.rule in VALUE_RULES:  # the person's own setting
         refit_on_sent_mail(state, engine, info)
     state.learner.start()
     if state.config.sent is not None:
@@ -130,10 +130,11 @@ def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[
     from seqlab.serving.recalibrate import Recalibrator
 
     def apply(setting: dict[str, Any]) -> None:  # on the model thread: between two requests
-        engine.threshold = float(setting["threshold"])
+        engine.rule, engine.threshold = str(setting["rule"]), float(setting["threshold"])
         engine.weights.update(setting["weights"])
-        info.update(threshold=engine.threshold, threshold_source=f"fitted on {setting['emails']} of your sent "
-                    "emails (personal/served.json)", personal_setting=setting)
+        info.update(threshold=engine.threshold, rule=engine.rule,
+                    threshold_source=f"fitted on {setting['emails']} of your sent emails (personal/served.json)",
+                    personal_setting=setting)
         info["memory"] = engine.describe()["memory"]
 
     recalibrator = Recalibrator(lambda: engine.model, engine.tokenizer, state.personal, engine.memory_emails,

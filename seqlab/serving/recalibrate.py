@@ -12,8 +12,10 @@ words (`seqlab.evaluation.saved_fit.fit_setting`, the replay `seqlab eval` uses)
 
 The result is kept in RUN_DIR/personal/served.json (0600, beside the sent emails; `forget` deletes it),
 applied to the engine on the model thread between two requests, and read again by the next `serve
---learn`. Only the expected-characters rule is refitted, and never over `--min-confidence`, which the
-person chose.
+--learn`. The setting is of the default rule (`chars-per-wrong`, `seqlab.generation.gate`), whatever
+rule calibration.json chose (the fitted rule is served with its threshold); a server whose run was
+calibrated by the first word's probability, or told `--min-confidence`, which the person chose, is left
+as it is.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.saved_chars import type_emails
 from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_setting
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import EXPECTED_CHARS
+from seqlab.generation.gate import DEFAULT_RULE
 from seqlab.serving.engine import prompt_text
 from seqlab.serving.personal import PersonalStore, SentEmail
 from seqlab.serving.remembered import build_memory, sent_label
@@ -47,7 +49,7 @@ def fit_on_sent(model: nn.Module, tokenizer: Tokenizer, emails: list[SentEmail],
                 *, held: int = HELD, words: int = WORDS, max_words: int = MAX_SENTENCE_WORDS,
                 max_wrong_per_100: float = MAX_WRONG_PER_100) -> dict[str, Any]:
     """Type the newest `held` of `emails` with `model` and a memory of `background` (text, label) and the
-    other emails, and fit (threshold, memory weight) under the expected-characters rule (module doc).
+    other emails, and fit (threshold, memory weight) under the default rule (module doc).
     Returns the setting with what it scored: saved share, wrong per 100 words, whether within the cap."""
     typed_ones, others = emails[-held:], emails[:-held]
     memory = build_memory(background, None)
@@ -56,8 +58,8 @@ def fit_on_sent(model: nn.Module, tokenizer: Tokenizer, emails: list[SentEmail],
         memory.add_body(e.body, sent_label(e))
     typed = type_emails(model, tokenizer, [prompt_text(e.subject, e.body) for e in typed_ones], words=words,
                         max_words=max_words, sentence=True, proposers=[memory.propose])
-    row = fit_setting(typed, EXPECTED_CHARS, max_wrong_per_100, weight_grid={"memory": WEIGHT_GRID})
-    return {"rule": EXPECTED_CHARS, "threshold": float(row["threshold"]),
+    row = fit_setting(typed, DEFAULT_RULE, max_wrong_per_100, weight_grid={"memory": WEIGHT_GRID})
+    return {"rule": DEFAULT_RULE, "threshold": float(row["threshold"]),
             "weights": {"memory": float(row.get("weights", {}).get("memory", 1.0))},
             "emails": len(emails), "typed": len(typed_ones), "saved": row.get("saved"),
             "wrong_per_100_words": row.get("wrong_per_100_words"), "within_cap": bool(row.get("within_cap")),
@@ -71,7 +73,7 @@ def load_served(store: PersonalStore) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    ok = (isinstance(data, dict) and data.get("rule") == EXPECTED_CHARS and isinstance(data.get("threshold"), float)
+    ok = (isinstance(data, dict) and data.get("rule") == DEFAULT_RULE and isinstance(data.get("threshold"), float)
           and isinstance(data.get("weights"), dict))
     return data if ok else None
 
