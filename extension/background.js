@@ -402,8 +402,8 @@ async function complete(tabId, msg) {
     max_words: MAX_WORDS, sentence: true };
   const session = sessions.get(tabId);
   if (session) body.session = session;
-  // a model trained without cross-attention answers 422 to a context: send it only to one that reads it
-  if (msg.context && h.model && h.model.cross_attention) body.context = String(msg.context).slice(0, CONTEXT_MAX);
+  // the original's names and figures are copied from it by any server; a model with cross-attention reads it
+  if (msg.context) body.context = String(msg.context).slice(0, CONTEXT_MAX);
   inflight.get(tabId)?.ctrl.abort();
   const ctrl = new AbortController();
   const mine = { ctrl, seq: Number(msg.seq) || 0 };

@@ -428,7 +428,7 @@ def test_textarea_tab_accepts_and_undo_takes_it_back(driver, server, site, paire
     assert set(json.loads(complete["wire"])) == {"iv", "ciphertext"} and "Dana" not in complete["wire"]
     asked = [r["path"] for r in server.recorder.since(mark)]
     assert asked.count("/health") < asked.count("/v1/complete") - 1, asked  # a /health each had asked as many
-    assert "context" not in complete["body"]  # the tiny GRU reads no context
+    assert "context" not in complete["body"]  # this page answers no message
     _screenshot(driver, "extension-textarea.png")
     _keys(driver, Keys.TAB)
     assert _text(driver) == BODY + ghost
