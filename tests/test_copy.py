@@ -219,6 +219,8 @@ def test_the_server_keeps_a_copy_models_state_per_original(mixer: str, pos: str,
     with torch.no_grad():
         model.copy_head.gate.bias.fill_(-2.0)  # mostly copy: the original decides the suggestion
     kept, fresh = CompletionEngine(model, tok), CompletionEngine(model, tok)
+    for engine in (kept, fresh):  # the model's own answers: the server's copier of names left out
+        engine.weights["reply"] = 0.0
     ctx = reply_context(model, tok, original)
     for n in (5, 17, 29):
         body = "Hi, sure, the budget report"[:n]

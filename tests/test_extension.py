@@ -36,6 +36,7 @@ import httpx
 import pytest
 from extension_harness import NoContentScript, isolated_contexts, isolated_eval
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -284,6 +285,10 @@ def _drawn(driver: webdriver.Chrome) -> dict[str, Any]:
 def _ghost(driver: webdriver.Chrome) -> str:
     """The ghost text on screen (empty when none), checked to be drawn: a ghost said to be shown with no
     painted pixels fails here."""
+    try:  # the text changes at once, the pixels at the next frame: a loaded machine may read in between
+        WebDriverWait(driver, WAIT_S).until(lambda d: not (got := _drawn(d))["text"] or got["inked"] > 0)
+    except TimeoutException:
+        pass
     drawn = _drawn(driver)
     assert not drawn["text"] or drawn["inked"] > 0, drawn
     return drawn["text"]

@@ -65,15 +65,18 @@ def test_ctrl_right_word_by_word_and_a_ghost_typed_out_by_hand(driver, server, s
     ghost = _wait_for_ghost(driver)
     mark = server.recorder.mark()
     taken = ""
-    while _ghost(driver):
-        rest = _ghost(driver)
+    # the text on screen, not its ink: a ghost left starting with the space at a line's end is not painted
+    # (a known defect of the wrapped drawing, docs/extension.md), and Ctrl+Right is what is checked here
+    while _drawn(driver)["text"]:
+        rest = _drawn(driver)["text"]
         _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
         taken += _first_word(rest) if rest.strip() else rest
         assert _text(driver) == BODY + taken
     event = _closing(server, mark)
     assert (event["kind"], event["accepted_chars"], event["typed_through_chars"]) == ("accepted", len(ghost), 0)
     # the next suggestion, typed out wholly by hand: it saved nothing, so it was not accepted
-    following = _wait_for_ghost(driver)
+    WebDriverWait(driver, WAIT_S).until(lambda d: _drawn(d)["text"])  # its text: it may wrap (above)
+    following = _drawn(driver)["text"]
     mark = server.recorder.mark()
     _keys(driver, following)
     event = _closing(server, mark)

@@ -87,7 +87,7 @@ def test_the_server_refits_on_sent_mail_and_serves_it_again_after_a_restart(word
         for subject, body in _mail(10):
             r = httpx.post(f"{url}/v1/sent", json={"subject": subject, "body": body}, headers=auth(config), timeout=30)
             assert r.status_code == 200
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # a loaded machine: the fit waits for idle time
         while "personal_setting" not in (health := httpx.get(f"{url}/health", headers=auth(config),
                                                              timeout=30).json())["model"]:
             assert time.monotonic() < deadline, health
