@@ -9,15 +9,14 @@ named after the extension in the top frame, and evaluates there.
 
 from __future__ import annotations
 
-import itertools
-import json
 from typing import Any
 
 import httpx
 import websocket
 
+from seqlab.bench.browser_session import cdp_call
+
 EXTENSION_NAME = "seqlab autocomplete"  # manifest.json's name: Chromium names the isolated world after it
-_ids = itertools.count(1)
 
 
 class NoContentScript(LookupError):
@@ -40,21 +39,6 @@ def _page_socket(driver: Any) -> str:
     raise LookupError(f"no DevTools target for {url}")
 
 
-def _call(ws: websocket.WebSocket, method: str, params: dict | None = None,
-          events: list[dict] | None = None) -> dict:
-    """Send one command and wait for its answer; the events that arrive meanwhile go to `events`."""
-    ident = next(_ids)
-    ws.send(json.dumps({"id": ident, "method": method, "params": params or {}}))
-    while True:
-        message = json.loads(ws.recv())
-        if message.get("id") == ident:
-            if "error" in message:
-                raise RuntimeError(f"{method}: {message['error']}")
-            return message.get("result", {})
-        if events is not None and "method" in message:
-            events.append(message)
-
-
 def isolated_contexts(driver: Any, name: str = EXTENSION_NAME) -> list[dict]:
     """The isolated worlds named `name` in the top frame of the driver's tab (the newest last)."""
     ws = websocket.create_connection(_page_socket(driver), timeout=10, suppress_origin=True)
@@ -66,8 +50,8 @@ def isolated_contexts(driver: Any, name: str = EXTENSION_NAME) -> list[dict]:
 
 def _contexts(ws: websocket.WebSocket, name: str) -> list[dict]:
     events: list[dict] = []
-    _call(ws, "Runtime.enable", events=events)
-    top = _call(ws, "Page.getFrameTree")["frameTree"]["frame"]["id"]
+    cdp_call(ws, "Runtime.enable", events=events)
+    top = cdp_call(ws, "Page.getFrameTree")["frameTree"]["frame"]["id"]
     found = []
     for event in events:
         if event["method"] != "Runtime.executionContextCreated":
@@ -87,7 +71,7 @@ def isolated_eval(driver: Any, expression: str, name: str = EXTENSION_NAME) -> A
         contexts = _contexts(ws, name)
         if not contexts:
             raise NoContentScript(f"no content script of {name!r} in {driver.current_url}")
-        result = _call(ws, "Runtime.evaluate", {"expression": expression, "contextId": contexts[-1]["id"],
+        result = cdp_call(ws, "Runtime.evaluate", {"expression": expression, "contextId": contexts[-1]["id"],
                                                 "returnByValue": True, "awaitPromise": True})
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails'].get('text')}: "

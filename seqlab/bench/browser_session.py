@@ -125,8 +125,9 @@ def _socket_url(driver: Any) -> str:
     raise BrowserMissing(f"no DevTools target for {driver.current_url}")
 
 
-def _call(ws: Any, method: str, params: dict[str, Any] | None = None,
-          events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def cdp_call(ws: Any, method: str, params: dict[str, Any] | None = None,
+             events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Send one DevTools command and wait for its answer; the events that arrive meanwhile go to `events`."""
     ident = next(_ids)
     ws.send(json.dumps({"id": ident, "method": method, "params": params or {}}))
     while True:
@@ -146,14 +147,14 @@ def isolated_eval(driver: Any, expression: str) -> Any:
     ws = websocket.create_connection(_socket_url(driver), timeout=10, suppress_origin=True)
     try:
         events: list[dict[str, Any]] = []
-        _call(ws, "Runtime.enable", events=events)
-        top = _call(ws, "Page.getFrameTree")["frameTree"]["frame"]["id"]
+        cdp_call(ws, "Runtime.enable", events=events)
+        top = cdp_call(ws, "Page.getFrameTree")["frameTree"]["frame"]["id"]
         contexts = [e["params"]["context"] for e in events if e["method"] == "Runtime.executionContextCreated"]
         ours = [c for c in contexts if c.get("name") == EXTENSION_NAME
                 and c.get("auxData", {}).get("type") == "isolated" and c.get("auxData", {}).get("frameId") == top]
         if not ours:
             raise RuntimeError(f"no content script in {driver.current_url}")
-        result = _call(ws, "Runtime.evaluate", {"expression": expression, "contextId": ours[-1]["id"],
+        result = cdp_call(ws, "Runtime.evaluate", {"expression": expression, "contextId": ours[-1]["id"],
                                                 "returnByValue": True, "awaitPromise": True})
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression}: {result['exceptionDetails'].get('text')}")

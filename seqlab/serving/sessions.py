@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from seqlab.generation.decode import context_limit, model_device
 from seqlab.generation.fast_step import FastStep
+from seqlab.generation.prefix_lanes import common_prefix
 from seqlab.models.lm import map_tensors
 
 SNAPSHOT_EVERY = 16  # tokens between kept copies of a recurrent state: a backspace re-feeds at most this many
@@ -81,13 +82,6 @@ def window_start(n: int, limit: int | None) -> int:
     return -(-(n - limit) // step) * step
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 @dataclass
