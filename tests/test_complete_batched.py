@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_fit import fit_sentences
 
 from seqlab.config import ModelConfig
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
@@ -39,16 +40,7 @@ def _model(name: str, tok: Tokenizer, seed: int = 0, steps: int = 40) -> torch.n
     torch.manual_seed(seed)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=2, n_embd=32, n_head=2,
                                     mlp_ratio=2, **FAMILIES[name]))  # type: ignore[arg-type]
-    seqs = [torch.tensor([tok.bos_id, *tok.encode(s), tok.eos_id]) for s in TRAIN]
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        for s in seqs:
-            logits, _ = model(s[None, :-1])
-            loss = torch.nn.functional.cross_entropy(logits[0], s[1:])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return model.eval()
+    return fit_sentences(model, tok, TRAIN, steps)
 
 
 def _every_character(text: str) -> list[int]:

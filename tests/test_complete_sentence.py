@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from tiny_fit import fit_sentences
 
 from seqlab.config import ModelConfig
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
@@ -32,16 +33,7 @@ def trained() -> tuple[torch.nn.Module, Tokenizer]:
     torch.manual_seed(0)
     model = build_model(ModelConfig(vocab_size=tok.vocab_size, block_size=128, mixer="gru", pos="none", n_layer=1,
                                     n_embd=32, mlp_ratio=0))
-    seqs = [torch.tensor([tok.bos_id, *tok.encode(s), tok.eos_id]) for s in TRAIN]
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):
-        for s in seqs:
-            logits, _ = model(s[None, :-1])
-            loss = torch.nn.functional.cross_entropy(logits[0], s[1:])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return model.eval(), tok
+    return fit_sentences(model, tok, TRAIN, 60), tok
 
 
 def test_word_stop_and_finish_end_at_a_sentence_end() -> None:
