@@ -421,6 +421,16 @@
       bottom: at.top + (lines.length - 1) * lineHeight + Math.max(lineHeight, at.height) + 2 };
     const r = clipTo(clipTo(band, clip), view);
     if (r.right - r.left < 1 || r.bottom - r.top < 1 || at.top + at.height <= r.top) return false;
+    // the caret's mark spans the font's ascent and descent; the baseline lies the ascent below its top
+    const m = ctx.measureText("");
+    const ascent = m.fontBoundingBoxAscent;
+    const content = ascent + m.fontBoundingBoxDescent;
+    const baseline = at.top + (at.height > 0 ? (at.height - content) / 2 : (lineHeight - content) / 2) + ascent;
+    // shown only if some line with letters is at least half inside the box: a ghost whose words wrap below a
+    // textarea's last visible line (a space left on the caret's line) would be taken by keys unseen
+    const seen = lines.some((line, i) => line.text.trim() && Math.min(r.bottom, baseline + i * lineHeight +
+      m.fontBoundingBoxDescent) - Math.max(r.top, baseline + i * lineHeight - ascent) >= content / 2);
+    if (!seen) return false;
     const dpr = devicePixelRatio || 1;
     const w = Math.ceil((r.right - r.left) * dpr);
     const h = Math.ceil((r.bottom - r.top) * dpr);
@@ -435,11 +445,6 @@
     setFont();
     ctx.fillStyle = GHOST_COLOR;
     ctx.textBaseline = "alphabetic";
-    // the caret's mark spans the font's ascent and descent; the baseline lies the ascent below its top
-    const m = ctx.measureText("");
-    const ascent = m.fontBoundingBoxAscent;
-    const content = ascent + m.fontBoundingBoxDescent;
-    const baseline = at.top + (at.height > 0 ? (at.height - content) / 2 : (lineHeight - content) / 2) + ascent;
     lines.forEach((line, i) => ctx.fillText(line.text, line.x, baseline + i * lineHeight));
     o.lines = lines.map((l) => l.text);
     return true;

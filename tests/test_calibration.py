@@ -23,8 +23,14 @@ EMAILS = 12
 
 
 @pytest.fixture(scope="module")
-def calibrated(word_run_dir: Path, tiny_data_dir: Path) -> dict:
-    return calibrate_run(word_run_dir, tiny_data_dir, "val", coverage=0.5, emails=EMAILS, max_words=3)
+def run_dir(word_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the shared run: calibrating writes calibration.json, which other tests' servers would read."""
+    return Path(shutil.copytree(word_run_dir, tmp_path_factory.mktemp("calibrated") / "run"))
+
+
+@pytest.fixture(scope="module")
+def calibrated(run_dir: Path, tiny_data_dir: Path) -> dict:
+    return calibrate_run(run_dir, tiny_data_dir, "val", coverage=0.5, emails=EMAILS, max_words=3)
 
 
 def _rescore(run_dir: Path, data_dir: Path, threshold: float) -> dict:
@@ -34,29 +40,29 @@ def _rescore(run_dir: Path, data_dir: Path, threshold: float) -> dict:
     return completion_quality(model, tok, texts, max_words=3, threshold=threshold, positions_per_email=2, seed=0)
 
 
-def test_threshold_reproduces_the_recorded_coverage(calibrated: dict, word_run_dir: Path,
+def test_threshold_reproduces_the_recorded_coverage(calibrated: dict, run_dir: Path,
                                                     tiny_data_dir: Path) -> None:
     assert calibrated["shown"] > 0, "the model should propose words, or this test checks nothing"
-    again = _rescore(word_run_dir, tiny_data_dir, calibrated["threshold"])
+    again = _rescore(run_dir, tiny_data_dir, calibrated["threshold"])
     assert again["coverage"] == calibrated["coverage"] >= calibrated["target_coverage"]
     assert again["exact_match"] == calibrated["exact_match"]
     assert again["positions"] == calibrated["positions"] and again["shown"] == calibrated["shown"]
     # The highest such threshold: a hair above it, the target is no longer reached.
-    above = _rescore(word_run_dir, tiny_data_dir, math.nextafter(calibrated["threshold"], 1.0))
+    above = _rescore(run_dir, tiny_data_dir, math.nextafter(calibrated["threshold"], 1.0))
     assert above["coverage"] < calibrated["target_coverage"]
 
 
-def test_the_file_records_the_run(calibrated: dict, word_run_dir: Path, tiny_data_dir: Path) -> None:
-    on_disk = json.loads((word_run_dir / CALIBRATION).read_text())
+def test_the_file_records_the_run(calibrated: dict, run_dir: Path, tiny_data_dir: Path) -> None:
+    on_disk = json.loads((run_dir / CALIBRATION).read_text())
     assert on_disk == calibrated
     assert set(on_disk["exact_match"]) == {"1", "2", "3"}
     assert on_disk["split"] == "val" and on_disk["max_words"] == 3 and on_disk["target_coverage"] == 0.5
     assert on_disk["emails"] == min(EMAILS, TokenStore(tiny_data_dir, "val").num_emails)
-    assert not [p for p in word_run_dir.iterdir() if p.name.endswith(".tmp")], "atomic write left a temp file"
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")], "atomic write left a temp file"
 
 
-def test_load_calibration_round_trips(calibrated: dict, word_run_dir: Path, tmp_path: Path) -> None:
-    assert load_calibration(word_run_dir) == calibrated
+def test_load_calibration_round_trips(calibrated: dict, run_dir: Path, tmp_path: Path) -> None:
+    assert load_calibration(run_dir) == calibrated
     assert load_calibration(tmp_path) is None
 
 

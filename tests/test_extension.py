@@ -480,6 +480,43 @@ def test_textarea_escape_dismisses_and_tab_then_moves_on(driver, server, site, p
     assert _text(driver) == BODY
 
 
+def test_a_ghost_wrapping_below_the_textareas_last_line_is_not_shown_nor_taken(driver, server, site, paired):
+    """A ghost whose words fall on the line below a scrolled textarea's last visible one (the caret is at the
+    end of a full line, the ghost's space hangs there) is not shown, and Tab is the site's; once the caret
+    moves down, the next ghost is drawn."""
+    _open_textarea(driver, site)
+    # the last visible line filled with words to its end; the page writes all but the last letter
+    filled = driver.execute_script("""
+        const b = document.getElementById('body');
+        b.style.overflowY = 'scroll';  // a scrollbar from the start: one that comes with the overflow rewraps
+        // exactly ten lines tall, no padding below them: the eleventh is wholly out of sight
+        Object.assign(b.style, {boxSizing: 'content-box', paddingBottom: '0px',
+                                height: `${10 * parseFloat(getComputedStyle(b).lineHeight)}px`});
+        let v = b.value;
+        for (;;) {
+            b.value = v + ' the';
+            if (b.scrollHeight > b.clientHeight) break;
+            v = b.value;
+        }
+        b.value = v.slice(0, -1);
+        b.setSelectionRange(v.length - 1, v.length - 1);
+        return v;""")
+    _keys(driver, "x", Keys.BACKSPACE)  # the text is the person's again only after an edit of theirs
+    mark = server.recorder.mark()
+    _keys(driver, filled[-1])  # the person types the line's last letter: a question is asked
+    answered = WebDriverWait(driver, WAIT_S).until(lambda _: [r for r in server.recorder.since(mark, "/v1/complete")
+                                                              if r["body"]["prefix"] == filled])[-1]
+    assert answered["answer"]["text"].startswith(" ") and answered["answer"]["text"].strip(), answered["answer"]
+    time.sleep(QUIET_S)
+    assert _drawn(driver)["text"] == "", _drawn(driver)
+    _keys(driver, Keys.TAB)
+    assert driver.switch_to.active_element.get_attribute("id") == "password" and _text(driver) == filled
+    driver.find_element(By.ID, "body").click()
+    _chord(driver, Keys.CONTROL, Keys.END)
+    _keys(driver, Keys.ENTER, "the")
+    assert _wait_for_ghost(driver)  # drawn, with ink: the box scrolled to the caret's new line
+
+
 def test_password_fields_get_nothing(driver, server, site, paired):
     _settle(driver)
     driver.get(f"{site}/textarea.html")

@@ -10,6 +10,7 @@ import json
 
 import httpx
 import test_extension
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 from test_extension import (
@@ -65,17 +66,21 @@ def test_ctrl_right_word_by_word_and_a_ghost_typed_out_by_hand(driver, server, s
     ghost = _wait_for_ghost(driver)
     mark = server.recorder.mark()
     taken = ""
-    # the text on screen, not its ink: a ghost left starting with the space at a line's end is not painted
-    # (a known defect of the wrapped drawing, docs/extension.md), and Ctrl+Right is what is checked here
-    while _drawn(driver)["text"]:
-        rest = _drawn(driver)["text"]
+    # word by word to the ghost's end, and no further: once it is wholly taken the next suggestion comes
+    while len(taken) < len(ghost):
+        rest = _ghost(driver)
+        assert rest == ghost[len(taken):]  # the suggestion being taken stays as it was
         _chord(driver, Keys.CONTROL, Keys.ARROW_RIGHT)
         taken += _first_word(rest) if rest.strip() else rest
         assert _text(driver) == BODY + taken
     event = _closing(server, mark)
     assert (event["kind"], event["accepted_chars"], event["typed_through_chars"]) == ("accepted", len(ghost), 0)
     # the next suggestion, typed out wholly by hand: it saved nothing, so it was not accepted
-    WebDriverWait(driver, WAIT_S).until(lambda d: _drawn(d)["text"])  # its text: it may wrap (above)
+    try:
+        WebDriverWait(driver, WAIT_S).until(lambda d: _drawn(d)["text"])  # its text: it may wrap (above)
+    except TimeoutException:
+        asked = [(r["body"].get("prefix", "")[-30:], r.get("answer")) for r in server.recorder.since(mark, "/v1/complete")]
+        raise AssertionError(f"no next ghost after {_text(driver)!r}; asked since: {asked[-4:]}; drawn {_drawn(driver)}")
     following = _drawn(driver)["text"]
     mark = server.recorder.mark()
     _keys(driver, following)

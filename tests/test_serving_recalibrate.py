@@ -91,6 +91,7 @@ def test_the_server_refits_on_sent_mail_and_serves_it_again_after_a_restart(word
         while "personal_setting" not in (health := httpx.get(f"{url}/health", headers=auth(config),
                                                              timeout=30).json())["model"]:
             assert time.monotonic() < deadline, health
+            assert not health["learning"]["failed"] and not health["learning"]["idle_task_failed"], health["learning"]
             time.sleep(0.2)
         setting = health["model"]["personal_setting"]
         assert health["model"]["threshold"] == setting["threshold"] and setting["emails"] == 10

@@ -284,6 +284,9 @@ class Learner:
     def describe(self) -> dict[str, Any]:
         """What it has learned so far, for /health and /v1/stats."""
         keys, passes = self._keys, self.passes
-        return {"emails": len(self.store), "steps": self.steps, "swaps": self.swaps,
-                "learned_emails": sum(passes.get(k, 0) >= self.settings.passes for k in keys),
-                "last_loss": self.last_loss, "failed": self.failed}
+        out = {"emails": len(self.store), "steps": self.steps, "swaps": self.swaps,
+               "learned_emails": sum(passes.get(k, 0) >= self.settings.passes for k in keys),
+               "last_loss": self.last_loss, "failed": self.failed}
+        if self.idle_task is not None:  # why the idle work stopped, if it did (it is not retried)
+            out["idle_task_failed"] = getattr(self.idle_task, "failed", None)
+        return out
