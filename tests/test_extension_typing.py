@@ -79,8 +79,9 @@ def test_ctrl_right_word_by_word_and_a_ghost_typed_out_by_hand(driver, server, s
     try:
         WebDriverWait(driver, WAIT_S).until(lambda d: _drawn(d)["text"])  # its text: it may wrap (above)
     except TimeoutException:
-        asked = [(r["body"].get("prefix", "")[-30:], r.get("answer")) for r in server.recorder.since(mark, "/v1/complete")]
-        raise AssertionError(f"no next ghost after {_text(driver)!r}; asked since: {asked[-4:]}; drawn {_drawn(driver)}")
+        asked = [(r["body"].get("prefix", "")[-30:], r.get("answer"))
+                 for r in server.recorder.since(mark, "/v1/complete")]
+        raise AssertionError(f"no next ghost after {_text(driver)!r}; asked: {asked[-4:]}; {_drawn(driver)}") from None
     following = _drawn(driver)["text"]
     mark = server.recorder.mark()
     _keys(driver, following)
