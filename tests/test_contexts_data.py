@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from preparing import prepare
 
+from seqlab.data.context_store import ctx_paths
 from seqlab.data.mail.quoted import clean_and_context, keep_end
 from seqlab.data.mail.reader import CleanOptions, parse_message
-from seqlab.data.reply_store import ctx_paths
 from seqlab.data.store import TokenStore
 from seqlab.data.synthetic.generator import synthetic_messages
 from seqlab.data.tokenizer import load_tokenizer

@@ -29,7 +29,7 @@ from typing import Any
 
 from torch import nn
 
-from seqlab.data.reply_store import open_contexts
+from seqlab.data.context_store import open_contexts
 from seqlab.data.store import TokenStore, load_meta
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.dynamic import split_metadata

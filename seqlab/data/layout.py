@@ -1,7 +1,7 @@
 """The layout of a DATA_DIR that both sides share: the split names, the dtypes of the token files, and
 meta.json read back and checked (ARCHITECTURE.md, "DATA_DIR").
 
-`seqlab.data.store` and `seqlab.data.reply_store` read the files with these; the writers in
+`seqlab.data.store` and `seqlab.data.context_store` read the files with these; the writers in
 `seqlab.data.prepare` write them with the same. numpy only.
 """
 

@@ -1,7 +1,7 @@
 """Context batches beside the token batches: for each window or stream lane, the context of its email.
 
 The model reads a reply's context through cross-attention (`seqlab.models.context_encoder`); this module cuts
-those contexts out of a split's `ContextStore` (`seqlab.data.reply_store`) for the same rows as the token
+those contexts out of a split's `ContextStore` (`seqlab.data.context_store`) for the same rows as the token
 batches of `batches.py` and `streams.py`:
 
 - windows (attention): one context per row, the one of the email the window lies in, also when the
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from seqlab.data.reply_store import ContextStore
+    from seqlab.data.context_store import ContextStore
     from seqlab.data.store import TokenStore
     from seqlab.data.streams import StreamSampler
 

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from seqlab.data.context_store import open_contexts
 from seqlab.data.layout import IDX_DTYPE, check_tokenizer, dtype_from_meta, load_meta, meta_field, meta_int, token_dtype
-from seqlab.data.reply_store import open_contexts
 from seqlab.errors import UserError
 
 # The layout's names are part of this module's reading API (`from seqlab.data.store import load_meta`).

@@ -1,4 +1,4 @@
-"""The contexts of a DATA_DIR, written: `{split}.ctx.bin/.idx` (the layout: `seqlab.data.reply_store`).
+"""The contexts of a DATA_DIR, written: `{split}.ctx.bin/.idx` (the layout: `seqlab.data.context_store`).
 
 An email's context is the replied-to text quoted in it (`seqlab.data.mail.quoted`, parked in the context
 spool while mail is read); when it quotes nothing and the corpus holds the message its In-Reply-To names
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from seqlab.data.context_store import CONTEXT_SOURCES, ctx_paths
 from seqlab.data.layout import IDX_DTYPE, SPLITS, token_dtype
 from seqlab.data.mail.quoted import MAX_CONTEXT_CHARS, keep_end
 from seqlab.data.prepare.spool import iter_context_spool, iter_spool
 from seqlab.data.prepare.token_files import copy_into
-from seqlab.data.reply_store import CONTEXT_SOURCES, ctx_paths
 from seqlab.data.tokenizer import ByteTokenizer, Tokenizer
 from seqlab.durable import StreamFile
 
