@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "lesson": "seqlab.api.lessons", "lesson_names": "seqlab.api.lessons", "softmax": "seqlab.api.lessons",
     "soft_lookup": "seqlab.api.lessons", "attention_weights": "seqlab.api.lessons",
     "self_attention_layer": "seqlab.api.lessons", "state_numbers": "seqlab.api.lessons",
-    "LessonResult": "seqlab.studies.lessons.common", "LookupMath": "seqlab.studies.inspection.probes",
+    "LessonResult": "seqlab.studies.lessons.common", "LookupMath": "seqlab.inspection.probes",
     "preset": "seqlab.api.presets", "RunConfig": "seqlab.config", "ModelConfig": "seqlab.config",
     "DataConfig": "seqlab.config", "TrainConfig": "seqlab.config",
     "build_model": "seqlab.models", "LM": "seqlab.models", "LMState": "seqlab.models",
@@ -67,8 +67,8 @@ if TYPE_CHECKING:  # for type checkers and editors only; at run time `__getattr_
     from seqlab.errors import UserError
     from seqlab.evaluation.heldout import lm_loss
     from seqlab.generation.complete import Completion
+    from seqlab.inspection.probes import LookupMath
     from seqlab.models import LM, LMState, build_model
-    from seqlab.studies.inspection.probes import LookupMath
     from seqlab.studies.lessons.common import LessonResult
     from seqlab.training.progress import StepReport
 

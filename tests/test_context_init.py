@@ -176,7 +176,7 @@ def test_a_reply_is_completed_from_the_originals_state_and_has_no_cross_weights(
     from seqlab.data.tokenizer import ByteTokenizer
     from seqlab.errors import UserError
     from seqlab.generation.reply import reply_context
-    from seqlab.studies.inspection.cross import cross_attention_maps
+    from seqlab.inspection.cross import cross_attention_maps
 
     tok = ByteTokenizer()
     torch.manual_seed(0)

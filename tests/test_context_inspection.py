@@ -12,9 +12,9 @@ from seqlab.cli.main import main
 from seqlab.config import ModelConfig, apply_overrides, get_preset
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
+from seqlab.inspection.cross import cross_attention_maps, read_most
 from seqlab.models import build_model, record_attention
 from seqlab.models.context_encoder import ContextBatch
-from seqlab.studies.inspection.cross import cross_attention_maps, read_most
 from seqlab.training.trainer import train
 
 TOK = ByteTokenizer()

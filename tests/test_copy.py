@@ -165,9 +165,9 @@ def test_the_attention_view_shows_the_pointer(tmp_path: Path, mode: str) -> None
     """`attention --reply-to` on a copy model: the pointer's weights are one more row (after any
     cross-attention layers), the recorded pointer rows, and the HTML names it."""
     from seqlab.data.tokenizer import ByteTokenizer
-    from seqlab.studies.figures import png_bytes
-    from seqlab.studies.html import page
-    from seqlab.studies.inspection.cross import Section, cross_attention_maps, cross_figure, cross_tables
+    from seqlab.inspection.cross import Section, cross_attention_maps, cross_figure, cross_tables
+    from seqlab.inspection.figures import png_bytes
+    from seqlab.inspection.html import page
 
     tok, original = ByteTokenizer(), "Shall we meet in room 5 on Tuesday?"
     torch.manual_seed(0)

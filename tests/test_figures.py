@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from seqlab.studies.figures import png_bytes, save_png, subplots
+from seqlab.inspection.figures import png_bytes, save_png, subplots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -16,8 +16,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def test_no_matplotlib_at_import_and_no_pyplot_when_drawing() -> None:
     code = textwrap.dedent("""
         import sys
-        import seqlab.studies.compare.report, seqlab.studies.inspection.plots, seqlab.studies.lessons.common
-        from seqlab.studies.figures import png_bytes, subplots
+        import seqlab.studies.compare.report, seqlab.inspection.plots, seqlab.studies.lessons.common
+        from seqlab.inspection.figures import png_bytes, subplots
         assert "matplotlib" not in sys.modules, "imported at import time"
         fig, ax = subplots(figsize=(2, 2))
         ax.plot([0, 1], [1, 0])

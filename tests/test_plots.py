@@ -17,11 +17,11 @@ from seqlab.cli.main import main
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
+from seqlab.inspection import plots
+from seqlab.inspection import probes as probe
+from seqlab.inspection.commands import lookup_path
+from seqlab.inspection.html import heat_table
 from seqlab.models import build_model
-from seqlab.studies.html import heat_table
-from seqlab.studies.inspection import plots
-from seqlab.studies.inspection import probes as probe
-from seqlab.studies.inspection.commands import lookup_path
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TEXT = "Hi Ann,\nplease send the report."

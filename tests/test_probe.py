@@ -17,10 +17,10 @@ from seqlab.config import ModelConfig
 from seqlab.data.prepare.tokenizer_fit import fit_tokenizer
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.errors import UserError
+from seqlab.inspection import probes as probe
 from seqlab.models import build_model
 from seqlab.models.positional import alibi_slopes
 from seqlab.runs.load import load_run
-from seqlab.studies.inspection import probes as probe
 
 TEXT = "Hi Bob,\nplease send the report before Friday."
 

@@ -17,6 +17,7 @@ from serving_helpers import ready_client
 from seqlab.config import ModelConfig
 from seqlab.data.tokenizer import ByteTokenizer
 from seqlab.generation.decode import context_limit
+from seqlab.inspection import probes
 from seqlab.models import build_model
 from seqlab.models.recorder import record_attention
 from seqlab.runs.load import load_run
@@ -24,7 +25,6 @@ from seqlab.serving import why
 from seqlab.serving.app import ServerConfig
 from seqlab.serving.engine import CompletionEngine, prompt_text
 from seqlab.serving.sessions import window_start
-from seqlab.studies.inspection import probes
 
 SUBJECT = "Report"
 SHORT = "Hi Dana,\nCould you send"  # with the subject: 31 bytes + bos, inside the tiny model's 32 tokens

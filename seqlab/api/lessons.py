@@ -27,7 +27,7 @@ from seqlab.errors import UserError
 from seqlab.private_files import private_umask
 
 if TYPE_CHECKING:
-    from seqlab.studies.inspection.probes import LookupMath
+    from seqlab.inspection.probes import LookupMath
     from seqlab.studies.lessons.common import LessonResult
 
 ArrayLike = Sequence[Any] | np.ndarray
@@ -74,7 +74,7 @@ def softmax(scores: ArrayLike) -> np.ndarray:
 def soft_lookup(query: ArrayLike, keys: ArrayLike, values: ArrayLike) -> LookupMath:
     """One query (d_k,) against keys (n, d_k) and values (n, d_v): `.scores` q.k_j / sqrt(d_k), `.weights` their
     softmax, `.contributions` a_j v_j (n, d_v) and `.output` y = sum_j a_j v_j (d_v,), in float64."""
-    from seqlab.studies.inspection.probes import lookup_math
+    from seqlab.inspection.probes import lookup_math
 
     q, k, v = _tensor(query, "query", 1), _tensor(keys, "keys", 2), _tensor(values, "values", 2)
     if k.size(1) != q.size(0) or v.size(0) != k.size(0):

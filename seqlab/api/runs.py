@@ -154,7 +154,7 @@ class Run:
         """
         from seqlab.evaluation.heldout import token_byte_lengths
         from seqlab.generation.decode import context_limit, model_device
-        from seqlab.studies.inspection.probes import token_labels
+        from seqlab.inspection.probes import token_labels
 
         model, tok, _ = self._load()
         ids = tok.encode_email(text)  # [bos] + tokens + [eos]
@@ -180,7 +180,7 @@ class Run:
         """The attention weights of every layer and head (or the chosen ones) over `[bos] + text`, and the soft
         lookup of token `query` (default the last; 0 is <bos>) in `layer`/`head` (default 0/0). A model
         without attention is a `UserError`."""
-        from seqlab.studies.inspection.probes import attention_maps, soft_lookup
+        from seqlab.inspection.probes import attention_maps, soft_lookup
 
         model, tok, _ = self._load()
         maps = attention_maps(model, tok, text, layer, head)
@@ -190,7 +190,7 @@ class Run:
     def inspect(self, text: str) -> Inspection:
         """The sinusoidal encoding at the model's size, learned positions' similarity (model.pos=learned) and,
         for a GRU, its reset and update gates over `text`."""
-        from seqlab.studies.inspection.probes import gru_gates, learned_position_similarity, sinusoidal_table
+        from seqlab.inspection.probes import gru_gates, learned_position_similarity, sinusoidal_table
 
         model, tok, cfg = self._load()
         gates = ([gru_gates(model, tok, text, layer) for layer in range(cfg.model.n_layer)]

@@ -4,7 +4,7 @@ files `seqlab attention` / `seqlab inspect` write.
 `Score` (per-token log-probabilities and bits per byte of one text), `NextToken` (one candidate of
 `Run.next_tokens`), `Attention` (every chosen head's (L, L) weights and the soft lookup of one query, lecture
 slide "One weighted combination uses values, not token IDs") and `Inspection` (position encodings and GRU
-gates). Figures are matplotlib `Figure`s on an Agg canvas (`seqlab.studies.figures`): in a notebook,
+gates). Figures are matplotlib `Figure`s on an Agg canvas (`seqlab.inspection.figures`): in a notebook,
 `%matplotlib inline` then displaying one draws it.
 """
 
@@ -22,7 +22,7 @@ from seqlab.private_files import private_umask
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from seqlab.studies.inspection.probes import AttentionMaps, SoftLookup
+    from seqlab.inspection.probes import AttentionMaps, SoftLookup
 
 
 @dataclass(frozen=True)
@@ -96,20 +96,20 @@ class Attention:
 
     def figure(self) -> Figure:
         """The heatmap grid: one panel per chosen (layer, head), tokens on both axes."""
-        from seqlab.studies.inspection.plots import attention_figure
+        from seqlab.inspection.plots import attention_figure
 
         return attention_figure(self.maps)
 
     def lookup_figure(self) -> Figure:
         """The soft lookup of the query token: its weight on every earlier key, and the heaviest keys' numbers."""
-        from seqlab.studies.inspection.plots import soft_lookup_figure
+        from seqlab.inspection.plots import soft_lookup_figure
 
         return soft_lookup_figure(self.lookup)
 
     @private_umask()  # the plots show the person's text
     def save(self, out: str | Path) -> list[Path]:
         """Write FILE.png (and FILE-lookup.png) or one FILE.html, as `seqlab attention` does; the files written."""
-        from seqlab.studies.inspection.commands import save_attention
+        from seqlab.inspection.commands import save_attention
 
         return save_attention(self.maps, self.lookup, out, self.title)
 
@@ -130,7 +130,7 @@ class Inspection:
 
     def figures(self) -> dict[str, Figure]:
         """One figure per view: "sinusoidal", "position-similarity" (learned positions), "gates-layer{L}"."""
-        from seqlab.studies.inspection.plots import gates_figure, matrix_figure
+        from seqlab.inspection.plots import gates_figure, matrix_figure
 
         figs = {"sinusoidal": matrix_figure(self.sinusoidal, "Sinusoidal position encoding",
                                             "dimension i", "position p", "PE[p, i]", True)}
@@ -145,7 +145,7 @@ class Inspection:
     @private_umask()
     def save(self, out_dir: str | Path) -> list[Path]:
         """Write the PNGs `seqlab inspect` writes into `out_dir`; the files written."""
-        from seqlab.studies.inspection.commands import save_inspection
+        from seqlab.inspection.commands import save_inspection
 
         length, width = self.sinusoidal.shape
         return save_inspection(out_dir, length, width, self.position_similarity, self.gates)

@@ -41,11 +41,11 @@ def add_attention(sub: argparse._SubParsersAction) -> None:
 
 def run_attention(args: argparse.Namespace) -> int:
     if args.reply_to is not None:
-        from seqlab.studies.inspection.cross import cross_command
+        from seqlab.inspection.cross import cross_command
 
         return _wrote([cross_command(args.run_dir, args.text, args.reply_to, args.out, args.layer, args.head)])
     from seqlab.api.runs import load
-    from seqlab.studies.inspection.plots import output_kind
+    from seqlab.inspection.plots import output_kind
 
     output_kind(args.out)  # a bad suffix fails before the model is loaded
     view = load(args.run_dir, device="cpu").attention(args.text, layer=args.layer, head=args.head, query=args.query)

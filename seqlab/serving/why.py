@@ -6,7 +6,7 @@ token healing by `encode_prompt`, the window cut by `sessions.window_start`), so
 tokens the model actually saw; the first suggested token is predicted at the last of them.
 
 - Attention models: the attention row of that last token in every layer, averaged over heads, read from
-  `seqlab.studies.inspection.probes.attention_maps_of_ids` (which records it with `record_attention`).
+  `seqlab.inspection.probes.attention_maps_of_ids` (which records it with `record_attention`).
   Each layer's row sums to 1 over the seen tokens; the overall weight is the mean over layers.
 - GRU models: 1 - z, the update gate's openness, averaged over channels, for each of the last `recent`
   tokens (`probes.gru_gates_of_ids`, continuing from the state after the tokens before them): how much of
@@ -37,9 +37,9 @@ from torch import Tensor, nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.generation.complete import encode_prompt
 from seqlab.generation.decode import model_device
+from seqlab.inspection import probes
 from seqlab.serving.engine import CompletionEngine, prompt_text
 from seqlab.serving.sessions import serve_limit, window_start
-from seqlab.studies.inspection import probes
 
 TOP_POSITIONS = 8  # positions listed, by weight
 ALTERNATIVES = 5  # next tokens listed, by probability

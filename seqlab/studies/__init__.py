@@ -1,1 +1,2 @@
-"""Studies of trained models: compare, inspection views, the lecture's lessons, and the demo."""
+"""Studies of trained models: compare, the lecture's lessons, and the demo (their figures
+and pages are drawn with `seqlab.inspection.figures` and `seqlab.inspection.html`)."""

@@ -3,7 +3,7 @@
 Showing a suggestion only when the model is sure trades coverage (the share of word boundaries where one is
 shown) for precision (ExactMatch among those shown). One line per N of ExactMatch@N over the coverages of
 `seqlab.evaluation.exact_match.coverage_table`, each point with its 95% Wilson interval as an error bar.
-Drawn with `seqlab.studies.figures` (Agg, no pyplot); evaluation computes the numbers, this room draws them,
+Drawn with `seqlab.inspection.figures` (Agg, no pyplot); evaluation computes the numbers, this room draws them,
 so evaluation never imports matplotlib.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlab.studies.figures import save_png, subplots
+from seqlab.inspection.figures import save_png, subplots
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

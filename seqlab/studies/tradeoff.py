@@ -2,7 +2,7 @@
 against wrong suggestions shown per 100 words, one line per rule, one point per threshold.
 
 Evaluation computes the rows (`seqlab.evaluation.saved_chars.tradeoff_curve`); this room writes them as a
-Markdown table and draws them (Agg, through `seqlab.studies.figures`). A rule whose line lies above and to
+Markdown table and draws them (Agg, through `seqlab.inspection.figures`). A rule whose line lies above and to
 the left of another saves more characters for the same number of wrong suggestions: docs/suggestions.md
 reads the default from this figure.
 """
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlab.studies.figures import save_png, subplots
+from seqlab.inspection.figures import save_png, subplots
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -3,10 +3,10 @@
     report.md     the table, the budget and the plots (PNG files in plots/)
     results.csv   one row per model, then the xz reference row
     results.json  everything, including the validation curves
-    report.html   the same as report.md in one file (`seqlab.studies.html`: inline CSS, images as data
+    report.html   the same as report.md in one file (`seqlab.inspection.html`: inline CSS, images as data
                   URIs, no scripts, nothing fetched from a network)
 
-Plots are made with `seqlab.studies.figures` (no pyplot); each model keeps its recipe's colour.
+Plots are made with `seqlab.inspection.figures` (no pyplot); each model keeps its recipe's colour.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlab.studies.figures import png_bytes, subplots
-from seqlab.studies.html import Section, page, plain_table
+from seqlab.inspection.figures import png_bytes, subplots
+from seqlab.inspection.html import Section, page, plain_table
 from seqlab.studies.recipes import RECIPES
 
 if TYPE_CHECKING:

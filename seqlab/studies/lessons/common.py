@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from seqlab.studies.figures import save_png
+from seqlab.inspection.figures import save_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

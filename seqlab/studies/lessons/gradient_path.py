@@ -35,8 +35,8 @@ from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.pipeline import prepare
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import load_tokenizer
+from seqlab.inspection.figures import subplots
 from seqlab.models import LM
-from seqlab.studies.figures import subplots
 from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
 from seqlab.studies.lessons.trained import ARCHS, ATTENTION, RECURRENT, base_config, initial_model, train_arch
 from seqlab.studies.recipes import RECIPES, apply_recipe

@@ -28,8 +28,8 @@ import torch
 
 from seqlab.data.synthetic.generator import MemoryEmail, memory_emails
 from seqlab.data.tokenizer import Tokenizer
+from seqlab.inspection.figures import subplots
 from seqlab.models import LM
-from seqlab.studies.figures import subplots
 from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
 from seqlab.studies.lessons.trained import ARCHS, ATTENTION, RECURRENT, base_config, train_arch, write_text_data_dir
 from seqlab.studies.recipes import RECIPES, apply_recipe

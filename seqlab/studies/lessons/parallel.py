@@ -23,8 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
+from seqlab.inspection.figures import subplots
 from seqlab.models.lm import MIXERS
-from seqlab.studies.figures import subplots
 from seqlab.studies.lessons.common import LessonResult, pick_size, write_lesson
 
 if TYPE_CHECKING:

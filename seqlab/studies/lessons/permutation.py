@@ -20,9 +20,9 @@ import torch
 from torch import Tensor
 
 from seqlab.config import ModelConfig
+from seqlab.inspection.figures import subplots
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.positional import attention_positions, build_positions
-from seqlab.studies.figures import subplots
 from seqlab.studies.lessons.common import LessonResult, columns_by, pick_size, write_lesson
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from seqlab.inspection.figures import subplots
 from seqlab.models.attention import stable_softmax
-from seqlab.studies.figures import subplots
 from seqlab.studies.lessons.common import LessonResult, columns_by, pick_size, write_lesson
 
 if TYPE_CHECKING:

@@ -1,9 +1,9 @@
-"""Figures of what a model computes (`seqlab.studies.figures`), written as PNG or self-contained HTML.
+"""Figures of what a model computes (`seqlab.inspection.figures`), written as PNG or self-contained HTML.
 
 Each view has a `*_figure` function (returns a matplotlib Figure), a `*_tables` function (the same numbers
 as HTML tables) and a `plot_*` function that writes `out_path`: `.png` through savefig, `.html` as one
-page with the PNG embedded as a data URI plus the tables (`seqlab.studies.html`); any other suffix is a
-UserError. The numbers come from `seqlab.studies.inspection.probes`.
+page with the PNG embedded as a data URI plus the tables (`seqlab.inspection.html`); any other suffix is a
+UserError. The numbers come from `seqlab.inspection.probes`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqlab.errors import UserError
-from seqlab.studies.figures import colormap, png_bytes, subplots
-from seqlab.studies.html import Section, heat_table, page, plain_table
-from seqlab.studies.inspection.probes import AttentionMaps, SoftLookup, sinusoidal_table
+from seqlab.inspection.figures import colormap, png_bytes, subplots
+from seqlab.inspection.html import Section, heat_table, page, plain_table
+from seqlab.inspection.probes import AttentionMaps, SoftLookup, sinusoidal_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -25,12 +25,12 @@ from torch import nn
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.generation.reply import read_reply_to, reads_context, reply_context
+from seqlab.inspection.figures import colormap, png_bytes, subplots
+from seqlab.inspection.html import Section, heat_table, page, plain_table
+from seqlab.inspection.plots import MAX_TICKS, output_kind, token_axis
+from seqlab.inspection.probes import choose_indices, encode_text, token_labels
 from seqlab.models import record_attention
 from seqlab.runs.load import load_run
-from seqlab.studies.figures import colormap, png_bytes, subplots
-from seqlab.studies.html import Section, heat_table, page, plain_table
-from seqlab.studies.inspection.plots import MAX_TICKS, output_kind, token_axis
-from seqlab.studies.inspection.probes import choose_indices, encode_text, token_labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -1,4 +1,4 @@
-"""Self-contained HTML, the one builder for every page studies write (the inspection pages and the compare
+"""Self-contained HTML, the one builder for every page seqlab writes (the inspection pages, the compare
 report.html): PNGs as base64 data URIs, plain tables, and weight tables shaded with CSS.
 
 Nothing here loads anything from elsewhere (no scripts, fonts or style sheets from the network), so a

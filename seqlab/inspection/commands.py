@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seqlab.studies.figures import png_bytes
-from seqlab.studies.html import Section, page
-from seqlab.studies.inspection.plots import (
+from seqlab.inspection.figures import png_bytes
+from seqlab.inspection.html import Section, page
+from seqlab.inspection.plots import (
     attention_figure,
     attention_tables,
     output_kind,
@@ -26,7 +26,7 @@ from seqlab.studies.inspection.plots import (
     soft_lookup_figure,
     soft_lookup_tables,
 )
-from seqlab.studies.inspection.probes import AttentionMaps, SoftLookup
+from seqlab.inspection.probes import AttentionMaps, SoftLookup
 
 
 def lookup_path(out: Path | str) -> Path:
