@@ -24,7 +24,7 @@ import asyncio
 import resource
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -61,74 +61,83 @@ def _nr_open() -> int:
         return 65536
 
 
-def guarded_http(limits: ConnectionLimits) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol under `limits`: a class of its own per server, whose connections waiting
-    for a request are counted together."""
-    waiting: dict[GuardedHttp, None] = {}  # insertion order: the one that has waited longest first
+class GuardedHttp(HttpToolsProtocol):
+    """A connection that must deliver each request in time and in bounded size (module docstring). Used
+    through `guarded_http`, which gives each server a subclass with its own limits and waiting connections."""
 
-    class GuardedHttp(HttpToolsProtocol):
-        """A connection that must deliver each request in time and in bounded size (module docstring)."""
+    limits: ClassVar[ConnectionLimits]
+    # the connections waiting for a request, in insertion order: the one that has waited longest first
+    waiting: ClassVar[dict[GuardedHttp, None]]
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._deadline: asyncio.TimerHandle | None = None
-            self._head_bytes = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
 
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-            super().connection_made(transport)  # type: ignore[arg-type]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._await_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.waiting.pop(self, None)
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self in self.waiting:
+            self._head_bytes += len(data)
+            if self._head_bytes > self.limits.max_head_bytes:
+                self._drop()
+                return
+        super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self.waiting.pop(self, None)  # a request: the deadline now waits for its body only
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # a request already read starts now: nothing to wait for
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
             self._await_request()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            waiting.pop(self, None)
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-            super().connection_lost(exc)
+    def _await_request(self) -> None:
+        """Wait for the next request: with a deadline, and among the waiting, of which the oldest goes."""
+        waiting = self.waiting
+        self._head_bytes = 0
+        waiting.pop(self, None)
+        waiting[self] = None
+        while len(waiting) > self.limits.max_waiting:
+            oldest = next(iter(waiting))
+            waiting.pop(oldest)
+            oldest._drop()
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(self.limits.request_deadline_s, self._on_deadline)
 
-        def data_received(self, data: bytes) -> None:
-            if self in waiting:
-                self._head_bytes += len(data)
-                if self._head_bytes > limits.max_head_bytes:
-                    self._drop()
-                    return
-            super().data_received(data)
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        cycle = self.cycle
+        unread_body = cycle is not None and cycle.more_body and not cycle.response_started
+        if self in self.waiting or unread_body:  # no whole request in time: headers or body still missing
+            self.waiting.pop(self, None)
+            self._drop()
 
-        def on_headers_complete(self) -> None:
-            waiting.pop(self, None)  # a request: the deadline now waits for its body only
-            super().on_headers_complete()
+    def _drop(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
-        def on_response_complete(self) -> None:
-            pipelined = bool(self.pipeline)  # a request already read starts now: nothing to wait for
-            super().on_response_complete()
-            if not pipelined and not self.transport.is_closing():
-                self._await_request()
 
-        def _await_request(self) -> None:
-            """Wait for the next request: with a deadline, and among the waiting, of which the oldest goes."""
-            self._head_bytes = 0
-            waiting.pop(self, None)
-            waiting[self] = None
-            while len(waiting) > limits.max_waiting:
-                oldest = next(iter(waiting))
-                waiting.pop(oldest)
-                oldest._drop()
-            if self._deadline is not None:
-                self._deadline.cancel()
-            self._deadline = self.loop.call_later(limits.request_deadline_s, self._on_deadline)
+def guarded_http(limits: ConnectionLimits) -> type[GuardedHttp]:
+    """uvicorn's httptools protocol under `limits`: a class of its own per server, whose connections waiting
+    for a request are counted together (and apart from another server's in the same process)."""
+    class ServerHttp(GuardedHttp):
+        pass
 
-        def _on_deadline(self) -> None:
-            self._deadline = None
-            cycle = self.cycle
-            unread_body = cycle is not None and cycle.more_body and not cycle.response_started
-            if self in waiting or unread_body:  # no whole request in time: headers or body still missing
-                waiting.pop(self, None)
-                self._drop()
-
-        def _drop(self) -> None:
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return GuardedHttp
+    ServerHttp.limits, ServerHttp.waiting = limits, {}
+    return ServerHttp
 
 
 def uvicorn_server(app: Any, limits: ConnectionLimits | None = None) -> uvicorn.Server:
