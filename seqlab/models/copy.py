@@ -33,7 +33,6 @@ from torch import Tensor, nn
 
 from seqlab.config import ModelConfig
 from seqlab.models.attention import stable_softmax
-from seqlab.models.context_encoder import ContextBatch, ContextEncoder, cross_mask
 from seqlab.models.recorder import active_recorder
 
 TINY = 1e-30  # copy probabilities below this are dropped (float32 normals reach 1.2e-38)
@@ -137,23 +136,3 @@ class CopyHead(nn.Module):
         lift = torch.where(present, F.softplus(log_copy[..., None] + log_pc - base), torch.zeros_like(p_c))
         return out.scatter_add_(2, index, lift)  # (B, T, V), in place: `out` is not saved for backward
 
-
-def read_context(head: CopyHead | None, encoder: ContextEncoder | None, wte: nn.Embedding,
-                 context: Tensor | ContextBatch, context_mask: Tensor | None, t: int
-                 ) -> tuple[ContextBatch, PointerKeys, Tensor, tuple[Tensor, Tensor, Tensor]]:
-    """The LM's context as the copy head reads it: the context as a ContextBatch, the head's keys, the
-    (B, S) or per-query (B, T, S) mask of what each position may copy, and the encoder's output (reused
-    by the blocks' cross-attention or initial states, so the context is encoded once)."""
-    assert head is not None and encoder is not None
-    if isinstance(context, Tensor):
-        if context.dim() != 2 or context.is_floating_point():
-            raise ValueError("a model with a copy head copies context tokens: give (B, Lc) token ids or a "
-                             f"ContextBatch, not a tensor of shape {tuple(context.shape)}")
-        context = ContextBatch.single(context, context_mask)
-    if context.segment is not None and context.segment.size(1) != t:
-        raise ValueError(f"context.segment must be (B, {t}), got {tuple(context.segment.shape)}")
-    encoded = encoder(wte, context)  # rows (B, S, C), keep (B, S), slot (S,)
-    rows, keep, slot = encoded
-    n = head.block_size  # the encoder keeps the last ctx_block_size tokens of each context; so does the pointer
-    ptr = head.keys(rows, context.ids[..., -n:], context.keep[..., -n:], wte)
-    return context, ptr, cross_mask(keep, slot, context.segment), encoded

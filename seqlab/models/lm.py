@@ -32,8 +32,9 @@ from torch import Tensor, nn
 from seqlab.config import ModelConfig
 from seqlab.models.attention import MultiHeadAttention
 from seqlab.models.block import MIXERS, Block
-from seqlab.models.context_encoder import ContextBatch, ContextEncoder, ContextInit, cross_mask
-from seqlab.models.copy import CopyHead, PointerKeys, read_context
+from seqlab.models.context_encoder import ContextBatch, ContextEncoder, ContextInit
+from seqlab.models.context_reader import context_in, reader_for
+from seqlab.models.copy import CopyHead, PointerKeys
 from seqlab.models.cpu_linear import linear
 from seqlab.models.kv_cache import CrossKV, KVCache
 from seqlab.models.positional import build_positions
@@ -123,6 +124,7 @@ class LM(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.copy_head = CopyHead(cfg) if cfg.copies else None  # models/copy.py
+        self.reader = reader_for(cfg.context)  # how forward reads a context (models/context_reader.py)
         self._init_weights()
         if cfg.tie_weights:
             self.head.weight = self.wte.weight  # one (V, C) matrix reads tokens in and scores them out
@@ -155,51 +157,13 @@ class LM(nn.Module):
             n -= sum(p.numel() for p in self.wte.parameters()) + sum(p.numel() for p in self.pos.parameters())
         return n
 
-    def encode_context(self, context: Tensor | ContextBatch, context_mask: Tensor | None = None,
-                       t: int | None = None, encoded: tuple[Tensor, Tensor, Tensor] | None = None
+    def encode_context(self, context: Tensor | ContextBatch, context_mask: Tensor | None = None
                        ) -> tuple[Tensor, Tensor | None]:
-        """Context rows for cross-attention and the mask of what each query may read.
-
-        A ContextBatch, or (B, Lc) token ids (with context_mask (B, Lc): False on padding), go through
-        the context encoder (models/context_encoder.py) -> rows (B, S, C) and a (B, S) or per-query (B, T, S)
-        bool mask; a float (B, Lc, C) tensor is taken as already-encoded rows (context_mask as given).
-        `encoded`: the encoder's output for this context when the caller has it already (a copy head)."""
-        if self.ctx_encoder is None:
-            raise ValueError("a context was given but model.context is none")
-        if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
-            if context.size(-1) != self.cfg.n_embd:
-                raise ValueError(f"context rows must be (B, Lc, {self.cfg.n_embd}), got {tuple(context.shape)}")
-            return context, context_mask
-        if isinstance(context, Tensor):
-            if context.dim() != 2 or context.is_floating_point():
-                raise ValueError(f"context must be (B, Lc) token ids, (B, Lc, {self.cfg.n_embd}) rows or a "
-                                 f"ContextBatch, got {tuple(context.shape)}")
-            context = ContextBatch.single(context, context_mask)
-        if context.segment is not None and t is not None and context.segment.size(1) != t:
-            raise ValueError(f"context.segment must be (B, {t}), got {tuple(context.segment.shape)}")
-        rows, keep, slot = encoded if encoded is not None else self.ctx_encoder(self.wte, context)
-        return rows, cross_mask(keep, slot, context.segment)
-
-    def context_inits(self, context: Tensor | ContextBatch, context_mask: Tensor | None, reset: Tensor | None,
-                      fresh: bool, t: int, encoded: tuple[Tensor, Tensor, Tensor] | None = None
-                      ) -> list[Tensor | None]:
-        """model.context=init_state: per block, the (B, T, C) state its recurrent mixer adds where an email
-        starts (at resets, and at t = 0 when the call starts from no state), or None (ContextInit)."""
-        assert self.ctx_init is not None and self.ctx_encoder is not None
-        if isinstance(context, Tensor) and context.dim() == 3 and context.is_floating_point():
-            rows, keep, n_ctx, segment = context, context_mask, 1, None  # already-encoded (B, Lc, C) rows
-            if keep is None:
-                keep = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
-        else:
-            if isinstance(context, Tensor):
-                context = ContextBatch.single(context, context_mask)
-            rows, keep, _ = encoded if encoded is not None else self.ctx_encoder(self.wte, context)
-            n_ctx, segment = context.ids.size(1), context.segment
-        b = rows.size(0)
-        begin = torch.zeros(b, t, dtype=torch.bool, device=rows.device) if reset is None else reset.clone()
-        if fresh:
-            begin[:, 0] = True  # no state given: every lane starts an email here
-        return self.ctx_init(rows, keep, n_ctx, segment, begin)
+        """Context rows (B, S, C) for cross-attention and the (B, S) or per-query (B, T, S) bool mask of
+        what each query may read, from any form `forward` takes (models/context_reader.py `context_in`)."""
+        ctx = context_in(self, context, context_mask, None)
+        assert ctx is not None
+        return ctx.rows, ctx.mask
 
     def forward(
         self,
@@ -212,15 +176,32 @@ class LM(nn.Module):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), state after the last token).
 
         state: from an earlier call, to continue the same sequences (None starts fresh).
-        context: a ContextBatch, (B, Lc) ids or (B, Lc, C) rows read by cross-attention (encoded once,
-            its keys/values cached in the state, so later calls may omit it; a ContextBatch with a
-            per-position segment must be given with every call). context_mask (B, Lc) bool is False on
-            context padding.
+        context: a ContextBatch, (B, Lc) ids or (B, Lc, C) rows, read as `model.context` says (encoded
+            once; what the blocks and the copy head read is cached in the state, so later calls may omit
+            it; a ContextBatch with a per-position segment must be given with every call). context_mask
+            (B, Lc) bool is False on context padding.
         reset: (B, T) bool, True where an email starts: recurrent mixers zero their hidden state and
             additive positions restart at 0 (attention ignores it: its windows lie inside one email).
         """
-        if context is not None and not self.cfg.reads_context:
-            raise ValueError("a context was given but model.context is none")
+        t = idx.size(1)
+        x, next_pos = self._embed(idx, state, reset)  # (B, T, C), (B,)
+        ctx = context_in(self, context, context_mask, t)  # one form, encoded once (or None)
+        read = self.reader.read(self, ctx, state, reset, t)  # what the blocks and the head read of it
+        layers: list[Any] = []
+        crosses: list[CrossKV | None] = []
+        for i, block in enumerate(self.blocks):
+            layer_state, cross = (state.layers[i], state.cross[i]) if state is not None else (None, None)
+            x, layer_state, cross = block(x, layer_state, read.rows, cross, reset, read.mask, read.inits[i])
+            layers.append(layer_state)
+            crosses.append(cross)
+        h = self.ln_f(x)
+        logits = linear(h, self.head.weight)  # (B, T, V); oneDNN without autograd (cpu_linear.py)
+        logits = self.reader.logits(self, h, logits, read)  # a copy head: log p of its mixture (models/copy.py)
+        return logits, LMState(layers, crosses, next_pos, read.ptr)
+
+    def _embed(self, idx: Tensor, state: LMState | None, reset: Tensor | None) -> tuple[Tensor, Tensor]:
+        """idx (B, T) -> token embeddings plus additive position vectors, after dropout (B, T, C), and the
+        position of the next token in each lane (B,)."""
         b, t = idx.shape
         x = self.wte(idx)  # (B, T) -> (B, T, C)
         if state is None and reset is None:
@@ -235,34 +216,7 @@ class LM(nn.Module):
             pe = self.pos.embed(positions)
         if pe is not None:
             x = x + pe.to(x.dtype)
-        x = self.drop(x)
-        inits: list[Tensor | None] = [None] * len(self.blocks)
-        ptr, ptr_mask = (state.copy, state.copy.keep) if state is not None and state.copy is not None else (None, None)
-        encoded = None
-        if context is not None and self.copy_head is not None:  # the pointer's keys, from one encoding
-            context, ptr, ptr_mask, encoded = read_context(self.copy_head, self.ctx_encoder, self.wte, context,
-                                                           context_mask, t)
-        if context is not None and self.ctx_init is not None:  # read through the initial states only
-            inits = self.context_inits(context, context_mask, reset, state is None, t, encoded)
-            context = None
-        if self.cfg.context == "pointer":  # no block reads the context: the copy head alone
-            context = None
-        ctx, context_mask = (self.encode_context(context, context_mask, t, encoded) if context is not None
-                             else (None, None))
-        layers: list[Any] = []
-        crosses: list[CrossKV | None] = []
-        for i, block in enumerate(self.blocks):
-            layer_state = state.layers[i] if state is not None else None
-            cross = state.cross[i] if state is not None else None
-            x, layer_state, cross = block(x, layer_state, ctx, cross, reset, context_mask, inits[i])
-            layers.append(layer_state)
-            crosses.append(cross)
-        h = self.ln_f(x)
-        logits = linear(h, self.head.weight)  # (B, T, V); oneDNN without autograd (cpu_linear.py)
-        if self.copy_head is not None:  # log p of the pointer-generator mixture (models/copy.py)
-            logits = (self.copy_head(h, logits, ptr, ptr_mask) if ptr is not None and ptr_mask is not None
-                      else self.copy_head.vocab_only(logits))
-        return logits, LMState(layers, crosses, next_pos, ptr)
+        return self.drop(x), next_pos
 
 
 def _recurrent(mixer: nn.Module) -> bool:
