@@ -21,7 +21,7 @@ from serving_helpers import Served, chromium, served
 WAIT_S = 60  # generous for 2 busy cores; every wait ends as soon as it succeeds
 SUBJECT = "Quarterly report"
 BODY = "Hi Dana,\n\nCould you send me the rep"
-MIN_GAP_MS = 40  # compose.js's: two requests never start closer than this
+MIN_GAP_MS = 40  # ghost_core.js's: two requests never start closer than this
 # Every /v1/complete the page makes, with when it started and settled (page clock, ms): window.asked.
 RECORD_TIMES = """const real = window.fetch; window.asked = [];
 window.fetch = (url, options = {}) => {
@@ -127,8 +127,9 @@ def test_ctrl_right_word_by_word_counts_each_inserted_word(driver, server):
     ghost = _wait_for_ghost(driver)
     before = _counts(server)
     taken = ""
-    while _ghost(driver):
+    while len(taken) < len(ghost):  # to the ghost's end and no further: the next suggestion comes at once
         rest = _ghost(driver)
+        assert rest == ghost[len(taken):]  # the suggestion being taken stays as it was
         word = _first_word(rest) if rest.strip() else rest
         area.send_keys(Keys.CONTROL, Keys.ARROW_RIGHT)
         taken += word
