@@ -202,8 +202,7 @@ class AccessGuard:
         for k, v in scope["headers"]:
             headers.setdefault(k, v)  # the first of a repeated header: what a browser would have meant
         path: str = scope["path"]
-        static = path.startswith("/static/")
-        extra = [] if static else [NO_STORE]
+        extra = [] if path.startswith("/static/") else [NO_STORE]
         host = headers.get(b"host", b"").decode("latin-1").lower()
         if not p.allow_remote and host not in p.hosts:
             await _refuse(send, 421, f"this server answers only to {_names(p)}", extra)
@@ -223,13 +222,23 @@ class AccessGuard:
                         "headers": [*SECURITY_HEADERS, *extra, *cors, *PREFLIGHT_HEADERS]})
             await send({"type": "http.response.body", "body": b""})
             return
+        await self._admit(scope, receive, send, headers, host, origin, extra + cors)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], host: str,
+                     origin: str | None, extra: list[tuple[bytes, bytes]]) -> None:
+        """The gate's second half, for a request whose Host and Origin passed: who sent it (a signed request,
+        the token, or under --allow-remote the page's token in its URL), then its body's type. `extra`: the
+        headers every answer to it carries besides `SECURITY_HEADERS` (no-store, CORS)."""
+        p = self.policy
+        path: str = scope["path"]
+        static = path.startswith("/static/")
         auth = headers.get(b"authorization")
         authorization = auth.decode("latin-1") if auth is not None else None
         proof: tuple[bytes, str] | None = None  # a signed request's secret and nonce: its answer is proven
         if authorization is not None and authorization.lstrip()[:11].lower() == "seqlabhmac ":
             signed = await _signed_request(p, scope, receive, authorization, host, origin)
             if len(signed) == 2:  # refused: (status, why)
-                await _refuse(send, signed[0], signed[1], extra + cors)
+                await _refuse(send, signed[0], signed[1], extra)
                 return
             caller, secret, nonce, scope, receive = signed
             proof = (secret, nonce)
@@ -245,17 +254,16 @@ class AccessGuard:
         # pairing was removed learns so at once, instead of being answered as a stranger
         if caller is None and not pairing and (path.startswith("/v1/") or p.allow_remote or auth is not None):
             await _refuse(send, 401, "this server needs its token: open the URL `seqlab serve` printed, or send "
-                          "`Authorization: Bearer TOKEN` (the token is in the run's serve/server.json)", extra + cors)
+                          "`Authorization: Bearer TOKEN` (the token is in the run's serve/server.json)", extra)
             return
         if proof is not None:
             send = _proving(send, *proof)
         if scope["method"] in ("POST", "PUT", "PATCH"):
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
             if media != b"application/json":
-                await _refuse(send, 415, "the body must be JSON sent as Content-Type: application/json",
-                              extra + cors)
+                await _refuse(send, 415, "the body must be JSON sent as Content-Type: application/json", extra)
                 return
-        added = SECURITY_HEADERS + extra + cors
+        added = SECURITY_HEADERS + extra
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -263,7 +271,6 @@ class AccessGuard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
 
 async def _signed_request(p: AccessPolicy, scope: Scope, receive: Receive, authorization: str, host: str,
                           origin: str | None) -> tuple[int, str] | tuple[Caller, bytes, str, Scope, Receive]:
