@@ -59,7 +59,7 @@ def test_recipe_study_at_equal_time_with_a_given_rate(tiny_data_dir: Path, tmp_p
 
 
 def test_tokenizer_study_bytes_against_bpe(tmp_path: Path) -> None:
-    from seqlab.bench.prepare_speed import write_corpus
+    from seqlab.bench.prepare_corpora import write_corpus
 
     mbox = write_corpus(tmp_path / "mail", [120], 0)["mbox-120"]
     out = tmp_path / "tokenizers"

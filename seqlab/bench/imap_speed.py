@@ -26,6 +26,7 @@ from typing import Any
 from seqlab.bench import prepare_speed
 from seqlab.bench.dovecot import DovecotError, missing_tools, running_dovecot
 from seqlab.bench.harness import row
+from seqlab.bench.prepare_corpora import corpus_bytes, write_corpus
 
 SECTION = "prepare"
 USER, PASSWORD = "bench", "bench password 7 not kept"  # a throwaway server's user, gone with it
@@ -49,7 +50,7 @@ def measure_pair(n: int, mbox: Path, workers: int, scratch: Path) -> dict[str, A
         if held != n:
             raise DovecotError(f"the server holds {held} messages, {n} were delivered")
         env = {**os.environ, "SEQLAB_IMAP_PASSWORD": PASSWORD}
-        raw = prepare_speed.corpus_bytes(mbox)
+        raw = corpus_bytes(mbox)
         local = prepare_speed.measure(f"mbox-byte-{n}", mbox, "byte", workers, n, scratch)
         url = f"imaps://{USER}@127.0.0.1:{server.port}/INBOX"
         imap = prepare_speed.measure(f"imap-byte-{n}", url, "byte", workers, n, scratch, raw_bytes=raw,
@@ -68,7 +69,7 @@ def run(sizes: list[int], workers: int | None = None, cache: Path = Path("out/be
     if why is not None:
         return {"skipped": why}
     workers = workers or default_workers()
-    paths = prepare_speed.write_corpus(cache, sorted(sizes), 0)
+    paths = write_corpus(cache, sorted(sizes), 0)
     try:
         pairs = [measure_pair(n, paths[f"mbox-{n}"], workers, cache / "runs") for n in sorted(sizes)]
     except DovecotError as exc:  # the server, not prepare: one failed row, the mbox rows beside it stay
