@@ -125,9 +125,9 @@ def test_completions_are_the_same_with_and_without_the_fast_step(
         assert a.confidence == pytest.approx(b.confidence, rel=1e-4, abs=1e-9)
 
 
-def test_a_block_the_step_does_not_know_keeps_the_model_step() -> None:
-    """A change to the LM's wiring that the step does not mirror (here: one block doubles its output) is
-    caught by the one-step check against the model's forward, and the decoder keeps the model's step."""
+def test_a_patched_block_keeps_the_model_step() -> None:
+    """A block whose forward is not `Block.forward` (here: patched to double its output) is not one the
+    step mirrors: the decoder keeps the model's step."""
     model = _model("attn-rope")
     block = model.blocks[1]
     real = block.forward

@@ -1,7 +1,7 @@
-"""The sliding-cache attention path of held-out scoring (models/attention.py `_self_sliding`) against the
-generic one: the ring of keys against the concatenating SlidingKVCache, the in-place complex RoPE on
-reordered W_Q/W_K rows against the model's own rotation, the mask by slot positions against the
-triangular one, lanes dropped between calls. Float64, so the paths differ only in summation order."""
+"""The sliding caches of held-out scoring (models/kv_cache.py) through the one self-attention
+(models/attention.py `self_attend`) against a window recomputed afresh: the ring of keys and the
+concatenating SlidingKVCache, the mask by slot positions against the plain causal square of a fresh call,
+lanes dropped between calls. Float64, so the paths differ only in summation order."""
 
 from __future__ import annotations
 
@@ -33,22 +33,32 @@ def attention_module(pos: str, qk_norm: bool = False, bias: bool = False) -> Mul
     return mha
 
 
-def run_calls(mha: MultiHeadAttention, x: torch.Tensor, state: object, generic: bool = False,
-              drop_after: int = -1) -> list[torch.Tensor]:
+def run_calls(mha: MultiHeadAttention, x: torch.Tensor, state: object, drop_after: int = -1) -> list[torch.Tensor]:
     """Feed x (B, L, C) in WIDTHS-sized calls; after call `drop_after` keep only lanes 1.. (as a plan
-    drops ended emails). generic=True runs the model's ordinary self-attention code on the same cache."""
+    drops ended emails)."""
     out, lo = [], 0
     with torch.no_grad():
         for i, t in enumerate(WIDTHS):
-            if generic:
-                y, state = mha._self(x[:, lo:lo + t], state, True)
-            else:
-                y, state = mha(x[:, lo:lo + t], state=state)
+            y, state = mha(x[:, lo:lo + t], state=state)
             out.append(y)
             lo += t
             if i == drop_after:
                 x = x[1:]
                 state = map_tensors(state, lambda s: s.index_select(0, torch.arange(1, s.size(0))))
+    return out
+
+
+def windows(mha: MultiHeadAttention, x: torch.Tensor, drop_after: int = -1) -> list[torch.Tensor]:
+    """Each call of `run_calls` recomputed afresh: causal attention over the KEEP inputs before the call
+    and the call's own, at their own positions, nothing held before them (lanes are independent, so
+    dropping one is slicing it off)."""
+    out, lo = [], 0
+    with torch.no_grad():
+        for i, t in enumerate(WIDTHS):
+            start = max(0, lo - KEEP)
+            y, _ = mha(x[:, start:lo + t], state=SlidingKVCache(10**9, length=start))
+            out.append(y[:, lo - start:] if i <= drop_after or drop_after < 0 else y[1:, lo - start:])
+            lo += t
     return out
 
 
@@ -58,7 +68,7 @@ def run_calls(mha: MultiHeadAttention, x: torch.Tensor, state: object, generic: 
 def test_ring_and_sliding_path_equal_the_generic_attention(pos: str, qk_norm: bool, bias: bool) -> None:
     mha = attention_module(pos, qk_norm, bias)
     x = torch.randn(3, sum(WIDTHS), 16, dtype=torch.float64)
-    generic = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+    generic = windows(mha, x, drop_after=1)
     concatenated = run_calls(mha, x, SlidingKVCache(KEEP), drop_after=1)
     ring = run_calls(mha, x, RingKVCache(KEEP), drop_after=1)
     for g, c, r in zip(generic, concatenated, ring):
@@ -67,19 +77,25 @@ def test_ring_and_sliding_path_equal_the_generic_attention(pos: str, qk_norm: bo
 
 
 def test_sliding_path_reads_only_the_keys_before_each_call() -> None:
-    """Against an explicit recompute: each call of the ring path equals plain causal attention over the
-    KEEP inputs before the call and the call's own (generic code, no cache)."""
+    """Each call of the ring path equals plain causal attention over the KEEP inputs before the call and
+    the call's own, computed with every earlier input at hand (a plain cache over the whole prefix, the
+    call's queries masked to the window by hand)."""
     mha = attention_module("rope")
     x = torch.randn(2, sum(WIDTHS), 16, dtype=torch.float64)
     ring = run_calls(mha, x, RingKVCache(KEEP))
+    w = torch.cat((mha.q_proj.weight, mha.kv_proj.weight))
+    q, k, v = (mha._heads(z) for z in (x @ w.T).split(16, dim=-1))  # (B, H, L, D): every position at once
+    q, k = mha.pos.rotate(q, k, 0)
     lo = 0
-    with torch.no_grad():
-        for y, t in zip(ring, WIDTHS):
-            start = max(0, lo - KEEP)
-            # inputs start..lo+t-1 computed afresh at their own positions, nothing held before them
-            window, _ = mha._self(x[:, start:lo + t], SlidingKVCache(10**9, length=start), True)
-            torch.testing.assert_close(y, window[:, lo - start:], rtol=1e-12, atol=1e-14)
-            lo += t
+    for y, t in zip(ring, WIDTHS):
+        qi = torch.arange(lo, lo + t)[:, None]
+        kj = torch.arange(lo + t)[None, :]
+        read = (kj <= qi) & (kj >= lo - KEEP)  # (T, lo + T): the window before the call and the call, causal
+        mask = torch.zeros(read.shape, dtype=torch.float64).masked_fill(~read, float("-inf"))
+        a = torch.softmax(q[:, :, lo:lo + t] @ k[:, :, :lo + t].transpose(-2, -1) / 8**0.5 + mask, dim=-1)
+        want = mha._merge(a @ v[:, :, :lo + t]).detach()
+        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-14)
+        lo += t
 
 
 def test_ring_slots_and_positions() -> None:
@@ -99,14 +115,14 @@ def test_ring_slots_and_positions() -> None:
 
 @pytest.mark.parametrize("pos", ["rope", "alibi", "none"])
 def test_sliding_path_under_bf16_autocast_is_the_float32_result_to_bf16_accuracy(pos: str) -> None:
-    """The trainer's validation under train.precision=bf16 runs this path under autocast: bf16 has no
-    complex dtype, so RoPE's pairs turn in float32 there; the result is the float32 one to bf16 rounding."""
+    """The trainer's validation under train.precision=bf16 runs this path under autocast; the result is
+    the float32 one to bf16 rounding."""
     mha = attention_module(pos).float()
     x = torch.randn(3, sum(WIDTHS), 16)
-    exact = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+    exact = windows(mha, x, drop_after=1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ring = run_calls(mha, x, RingKVCache(KEEP), drop_after=1)
-        generic = run_calls(mha, x, SlidingKVCache(KEEP), generic=True, drop_after=1)
+        generic = windows(mha, x, drop_after=1)
     for e, r, g in zip(exact, ring, generic):
         assert r.dtype == torch.bfloat16
         scale = e.abs().max()

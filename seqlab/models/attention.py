@@ -9,8 +9,9 @@
 - `MultiHeadAttention`: W_Q, W_K, W_V, an output projection, heads as learned subspaces of width
   d_k = n_embd / n_head; self-attention (keys and values from X) or cross-attention (keys and values
   from a context C, slide "Cross-attention gets queries and context from different sequences"); the
-  key/value caches it reads and fills (`seqlab.models.kv_cache`; the sliding ones through
-  `MultiHeadAttention._self_sliding`); weights exposed through `recorder.record_attention()`;
+  key/value caches it reads and fills (`seqlab.models.kv_cache`), all through one
+  `MultiHeadAttention.self_attend`, which the decoder's one-token step calls too; weights exposed
+  through `recorder.record_attention()`;
   optional QK-norm (`qk_norm=True`): RMSNorm with a learned gain on each head's queries and keys before
   the dot product, which bounds the logits Q K^T / sqrt(d_k) and keeps the softmax from saturating at
   high learning rates (Dehghani et al. 2023, "Scaling Vision Transformers to 22 Billion Parameters",
@@ -20,7 +21,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -29,8 +29,10 @@ from torch import Tensor, nn
 
 from seqlab.models.cpu_linear import apply_linear, linear
 from seqlab.models.kv_cache import CrossKV, KVCache, RingKVCache, SlidingKVCache
-from seqlab.models.positional import PositionHandler, RotaryPositions
+from seqlab.models.positional import PositionHandler
 from seqlab.models.recorder import active_recorder
+
+SelfCache = KVCache | SlidingKVCache | RingKVCache  # what self-attention reads and fills
 
 
 def stable_softmax(s: Tensor, dim: int = -1) -> Tensor:
@@ -105,17 +107,6 @@ def attention(
     a = stable_softmax(s, dim=-1)  # A, one normalized row per query
     y = F.dropout(a, p=p, training=p > 0) @ v  # (..., Lq, Dv): Y = A V
     return y, a
-
-
-@functools.lru_cache(maxsize=16)
-def paired_rows(n_head: int, head_dim: int, device: torch.device) -> Tensor:
-    """(3 n_head head_dim,) the rows of [W_Q; W_K | W_V] in the order that puts each head's RoPE pair
-    (i, i + D/2) of queries and keys side by side (i, i + D/2, i + 1, ...); the value rows stay."""
-    half = head_dim // 2
-    pair = torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()  # (D,)
-    heads = (torch.arange(2 * n_head)[:, None] * head_dim + pair).flatten()  # (2C,) queries then keys
-    c = n_head * head_dim
-    return torch.cat((heads, torch.arange(2 * c, 3 * c))).to(device)
 
 
 def padding_bias(keep: Tensor, dtype: torch.dtype) -> Tensor:
@@ -197,21 +188,6 @@ class MultiHeadAttention(nn.Module):
         """
         if context is not None or isinstance(state, CrossKV):
             return self._cross(x, context, state, context_mask)
-        if isinstance(state, (SlidingKVCache, RingKVCache)) and causal:
-            return self._self_sliding(x, state)
-        return self._self(x, state, causal)
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, kind: str) -> Tensor:
-        rec = active_recorder()
-        y, a = attention(q, k, v, mask=mask, need_weights=rec is not None, dropout_p=self.dropout,
-                         training=self.training, is_causal=is_causal)
-        if rec is not None and a is not None:
-            rec.add(self.layer, kind, a)
-        return self._merge(y)
-
-    def _self(self, x: Tensor, state: KVCache | SlidingKVCache | None,
-              causal: bool) -> tuple[Tensor, KVCache | SlidingKVCache]:
-        t = x.size(1)
         if self.kdim != self.n_embd:
             raise ValueError(f"self-attention needs kdim == n_embd, but kdim={self.kdim}, n_embd={self.n_embd}")
         # Q, K and V in one matmul through [W_Q; W_K | W_V]: the two projections' backward passes would
@@ -219,63 +195,62 @@ class MultiHeadAttention(nn.Module):
         w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C)
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
         q, k, v = (self._heads(z) for z in linear(x, w, b).split(self.n_embd, dim=-1))  # (B, H, T, D) each
+        y, state = self.self_attend(q, k, v, state, causal)
+        return self._merge(y), state
+
+    def self_attend(self, q: Tensor, k: Tensor, v: Tensor, cache: SelfCache | None, causal: bool = True
+                    ) -> tuple[Tensor, SelfCache]:
+        """The one self-attention of training, decoding (generation/fast_step.py) and held-out scoring.
+
+        q, k, v (B, H, T, D) projected for T new positions -> (Y (B, H, T, D) before W_O, the cache
+        holding their keys). The new positions continue the cache's (offset = cache.length; None: a
+        fresh start at 0): QK-norm, then the positions' `rotate` (RoPE: keys are cached already rotated),
+        then the cache returns the keys it holds and the mask says which each query may read
+        (`_self_mask`), then softmax(Q K^T / sqrt(d_k) + M) V (`attention`)."""
+        t = q.size(2)
+        offset = cache.length if cache is not None else 0  # position of the first new token
         q, k = self._qk_norm(q, k)
-        offset = state.length if state is not None else 0  # position of the first new token
         if self.pos is not None:
-            q, k = self.pos.rotate(q, k, offset)  # RoPE: keys are cached already rotated
-        if state is None:
-            state = KVCache(k, v, t)  # no copy: the cache starts as this call's tensors
+            q, k = self.pos.rotate(q, k, offset)
+        if cache is None:
+            cache = KVCache(k, v, t)  # no copy: the cache starts as this call's tensors
         else:
-            k, v = state.append(k, v)  # (B, H, past + T, D)
-        lk = k.size(2)
-        past = lk - t  # keys before the new ones: offset, or fewer once a SlidingKVCache drops the oldest
+            k, v = cache.append(k, v)  # (B, H, Lk, D): the keys held and the T new
+        mask, is_causal = self._self_mask(cache, offset, t, k.size(2), causal, q)
+        return self._attention(q, k, v, mask, is_causal, "self"), cache
+
+    def _attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool,
+                   kind: str) -> Tensor:
+        """`attention` with this module's dropout, its weights recorded when a recorder listens: (B, H, Lq, D)."""
+        rec = active_recorder()
+        y, a = attention(q, k, v, mask=mask, need_weights=rec is not None, dropout_p=self.dropout,
+                         training=self.training, is_causal=is_causal)
+        if rec is not None and a is not None:
+            rec.add(self.layer, kind, a)
+        return y
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool, kind: str) -> Tensor:
+        """`_attention`, heads merged and projected by W_O: (B, Lq, C)."""
+        return self._merge(self._attention(q, k, v, mask, is_causal, kind))
+
+    def _self_mask(self, cache: SelfCache, offset: int, t: int, lk: int, causal: bool,
+                   q: Tensor) -> tuple[Tensor | None, bool]:
+        """The additive mask of T queries at offset.. over the Lk keys the cache returned, (T, Lk) or
+        (H, T, Lk) with ALiBi's bias, and whether the fused kernel's causal square stands in for it."""
+        if causal and isinstance(cache, (SlidingKVCache, RingKVCache)):
+            mask = self._sliding_mask(cache, offset, t, lk, q.device, q.dtype)
+            return mask, mask is None and t > 1  # no mask: only this call's keys, in order
+        past = lk - t  # keys before the new ones: offset, or fewer once a sliding cache drops the oldest
         # the plain causal square takes the fused kernel's is_causal route; one new token needs no mask
-        mask = causal_mask(t, x.device, past) if causal and t > 1 and past > 0 else None
+        mask = causal_mask(t, q.device, past) if causal and t > 1 and past > 0 else None
         is_causal = causal and t > 1 and past == 0
         # ALiBi depends on distance only: queries counted from the first key held
-        bias = self.pos.score_bias(t, lk, past, x.device, q.dtype) if self.pos is not None else None
+        bias = self.pos.score_bias(t, lk, past, q.device, q.dtype) if self.pos is not None else None
         if bias is not None:  # ALiBi: fold the per-head bias and the causal mask into one float mask
             if is_causal:
-                mask, is_causal = causal_mask(t, x.device), False
+                mask, is_causal = causal_mask(t, q.device), False
             mask = bias if mask is None else bias + mask.to(bias.dtype)  # (H, T, Lk)
-        return self._attend(q, k, v, mask, is_causal, "self"), state
-
-    def _self_sliding(self, x: Tensor, state: SlidingKVCache | RingKVCache
-                      ) -> tuple[Tensor, SlidingKVCache | RingKVCache]:
-        """`_self` for a SlidingKVCache or RingKVCache (held-out scoring, seqlab.evaluation.plans), the
-        same result with fewer passes over memory (seqlab bench, "evaluation"): RoPE rotates queries and
-        keys at once, in place, as complex pairs; the keys are written into the ring, not concatenated;
-        the mask (by the positions the keys hold) goes to the fused kernel as is, since no query row
-        can be fully masked (each query reads at least its own key). Keys held by a RoPE model are in
-        the paired row order (`paired_rows`), so a cache filled here is read only here."""
-        bsz, t, _ = x.shape
-        w = torch.cat((self.q_proj.weight, self.kv_proj.weight))  # (3C, C): [W_Q; W_K | W_V]
-        b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.kv_proj.bias))
-        offset = state.length  # position of the first new token
-        complex_ok = not torch.is_autocast_enabled(x.device.type)  # no complex bfloat16: autocast rotates below
-        if isinstance(self.pos, RotaryPositions) and self.q_norm is None and complex_ok:
-            # RoPE as one complex product in place (Su et al. 2021, eq. 34 in complex form): the rows of
-            # W_Q and W_K are reordered so each head's rotated pair (i, i + D/2) comes out side by side,
-            # the same order for queries and keys, which leaves every q . k unchanged
-            rows = paired_rows(self.n_head, self.head_dim, w.device)  # (3C,)
-            w, b = w.index_select(0, rows), None if b is None else b.index_select(0, rows)
-            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
-            cos, sin = self.pos.tables(offset, t, qkv.dtype)  # (T, D/2)
-            pairs = torch.view_as_complex(qkv[:, :, :2].unflatten(-1, (self.head_dim // 2, 2)))  # (B, T, 2, H, D/2)
-            pairs.mul_(torch.complex(cos, sin)[:, None, None])  # (x1 + i x2) e^{i p theta}: [x1', x2']
-            q, k = qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2)  # (B, H, T, D) views
-        else:
-            qkv = linear(x, w, b).view(bsz, t, 3, self.n_head, self.head_dim)  # (B, T, 3, H, D)
-            q, k = self._qk_norm(qkv[:, :, 0].transpose(1, 2), qkv[:, :, 1].transpose(1, 2))
-            if self.pos is not None:
-                q, k = self.pos.rotate(q, k, offset)
-        k, v = state.append(k, qkv[:, :, 2].transpose(1, 2))  # (B, H, Lk, D): held keys and the T new
-        mask = self._sliding_mask(state, offset, t, k.size(2), x.device, q.dtype)
-        is_causal = mask is None and t > 1  # only this call's keys, in order: the plain causal square
-        if active_recorder() is not None:  # the explicit path, which records the weights
-            return self._attend(q, k, v, mask, is_causal, "self"), state
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-        return self._merge(y), state
+        return mask, is_causal
 
     def _sliding_mask(self, state: SlidingKVCache | RingKVCache, offset: int, t: int, lk: int,
                       device: torch.device, dtype: torch.dtype) -> Tensor | None:

@@ -93,7 +93,7 @@ class RingKVCache:
     k, v: (B, H, R, D) with R = keep + the first call's T (no later call may be longer); position p
     sits in slot p % R. Once the ring has gone round, `append` returns the whole ring, its slots out of
     order, and `key_positions` says which position each holds; attention masks by those positions
-    (`MultiHeadAttention._self_sliding`), so the result is SlidingKVCache's: a call's queries read the
+    (`MultiHeadAttention._self_mask`), so the result is SlidingKVCache's: a call's queries read the
     `keep` positions before it and their own, causally. Nothing older is read even when a short last
     call leaves older positions in the ring. Only for positions that depend on distance alone."""
 
