@@ -20,7 +20,7 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tests' helper modules
 
 with atheris.instrument_imports(include=["seqlab.data.mail.imap", "seqlab.data.mail.imap_auth",
-                                         "seqlab.data.mail.imap_url", "imaplib"]):
+                                         "seqlab.data.mail.imap_replies", "seqlab.data.mail.imap_url", "imaplib"]):
     import imap_fuzzing
 
 

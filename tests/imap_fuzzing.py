@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mail_fuzzing import kept_files, write_inputs
 
-from seqlab.data.mail import imap, mime
+from seqlab.data.mail import imap, imap_replies, mime
 from seqlab.data.mail.imap import FolderState, ImapSource
 from seqlab.data.mail.imap_auth import ENV_PASSWORD, ENV_TOKEN, ImapOptions
 from seqlab.errors import UserError
@@ -76,7 +76,7 @@ class _Memory(imaplib.IMAP4):
         self.file.close()
 
 
-class _MemoryPlain(imap._Capped, _Memory):  # the source's own literal cap, then the in-memory transport
+class _MemoryPlain(imap_replies.CappedLiterals, _Memory):  # the source's own literal cap, then the in-memory transport
     pass
 
 

@@ -2,7 +2,7 @@
 
 `seqlab prepare imaps://USER@HOST[:PORT]/FOLDER[,FOLDER...]` resolves to one (`sources.resolve_source`); the
 same reader, cleaning, dedupe and thread split follow. The URL and its checks are in `imap_url.py`, the login
-and its secret in `imap_auth.py`.
+and its secret in `imap_auth.py`, the server's replies read and capped in `imap_replies.py`.
 
 Read-only, always: each folder is opened with EXAMINE and bodies are fetched with BODY.PEEK[], so no flag
 (\\Seen included) ever changes on the server. Per folder, one pass of `FETCH lo:hi (UID RFC822.SIZE)` over
@@ -51,24 +51,25 @@ from tqdm import tqdm
 
 from seqlab.data.mail import mime
 from seqlab.data.mail.imap_auth import ImapOptions, read_secret, redact, xoauth2
+from seqlab.data.mail.imap_replies import (
+    MAX_UID,
+    CappedLiterals,
+    Malformed,
+    SaslOnce,
+    batches,
+    bodies,
+    fetch_cap,
+    quoted,
+    reply_text,
+    uid_sizes,
+)
 from seqlab.data.mail.imap_url import ImapUrl, parse_imap_url, quote_mailbox
 from seqlab.data.mail.message_files import FoundItems
 from seqlab.errors import UserError
 
 __all__ = ["FolderState", "ImapSource"]
 
-BATCH_UIDS = 250  # messages per UID FETCH: few round trips, and a batch's reply stays small
-BATCH_BYTES = 8 << 20  # ... and about this many bytes of mail per batch (one large message may exceed it)
 SIZE_WINDOW = 1000  # messages per FETCH of UIDs and sizes
-_UID = re.compile(rb"\bUID (\d+)")
-_SIZE = re.compile(rb"\bRFC822\.SIZE (\d+)")
-_MAX_UID = 0xFFFFFFFF  # UIDs and RFC822.SIZE are 32-bit numbers (RFC 3501); kept in arrays of 64-bit ones
-
-
-def _fetch_cap() -> int:
-    """The largest message fetched: twice the reader's cap, since RFC822.SIZE counts CRLF line ends; the cap
-    itself is applied after they become LF. Read at call time: a test may lower the reader's cap."""
-    return 2 * mime.MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -81,24 +82,11 @@ class FolderState:
     reset: bool = False  # `since` named another UIDVALIDITY: the folder was read from its first message
 
 
-class _Malformed(Exception):
-    """The server's reply cannot be what it claims to be."""
-
-
-class _Capped:
-    """imaplib reads an announced literal with one read(size), allocating `size` bytes first: cap it."""
-
-    def read(self, size: int) -> bytes:
-        if size > _fetch_cap() + 65536:  # the slack: a server may count a message's size a little differently
-            raise _Malformed(f"it announced a literal of {size} bytes, larger than any message asked for")
-        return super().read(size)  # type: ignore[misc]
-
-
-class _Plain(_Capped, imaplib.IMAP4):
+class _Plain(CappedLiterals, imaplib.IMAP4):
     pass
 
 
-class _Tls(_Capped, imaplib.IMAP4_SSL):
+class _Tls(CappedLiterals, imaplib.IMAP4_SSL):
     pass
 
 
@@ -127,7 +115,7 @@ class ImapSource(FoundItems):
 
     def _say(self, what: object) -> str:
         """Server text (an imaplib exception or a reply) fit for an error message: short, the secret cut out."""
-        return redact(_text(what), self._secret)
+        return redact(reply_text(what), self._secret)
 
     @property
     def where(self) -> str:
@@ -163,16 +151,16 @@ class ImapSource(FoundItems):
         for folder in self.url.folders:
             try:
                 typ, data = conn.status(quote_mailbox(folder), "(UIDVALIDITY UIDNEXT)")
-                text = _text(data)
+                text = reply_text(data)
                 text = text[text.rfind("("):]  # the attributes, after the folder's name (which may hold anything)
                 v, n = re.search(r"UIDVALIDITY (\d+)", text), re.search(r"UIDNEXT (\d+)", text)
                 if typ != "OK" or v is None or n is None:
-                    raise _Malformed(text)
+                    raise Malformed(text)
             except (imaplib.IMAP4.abort, OSError) as exc:
                 self._conn = None
                 _drop(conn)
                 raise self._lost(folder, exc, 0) from None
-            except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:  # ValueError: replies decoded as ASCII
+            except (imaplib.IMAP4.error, Malformed, ValueError) as exc:  # ValueError: replies decoded as ASCII
                 raise UserError(f"{self.where} sent a malformed reply about {folder!r} ({self._say(exc)}).") from None
             folders[folder] = {"uidvalidity": int(v.group(1)), "last_uid": max(0, int(n.group(1)) - 1)}
         return {"folders": folders}
@@ -212,7 +200,7 @@ class ImapSource(FoundItems):
             raise UserError(f"{self.where} did not answer within {o.timeout_s:g} s.") from None
         except OSError as exc:
             raise UserError(f"Cannot connect to {self.where} ({exc.strerror or type(exc).__name__}).") from None
-        except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:  # ValueError: imaplib decodes replies as ASCII
+        except (imaplib.IMAP4.error, Malformed, ValueError) as exc:  # ValueError: imaplib decodes replies as ASCII
             raise UserError(f"{self.where} did not greet as an IMAP server ({self._say(exc)}).") from None
         conn.debug = 0  # imaplib's debug output would print the LOGIN line, password included
         self._login(conn)
@@ -223,21 +211,21 @@ class ImapSource(FoundItems):
         secret = self._secret
         try:
             if o.oauth2:
-                conn.authenticate("XOAUTH2", _Once(xoauth2(u.user, secret)))
+                conn.authenticate("XOAUTH2", SaslOnce(xoauth2(u.user, secret)))
             elif secret.isascii() and u.user.isascii():
-                conn.login(_quoted(u.user), secret)  # imaplib quotes the password itself
+                conn.login(quoted(u.user), secret)  # imaplib quotes the password itself
             else:  # LOGIN takes ASCII; SASL PLAIN carries UTF-8
-                conn.authenticate("PLAIN", _Once(f"\0{u.user}\0{secret}".encode()))
+                conn.authenticate("PLAIN", SaslOnce(f"\0{u.user}\0{secret}".encode()))
         except imaplib.IMAP4.abort as exc:
             raise UserError(f"The connection to {self.where} was lost while logging in "
-                            f"({redact(_text(exc), secret)}).") from None
+                            f"({redact(reply_text(exc), secret)}).") from None
         except imaplib.IMAP4.error as exc:
             how = "token" if o.oauth2 else "password"
             raise UserError(f"{self.where} refused the login of {u.user} (wrong user or {how}?): "
-                            f"{redact(_text(exc), secret)}.") from None
-        except (OSError, _Malformed, ValueError) as exc:
+                            f"{redact(reply_text(exc), secret)}.") from None
+        except (OSError, Malformed, ValueError) as exc:
             raise UserError(f"The connection to {self.where} failed while logging in "
-                            f"({redact(_text(exc), secret)}).") from None
+                            f"({redact(reply_text(exc), secret)}).") from None
 
     # ------------------------------------------------------------ one folder
 
@@ -246,23 +234,23 @@ class ImapSource(FoundItems):
             uidvalidity, uids, sizes = self._examine(conn, folder)
         except (imaplib.IMAP4.abort, OSError) as exc:
             raise self._lost(folder, exc, 0) from None
-        except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:
+        except (imaplib.IMAP4.error, Malformed, ValueError) as exc:
             raise UserError(f"{self.where} sent a malformed reply about {folder!r} ({self._say(exc)}).") from None
         done = 0
         bar = tqdm(total=sum(sizes), unit="B", unit_scale=True, desc=f"IMAP {folder}", leave=False,
                    disable=not self.progress)
         try:
-            for batch in _batches(uids, sizes):
+            for batch in batches(uids, sizes):
                 try:
-                    got = self._fetch(conn, [uids[i] for i in batch if sizes[i] <= _fetch_cap()])
+                    got = self._fetch(conn, [uids[i] for i in batch if sizes[i] <= fetch_cap()])
                 except (imaplib.IMAP4.abort, OSError) as exc:
                     raise self._lost(folder, exc, done) from None
-                except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:
+                except (imaplib.IMAP4.error, Malformed, ValueError) as exc:
                     raise UserError(f"{self.where} sent a malformed reply while reading {folder!r} "
                                     f"({self._say(exc)}); nothing was written.") from None
                 for i in batch:
                     uid = uids[i]
-                    raw = got.get(uid, "vanished") if sizes[i] <= _fetch_cap() else "too_large"
+                    raw = got.get(uid, "vanished") if sizes[i] <= fetch_cap() else "too_large"
                     if isinstance(raw, bytes):
                         raw = raw.replace(b"\r\n", b"\n")
                         if len(raw) > mime.MAX_MESSAGE_BYTES:
@@ -279,7 +267,7 @@ class ImapSource(FoundItems):
             typ, data = conn.status(quote_mailbox(folder), "(UIDVALIDITY)")
         except (imaplib.IMAP4.abort, OSError) as exc:
             raise self._lost(folder, exc, 0) from None
-        except (imaplib.IMAP4.error, _Malformed, ValueError) as exc:
+        except (imaplib.IMAP4.error, Malformed, ValueError) as exc:
             typ, data = "NO", [self._say(exc)]
         if typ != "OK":
             raise UserError(f"The folder {folder!r} cannot be opened on {self.where} (does it exist?): "
@@ -292,12 +280,12 @@ class ImapSource(FoundItems):
             raise UserError(f"The folder {folder!r} cannot be opened on {self.where} (does it exist?): "
                             f"{self._say(data)}.")
         if not data or not isinstance(data[0], bytes) or not data[0]:  # a literal comes as a tuple
-            raise _Malformed("no EXISTS count")
+            raise Malformed("no EXISTS count")
         exists = int(data[0])
         _, found = conn.response("UIDVALIDITY")
         if not found or not isinstance(found[-1], bytes) or not found[-1].isdigit() \
-                or not 0 < int(found[-1]) <= _MAX_UID:  # 32 bits, not 0 (RFC 3501), and never negative
-            raise _Malformed("no UIDVALIDITY")
+                or not 0 < int(found[-1]) <= MAX_UID:  # 32 bits, not 0 (RFC 3501), and never negative
+            raise Malformed("no UIDVALIDITY")
         uidvalidity = int(found[-1])
         before = self.since.get(folder)
         start = before.last_uid if before is not None and before.uidvalidity == uidvalidity else 0
@@ -308,15 +296,8 @@ class ImapSource(FoundItems):
             hi = min(exists, lo + SIZE_WINDOW - 1)
             typ, data = conn.fetch(f"{lo}:{hi}", "(UID RFC822.SIZE)")
             if typ != "OK":
-                raise _Malformed(_text(data))
-            for line in data:
-                if isinstance(line, tuple):
-                    raise _Malformed("a literal where sizes were expected")
-                uid, size = _UID.search(line or b""), _SIZE.search(line or b"")
-                if uid and size and int(uid.group(1)) > start:
-                    if int(uid.group(1)) > _MAX_UID or int(size.group(1)) > _MAX_UID:
-                        raise _Malformed("a UID or size beyond 32 bits")
-                    pairs[int(uid.group(1))] = int(size.group(1))
+                raise Malformed(reply_text(data))
+            pairs.update(uid_sizes(data, start))
         ordered = sorted(pairs)
         return uidvalidity, array("Q", ordered), array("Q", (pairs[u] for u in ordered))
 
@@ -326,30 +307,8 @@ class ImapSource(FoundItems):
             return {}
         typ, data = conn.uid("FETCH", ",".join(map(str, uids)), "(UID BODY.PEEK[])")
         if typ != "OK":
-            raise _Malformed(_text(data))
-        wanted, out = set(uids), {}
-        uid: int | None = None
-        body: bytes | None = None
-        for item in data:
-            if isinstance(item, tuple):
-                if body is not None:
-                    raise _Malformed("two literals in one FETCH response")
-                head, body = item[0], item[1]
-                m = _UID.search(head)
-                uid = int(m.group(1)) if m else None
-            elif body is not None and uid is None:
-                m = _UID.search(item or b"")
-                uid = int(m.group(1)) if m else None
-            if body is not None and uid is not None:
-                if uid not in wanted:
-                    raise _Malformed(f"a message with UID {uid}, which was not asked for")
-                out[uid] = body
-                uid, body = None, None
-            elif body is not None and not isinstance(item, tuple):
-                raise _Malformed("a message without its UID")
-        if body is not None:
-            raise _Malformed("a message without its UID")
-        return out
+            raise Malformed(reply_text(data))
+        return bodies(data, uids)
 
     def _lost(self, folder: str, exc: BaseException, done: int) -> UserError:
         return UserError(f"The connection to {self.where} was lost while reading {folder!r} after {done} messages "
@@ -376,27 +335,12 @@ def check_transport(url: ImapUrl, options: ImapOptions) -> None:
                         "unencrypted; it is only for a server on this machine (localhost, 127.0.0.1, ::1).")
 
 
-def _batches(uids: array, sizes: array) -> Iterator[list[int]]:
-    """Indices in runs of at most BATCH_UIDS messages and about BATCH_BYTES (sizes over the cap count 0)."""
-    batch: list[int] = []
-    total = 0
-    for i in range(len(uids)):
-        size = sizes[i] if sizes[i] <= _fetch_cap() else 0
-        if batch and (len(batch) >= BATCH_UIDS or total + size > BATCH_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(i)
-        total += size
-    if batch:
-        yield batch
-
-
 def _logout(conn: imaplib.IMAP4) -> None:
     if getattr(conn, "_dropped", False):
         return
     try:
         conn.logout()
-    except (OSError, imaplib.IMAP4.error, _Malformed, ValueError):
+    except (OSError, imaplib.IMAP4.error, Malformed, ValueError):
         pass
 
 
@@ -406,37 +350,3 @@ def _drop(conn: imaplib.IMAP4) -> None:
         conn.shutdown()
     except OSError:
         pass
-
-
-class _Once:
-    """A SASL responder: the initial response, then an empty one (XOAUTH2 answers a failure with a challenge)."""
-
-    def __init__(self, first: bytes) -> None:
-        self.first: bytes | None = first
-
-    def __call__(self, _challenge: bytes) -> bytes:
-        out, self.first = self.first or b"", None
-        return out
-
-
-def _quoted(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _text(exc_or_data: object) -> str:
-    """What an imaplib exception or a reply's data says, as text (imaplib puts the server's bytes in args)."""
-    if isinstance(exc_or_data, BaseException):
-        parts = exc_or_data.args or (str(exc_or_data),)
-    elif isinstance(exc_or_data, (list, tuple)):
-        parts = tuple(exc_or_data)
-    else:
-        parts = (exc_or_data,)
-    out = []
-    for p in parts:
-        if isinstance(p, bytes):
-            out.append(p.decode("utf-8", "replace"))
-        elif p is not None:
-            out.append(str(p))
-    text = " ".join(out)
-    # imaplib wraps the server's bytes as "b'...'" inside its own messages
-    return re.sub(r"b'(.*?)'", r"\1", text)
