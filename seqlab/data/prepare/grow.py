@@ -53,7 +53,8 @@ from seqlab.data.prepare.read_mail import SpooledMail, spool_mail
 from seqlab.data.prepare.reply_files import context_body, thread_parents, write_context_files
 from seqlab.data.prepare.spool import CONTEXT_SPOOL_FILE, SPOOL_FILE, iter_context_spool, iter_spool
 from seqlab.data.prepare.staging import discard, publish, staging_folder
-from seqlab.data.prepare.threadtable import NAMES_FILE, ThreadSplit
+from seqlab.data.prepare.thread_split import ThreadSplit
+from seqlab.data.prepare.threadtable import NAMES_FILE
 from seqlab.data.prepare.workers import default_workers
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.durable import atomic_write_bytes, atomic_write_text

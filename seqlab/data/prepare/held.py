@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqlab.data.prepare.threadtable import ThreadSplit
+from seqlab.data.prepare.thread_split import ThreadSplit
 from seqlab.durable import atomic_write_bytes
 from seqlab.errors import UserError
 
