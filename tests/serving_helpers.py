@@ -43,7 +43,7 @@ def running_server(config: ServerConfig, timeout: float = 60.0, wrap: Callable[[
     ends; yields the base URL once /health answers 200. Send `auth(config)` with /v1/ calls. `wrap` takes
     the app and returns the ASGI app to serve (a recorder, say). The server is `seqlab serve`'s
     (`connections.uvicorn_server`: its settings, its flood guards), under `limits` if given."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (cli/serving.py)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (serving/lifecycle.py)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
     sock.listen(128)

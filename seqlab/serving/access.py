@@ -36,6 +36,7 @@ referrer, and `Cache-Control: no-store` everywhere but the static files.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Callable
@@ -87,6 +88,17 @@ class Caller:
     def name(self) -> str:
         """A short name that keeps callers' sessions apart: "person" or the extension's origin."""
         return self.kind if self.origin is None else self.origin
+
+
+def is_loopback(host: str) -> bool:
+    """Whether an address to bind (`seqlab serve --host`) is this machine alone: `localhost` or a loopback IP.
+    Only such a server runs without --allow-remote, and its gate then admits only the names of `host_names`."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def host_names(bound: str) -> tuple[str, ...]:
