@@ -33,6 +33,9 @@ if (typeof importScripts === "function") importScripts("common.js");
 const api = globalThis.browser ?? globalThis.chrome;
 
 const SCRIPT_ID = "seqlab-compose";
+// The content script's files, in order: ghost_core.js (the rules it shares with the compose page) first, in
+// the same isolated world.
+const CONTENT_SCRIPTS = ["ghost_core.js", "content.js"];
 const MAX_WORDS = 12;         // a cap: the suggestion runs to its sentence's or line's end (`sentence`)
 const CONTEXT_MAX = 16_000;   // characters of a quoted original sent as `context`
 const PREFIX_MAX = 60_000;    // the server takes 64 KiB; a longer body is cut from the left
@@ -363,7 +366,7 @@ async function syncScripts(given) {
     if (existing.length) await api.scripting.unregisterContentScripts({ ids: [SCRIPT_ID] });
     return;
   }
-  const script = { id: SCRIPT_ID, matches, js: ["content.js"], runAt: "document_idle", allFrames: false,
+  const script = { id: SCRIPT_ID, matches, js: CONTENT_SCRIPTS, runAt: "document_idle", allFrames: false,
     persistAcrossSessions: true };
   if (existing.length) await api.scripting.updateContentScripts([script]);
   else await api.scripting.registerContentScripts([script]);
@@ -380,7 +383,7 @@ async function setSite(text, on) {
     // tabs already open on the site get the script now rather than at their next load
     const tabs = await api.tabs.query({ url: originPattern(origin) }).catch(() => []);
     for (const tab of tabs) {
-      api.scripting.executeScript({ target: { tabId: tab.id }, files: ["content.js"] }).catch(() => {});
+      api.scripting.executeScript({ target: { tabId: tab.id }, files: CONTENT_SCRIPTS }).catch(() => {});
     }
   } else if (!SEQLAB_LOOPBACK.has(new URL(origin).hostname)) {
     await api.permissions.remove({ origins: [originPattern(origin)] }).catch(() => {});

@@ -17,7 +17,8 @@
  * typed through, as the page's do. The older pacing (wait a debounce after the last key, then ask) comes
  * back with a number in this world's `__seqlabDebounceMs`, which only DevTools can set (the latency
  * benchmark's side-by-side, seqlab/bench/latency_browser.py); `__seqlabTimes` gives it when each
- * suggestion was drawn.
+ * suggestion was drawn. The pacing, the typing through, the keys and the events' counts are ghost_core.js's
+ * (registered before this file, in this same isolated world), shared with the compose page.
  *
  * A switched-on site sees what the person accepts into its box, never what is suggested:
  * - The ghost is pixels, not text: drawn on a <canvas> in the closed shadow root of a plain <div>. A
@@ -40,7 +41,7 @@
   globalThis[LOADED] = true;
 
   const api = globalThis.browser ?? globalThis.chrome;
-  const MIN_GAP_MS = 40;  // between two requests' starts: a burst of keys costs one request per 40 ms
+  const core = globalThis.seqlabGhostCore;  // ghost_core.js: this world's own global, set just before
   // > 0: the older pacing (top of this file); a number only: a page's element named so is no setting
   const debounceMs = () => (typeof globalThis.__seqlabDebounceMs === "number" ? globalThis.__seqlabDebounceMs : 0);
   const CONTEXT_MAX = 16_000;
@@ -58,13 +59,8 @@
   let left = null;       // {box, text, caret, verified}: the box's visible text as the person's last edit left
                          // it, and whether that edit did just what it should
   const typedIn = new WeakMap();  // compose box -> how many characters the person has written into it
-  let current = null;    // the suggestion shown: {id, base, text, taken, by} (`by`: "i" per inserted
-                         // character, "t" per character the person typed through)
-  let timer = 0;         // the debounce, or the wait for MIN_GAP_MS
-  let asked = 0;         // increments per request; an answer to an older one is dropped
-  let inflight = 0;      // the number (`asked`) of the request on its way, 0 when none
-  let wanted = false;    // an edit is waiting to be asked about (the newest text is read when it goes)
-  let lastStart = -Infinity;
+  let current = null;    // the suggestion shown (ghost_core.js's suggestion())
+  let asked = 0;         // increments per request and per cancelling; an answer to an older one is dropped
   const drawnAt = [];    // performance.now() of each new suggestion drawn (for the latency benchmark)
   let overlay = null;    // {host, frame, canvas, ctx, mirror}
   let stopped = false;
@@ -517,7 +513,7 @@
   let visible = false;  // whether the ghost is on screen: keys take only a ghost the writer can see
 
   function render() {
-    const text = current ? current.text.slice(current.taken) : "";
+    const text = core.rest(current);
     visible = false;
     if (!text || !box) {
       if (overlay) {
@@ -537,7 +533,7 @@
   /** What is drawn, for the extension's own tests (read through DevTools: the page cannot see this world's
    *  globals): the ghost's text and lines, and the canvas's inked pixels with their bounds in the window. */
   function drawnGhost() {
-    const text = visible && current ? current.text.slice(current.taken) : "";
+    const text = visible ? core.rest(current) : "";
     const report = { text, lines: visible && overlay ? overlay.lines : [], inked: 0, ink: null };
     if (!visible || !overlay) return report;
     const { canvas, ctx, frame } = overlay;
@@ -574,56 +570,34 @@
     }
   }
 
-  const inserted = (s) => s.by.split("i").length - 1;
-
-  function sendEvent(s, kind) {
-    const chars = inserted(s);
-    ask({ type: "event", id: s.id, kind, accepted_chars: chars, typed_through_chars: s.by.length - chars });
+  /** `event`: ghost_core.js's eventOf() or closingEvent(). */
+  function sendEvent(event) {
+    ask({ type: "event", ...event });
   }
 
-  // "accepted" only when some of it was inserted: a suggestion typed out by hand saved nothing
+  // "accepted" only when some of it was inserted (ghost_core.js's closingEvent())
   function finish(kind) {
     const done = current;
     current = null;
     render();
-    if (done) sendEvent(done, kind === "accepted" && !inserted(done) ? "dismissed" : kind);
+    if (done) sendEvent(core.closingEvent(done, kind));
   }
 
-  function cancelPending() {
-    clearTimeout(timer);
-    timer = 0;
-    wanted = false;
-    asked++;
-    if (inflight) ask({ type: "cancel", seq: inflight });  // the worker aborts its fetch: nothing can use it
-    inflight = 0;
-  }
+  // The request in flight is its number (`asked`); a cancelled one's answer is dropped, and the worker
+  // aborts its fetch: nothing can use it.
+  const pace = core.pacer({
+    request: () => request(),
+    cancel: (seq) => {
+      asked++;
+      if (seq !== null) ask({ type: "cancel", seq });
+    },
+    debounceMs,
+  });
+  const cancelPending = pace.cancelPending;
 
   function dismiss() {
     cancelPending();
     finish("dismissed");
-  }
-
-  function schedule() {
-    const wait = debounceMs();
-    if (wait > 0) {
-      cancelPending();
-      timer = setTimeout(() => { timer = 0; request(); }, wait);
-      return;
-    }
-    wanted = true;
-    pump();
-  }
-
-  /** Start the wanted request once none is in flight and MIN_GAP_MS has passed since the last start. */
-  function pump() {
-    if (!wanted || inflight || timer) return;
-    const wait = lastStart + MIN_GAP_MS - performance.now();
-    if (wait > 0) {
-      timer = setTimeout(() => { timer = 0; pump(); }, wait);
-      return;
-    }
-    wanted = false;
-    request();
   }
 
   /** Whether the box holds just what the person's last edit left there, the caret where it put it. */
@@ -639,17 +613,13 @@
     const state = caretState(el, snap);
     if (!state.ok || !state.prefix.trim()) return;
     const mine = ++asked;
-    inflight = mine;
-    lastStart = performance.now();
+    pace.begin(mine);
     let reply;
     try {
       reply = await ask({ type: "complete", seq: mine, prefix: state.prefix, subject: subjectFor(el),
         context: contextFor(el) });
     } finally {
-      if (inflight === mine) {  // else cancelled meanwhile, and another request may be on its way
-        inflight = 0;
-        pump();  // an edit made meanwhile is asked about now
-      }
+      pace.end(mine);  // an edit made meanwhile is asked about now
     }
     if (!reply) return;
     if (reply.enabled === false) { stop(); return; }  // the site was switched off meanwhile
@@ -657,11 +627,11 @@
     const now = snapshot(el);  // the writer kept going while the model thought: a stale answer
     if (now.text !== snap.text || now.caret !== snap.caret) return;
     if (current) finish("dismissed");
-    current = { id: reply.id, base: state.prefix, text: norm(reply.text), taken: 0, by: "" };
+    current = core.suggestion(reply.id, state.prefix, norm(reply.text));
     render();
     drawnAt.push(performance.now());
     if (drawnAt.length > 1000) drawnAt.shift();
-    sendEvent(current, "shown");
+    sendEvent(core.eventOf(current, "shown"));
   }
 
   // --------------------------------------------------------------------------- typing and keys
@@ -709,22 +679,15 @@
     }
     if (current) {
       const state = caretState(box, snap);
-      const typed = state.prefix.startsWith(current.base) ? state.prefix.slice(current.base.length) : null;
-      if (typed !== null && state.ok && current.text.startsWith(typed)) {
-        const grown = typed.length - current.taken;  // < 0: the person deleted some of what was taken
-        current.by = grown >= 0 ? current.by + (inserting ? "i" : "t").repeat(grown) : current.by.slice(0, typed.length);
-        current.taken = typed.length;
-        if (typed.length < current.text.length) {
-          cancelPending();
-          render();
-          return;
-        }
-        finish("accepted");
-      } else {
-        finish("dismissed");
+      const step = core.typeThrough(current, state.prefix, state.ok, inserting);
+      if (step === "typing") {
+        cancelPending();
+        render();
+        return;
       }
+      finish(step);
     }
-    schedule();
+    pace.schedule();
   }
 
   /** The person moved the caret (a click, an arrow key): where it now is counts as theirs, as long as
@@ -765,26 +728,18 @@
     }
   }
 
-  const nextWord = (text) => (text.match(/^\s*\S+/) || [text])[0];
-
+  // ghost_core.js's keys, on a ghost the person can see; with nothing shown, the key keeps the site's
+  // meaning (Tab included), and one that is ours reaches none of the page's listeners
   function onKeyDown(e) {
     if (!e.isTrusted || e.isComposing || !box || !(e.target === box || box.contains(e.target))) return;
-    const ghost = current && visible ? current.text.slice(current.taken) : "";
-    const plain = !e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey;
-    if (e.key === "Escape") {
-      if (ghost) { e.preventDefault(); e.stopImmediatePropagation(); }
-      dismiss();
-    } else if (!ghost) {
-      // nothing shown: the key keeps the site's meaning, Tab included
-    } else if (e.key === "Tab" && plain) {
+    const act = core.keyAction(e, visible ? core.rest(current) : "");
+    if (!act) return;
+    if (act.claim) {
       e.preventDefault();
       e.stopImmediatePropagation();
-      insertAtCaret(ghost);
-    } else if (e.key === "ArrowRight" && e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey) {
-      e.preventDefault();
-      e.stopImmediatePropagation();
-      insertAtCaret(nextWord(ghost));
     }
+    if (act.dismiss) dismiss();
+    else insertAtCaret(act.take);
   }
 
   function onFocusIn(e) {
@@ -895,8 +850,7 @@
   function onSelectionChange() {
     if (!current || !box) return;
     const state = caretState(box);
-    const typed = state.prefix.startsWith(current.base) ? state.prefix.slice(current.base.length) : null;
-    if (!state.ok || typed === null || !current.text.startsWith(typed)) dismiss();
+    if (core.typedSince(current, state.prefix, state.ok) === null) dismiss();
   }
 
   function reposition() {

@@ -382,8 +382,8 @@ def test_a_service_worker_left_on_the_port_gets_nothing_usable(driver, browser_r
             time.sleep(0.5)  # and anything more it saw would be posted by now
             watched = sorted(r["url"] for r in seen)
             # the worker saw the page load, and nothing else: no login, no call
-            assert watched == sorted([link, *(f"{s.url}/static/{name}" for name in
-                                              ("compose.css", "compose.js", "why.js", "learn.js"))]), watched
+            pages = ("compose.css", "ghost_core.js", "compose.js", "why.js", "learn.js")
+            assert watched == sorted([link, *(f"{s.url}/static/{name}" for name in pages)]), watched
             # the recovery the page names: the reload is no longer watched, and the page logs in with the code
             driver.refresh()
             _ready(driver)

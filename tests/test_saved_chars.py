@@ -220,7 +220,7 @@ def test_fit_setting_is_the_best_of_best_threshold_over_the_weight_grid() -> Non
     assert fit_setting(emails, "expected-chars", 15.0, grid) == fit  # one grid for every other source
 
 
-_WORD_OF_GHOST = re.compile(r"^[ \t\n\r\f\v]*[^ \t\n\r\f\v]+")  # compose.js's nextWord
+_WORD_OF_GHOST = re.compile(r"^[ \t\n\r\f\v]*[^ \t\n\r\f\v]+")  # ghost_core.js's nextWord
 
 
 def _live(model, tok, text: str, words: int, rule: str, threshold: float, ask: str, mid_word: int = 0

@@ -9,6 +9,7 @@
  * that nothing can use any more (Esc, the caret moved, the box left, typing through the ghost) is
  * cancelled with its AbortController. `?debounce=MS` in the address brings back the older pacing (wait
  * MS after the last key, then ask), for the latency benchmark's side-by-side (seqlab/bench/latency_browser.py).
+ * The pacing, the typing through and the keys are ghost_core.js's, shared with the extension.
  *
  * How the ghost is drawn. A textarea cannot colour part of its text, and a contenteditable body makes
  * the caret, undo and pasting the page's problem. So the body stays a plain textarea with a transparent
@@ -35,9 +36,9 @@
 (() => {
   "use strict";
 
+  const core = globalThis.seqlabGhostCore;  // ghost_core.js, loaded before this file
   // 0: ask at once (top of this file); > 0: the older pacing, for the benchmark's side-by-side
   const DEBOUNCE_MS = Math.max(0, Number(new URLSearchParams(location.search).get("debounce")) || 0);
-  const MIN_GAP_MS = 40;  // between two requests' starts: a burst of keys costs one request per 40 ms
   // Up to the end of the sentence or line (the server's `sentence`), this many words at most: the server's
   // rule shows as much of it as it is sure of; Tab takes it all, Ctrl+Right one word.
   const MAX_WORDS = 12;
@@ -147,21 +148,15 @@
   // when the next prefix extends the last one, feeds only the new characters instead of the whole body.
   let session = null;
 
-  // The suggestion on screen, or null. `base` is the body it was asked for; `taken` counts its characters
-  // that the writer has since accepted or typed, so the ghost is text.slice(taken); `by` says, one letter
-  // per taken character, whether the page inserted it ("i": Tab, Ctrl+Right) or the writer typed it ("t").
+  // The suggestion on screen (ghost_core.js's suggestion(): `base` is the body it was asked for), or null.
   let current = null;
-  let timer = 0;         // the debounce, or the wait for MIN_GAP_MS
-  let inflight = null;   // the AbortController of the one request allowed in flight
-  let wanted = false;    // an edit is waiting to be asked about (the newest text is read when it goes)
-  let lastStart = -Infinity;  // when the last request started (performance.now())
   let requests = 0;
   let inserting = false; // our own insertion is running: its input event is Tab or Ctrl+Right, not typing
 
   const caretAtEnd = () =>
     body.selectionStart === body.value.length && body.selectionEnd === body.value.length;
 
-  const remaining = () => (current ? current.text.slice(current.taken) : "");
+  const remaining = () => core.rest(current);
 
   function render() {
     typedEl.textContent = body.value;
@@ -171,63 +166,27 @@
   }
 
   // Fire and forget: a lost event costs a statistic, never the writer's time. keepalive lets the last
-  // one out even while the page is being closed.
-  const inserted = (s) => s.by.split("i").length - 1;
-
-  function sendEvent(suggestion, kind) {
-    const chars = inserted(suggestion);
-    api("/v1/events", {
-      method: "POST",
-      body: JSON.stringify({ id: suggestion.id, kind, accepted_chars: chars,
-                             typed_through_chars: suggestion.by.length - chars }),
-      keepalive: true,
-    }).catch(() => {});
+  // one out even while the page is being closed. `event`: ghost_core.js's eventOf() or closingEvent().
+  function sendEvent(event) {
+    api("/v1/events", { method: "POST", body: JSON.stringify(event), keepalive: true }).catch(() => {});
   }
 
-  // Ends the shown suggestion. Each suggestion gets one closing event: "accepted" once all of it is in
-  // the body and the page inserted some of it (Tab, Ctrl+Right), else "dismissed" (a suggestion the
-  // writer typed out by hand saved nothing), with the characters it inserted and those typed through.
+  // Ends the shown suggestion: each gets one closing event (ghost_core.js's closingEvent()).
   function finish(kind) {
     const done = current;
     current = null;
     render();
-    if (done) sendEvent(done, kind === "accepted" && !inserted(done) ? "dismissed" : kind);
+    if (done) sendEvent(core.closingEvent(done, kind));
   }
 
-  function cancelPending() {
-    clearTimeout(timer);
-    timer = 0;
-    wanted = false;
-    if (inflight) inflight.abort();
-    inflight = null;
-  }
+  // The one request in flight is an AbortController; one that nothing can use any more is aborted.
+  const pace = core.pacer({ request: () => requestSuggestion(), cancel: (ctrl) => { if (ctrl) ctrl.abort(); },
+                            debounceMs: () => DEBOUNCE_MS });
+  const cancelPending = pace.cancelPending;
 
   function dismiss() {
     cancelPending();
     finish("dismissed");
-  }
-
-  // An edit wants a suggestion for the body as it now is (top of this file).
-  function schedule() {
-    if (DEBOUNCE_MS > 0) {
-      cancelPending();
-      timer = setTimeout(() => { timer = 0; requestSuggestion(); }, DEBOUNCE_MS);
-      return;
-    }
-    wanted = true;
-    pump();
-  }
-
-  // Starts the wanted request once nothing is in flight and MIN_GAP_MS has passed since the last start.
-  function pump() {
-    if (!wanted || inflight || timer) return;
-    const wait = lastStart + MIN_GAP_MS - performance.now();
-    if (wait > 0) {
-      timer = setTimeout(() => { timer = 0; pump(); }, wait);
-      return;
-    }
-    wanted = false;
-    requestSuggestion();
   }
 
   // --------------------------------------------------------------------------- status line
@@ -262,10 +221,8 @@
     const prefix = body.value;
     const asked = subject.value;
     const context = replyContext();
-    if (inflight) inflight.abort();
     const ctrl = new AbortController();
-    inflight = ctrl;
-    lastStart = performance.now();
+    pace.begin(ctrl);
     body.dataset.requests = String(++requests);  // visible to the browser test, and to the curious
     let data;
     try {
@@ -287,10 +244,7 @@
       else if (err.name !== "AbortError") showError("no suggestion: the server is unreachable");
       return;
     } finally {
-      if (inflight === ctrl) {
-        inflight = null;
-        pump();  // an edit made meanwhile is asked about now
-      }
+      pace.end(ctrl);  // an edit made meanwhile is asked about now
     }
     // The writer kept going while the model thought: this answer is for a text that no longer exists.
     if (body.value !== prefix || !caretAtEnd() || document.activeElement !== body) return;
@@ -298,9 +252,9 @@
     showMetrics(data);
     if (current) finish("dismissed");
     if (!data.text) return;  // the model was unsure, and said so with an empty text
-    current = { id: data.id, base: prefix, text: data.text, taken: 0, by: "" };
+    current = core.suggestion(data.id, prefix, data.text);
     render();
-    sendEvent(current, "shown");
+    sendEvent(core.eventOf(current, "shown"));
     // why.js offers "why?" for the suggestion shown last, with the email exactly as it was asked for
     // (its id too: the server then says whether it came from the person's own earlier mail)
     document.dispatchEvent(new CustomEvent("seqlab:shown",
@@ -314,23 +268,16 @@
   // through it: the ghost shrinks and no new request is made. Otherwise the suggestion is gone.
   function onInput() {
     if (current) {
-      const typed = body.value.startsWith(current.base) ? body.value.slice(current.base.length) : null;
-      if (typed !== null && caretAtEnd() && current.text.startsWith(typed)) {
-        const grown = typed.length - current.taken;  // < 0: the writer deleted some of what was taken
-        current.by = grown >= 0 ? current.by + (inserting ? "i" : "t").repeat(grown) : current.by.slice(0, typed.length);
-        current.taken = typed.length;
-        if (typed.length < current.text.length) {
-          cancelPending();
-          render();
-          return;
-        }
-        finish("accepted");
-      } else {
-        finish("dismissed");
+      const step = core.typeThrough(current, body.value, caretAtEnd(), inserting);
+      if (step === "typing") {
+        cancelPending();
+        render();
+        return;
       }
+      finish(step);
     }
     render();
-    schedule();
+    pace.schedule();
   }
 
   // execCommand keeps the insertion in the browser's undo history (Ctrl+Z takes a suggestion back), and
@@ -347,26 +294,15 @@
     }
   }
 
-  // One word of the ghost: its leading spaces and the run of non-spaces after them, the same notion of a
-  // word the model's completion counts in.
-  const nextWord = (text) => (text.match(/^\s*\S+/) || [text])[0];
-
+  // Tab takes the ghost, Ctrl+Right one word, Esc dismisses it; with nothing shown, every key keeps its
+  // usual meaning (Tab moves the focus on).
   function onKeyDown(e) {
     if (e.isComposing) return;
-    const ghost = remaining();
-    const plain = !e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey;
-    if (e.key === "Escape") {
-      if (ghost) e.preventDefault();
-      dismiss();  // also cancels a request on its way: the writer said no
-    } else if (!ghost) {
-      // Nothing shown: every key keeps its usual meaning; Tab moves the focus on.
-    } else if (e.key === "Tab" && plain) {
-      e.preventDefault();
-      insertAtCaret(ghost);
-    } else if (e.key === "ArrowRight" && e.ctrlKey && !e.altKey && !e.metaKey && !e.shiftKey) {
-      e.preventDefault();
-      insertAtCaret(nextWord(ghost));
-    }
+    const act = core.keyAction(e, remaining());
+    if (!act) return;
+    if (act.claim) e.preventDefault();
+    if (act.dismiss) dismiss();  // also cancels a request on its way: the writer said no
+    else insertAtCaret(act.take);
   }
 
   body.addEventListener("input", onInput);
