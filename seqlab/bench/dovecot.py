@@ -136,10 +136,8 @@ def _certificate(folder: Path) -> tuple[Path, Path]:
 _UNPRIVILEGED = "service anvil {\n  chroot =\n}\n"
 
 
-def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: dict[str, str],
-            introspection: str | None, separator: str | None) -> Path:
-    user, uid, gid = _owner()
-    port, plain_port = ports
+def _auth_files(root: Path, users: dict[str, str], introspection: str | None, uid: int, gid: int) -> str:
+    """The users' passwd file and, with `introspection`, the XOAUTH2 settings; the passdb block that reads those."""
     (root / "passwd").write_text("".join(f"{name}:{{PLAIN}}{password}:{uid}:{gid}::{root / 'home'}::\n"
                                          for name, password in users.items()), encoding="utf-8")
     oauth2 = ""
@@ -152,6 +150,14 @@ def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: di
         if (root / name).exists():           # umask this process has (prepare's is 077)
             os.chown(root / name, uid, gid)
             (root / name).chmod(0o600)
+    return oauth2
+
+
+def _config(root: Path, ports: tuple[int, int], cert: Path, key: Path, users: dict[str, str],
+            introspection: str | None, separator: str | None) -> Path:
+    user, uid, gid = _owner()
+    port, plain_port = ports
+    oauth2 = _auth_files(root, users, introspection, uid, gid)
     namespace = ""
     if separator is not None:  # the hierarchy separator clients see; on disk Maildir++ keeps its "."
         namespace = f"namespace inbox {{\n  inbox = yes\n  separator = {separator}\n}}\n"
