@@ -156,18 +156,8 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
                               split=tuple(split) != (0.9, 0.05, 0.05), seed=seed != 0, keep_quotes=keep_quotes,
                               keep_signatures=keep_signatures, mask_pii=mask_pii, limit=limit,
                               senders=tuple(senders), exclude_senders=tuple(exclude_senders), split_by=split_by)
-    if split_by not in (None, "thread", "date"):
-        raise UserError(f"split_by must be thread or date, not {split_by!r}.")
-    fractions = check_split_fractions(split)
-    if tokenizer not in (None, "byte", "bpe"):
-        raise UserError(f"tokenizer must be byte or bpe, not {tokenizer!r}.")
-    for name, value in (("vocab_size", vocab_size), ("limit", limit), ("count", count)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UserError(f"{name} must be a positive integer, not {value!r}.")
-    if isinstance(folders, str):  # a bare string would otherwise be read letter by letter
-        folders = [folders]
-    if folders and not is_thunderbird_source(str(source)):
-        raise UserError(f"--folders chooses Thunderbird folders; {str(source)!r} is not a Thunderbird source.")
+    fractions = _check_options(split, split_by, tokenizer, vocab_size=vocab_size, limit=limit, count=count)
+    chosen = _folders(source, folders)
     imap = _imap_options(str(source), password_command, oauth2, ca_file, insecure)
     if tokenizer_from is not None:
         _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
@@ -177,7 +167,7 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
 
         return DataDir(Path(out), grow(str(source), Path(out), workers=workers, progress=progress, imap=imap,
                                        cache_dir=Path(cache_dir) if cache_dir is not None else None,
-                                       folders=tuple(folders) if folders else None))
+                                       folders=chosen))
     from seqlab.data.prepare.options import PrepareConfig
     from seqlab.data.prepare.pipeline import prepare as build
 
@@ -186,11 +176,32 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
                            split=fractions, split_by=split_by, seed=seed, keep_quotes=keep_quotes,
                            keep_signatures=keep_signatures, mask_pii=mask_pii, senders=tuple(senders),
                            exclude_senders=tuple(exclude_senders), limit=limit, count=count,
-                           groups=tuple(groups) if groups else None,
-                           folders=tuple(folders) if folders else None)
-    meta = build(config, Path(out), workers=workers, cache_dir=Path(cache_dir) if cache_dir is not None else None,
-                 progress=progress, imap=imap)
-    return DataDir(Path(out), meta)
+                           groups=tuple(groups) if groups else None, folders=chosen)
+    return DataDir(Path(out), build(config, Path(out), workers=workers, progress=progress, imap=imap,
+                                    cache_dir=Path(cache_dir) if cache_dir is not None else None))
+
+
+def _folders(source: str | Path, folders: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The Thunderbird folders `prepare` reads (None: the default ones); a `UserError` for another source."""
+    if isinstance(folders, str):  # a bare string would otherwise be read letter by letter
+        folders = [folders]
+    if folders and not is_thunderbird_source(str(source)):
+        raise UserError(f"--folders chooses Thunderbird folders; {str(source)!r} is not a Thunderbird source.")
+    return tuple(folders) if folders else None
+
+
+def _check_options(split: Sequence[float], split_by: str | None, tokenizer: str | None,
+                   **counts: int | None) -> tuple[float, float, float]:
+    """`prepare`'s options that need no file, checked (a `UserError` names the bad one); the split fractions."""
+    if split_by not in (None, "thread", "date"):
+        raise UserError(f"split_by must be thread or date, not {split_by!r}.")
+    fractions = check_split_fractions(split)
+    if tokenizer not in (None, "byte", "bpe"):
+        raise UserError(f"tokenizer must be byte or bpe, not {tokenizer!r}.")
+    for name, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{name} must be a positive integer, not {value!r}.")
+    return fractions
 
 
 def is_thunderbird_source(source: str | Path) -> bool:
