@@ -174,7 +174,7 @@ def run_copy(tiny_run_dir: Path, tmp_path: Path) -> Path:
 def test_ctrl_c_during_eval_prints_nothing(run_copy: Path, tmp_path: Path) -> None:
     """Interrupted while scoring completions (after the held-out loss): exit 130, one line, no report.
     The old code did this too; this keeps it so."""
-    r = _interrupt_at("seqlab.evaluation.run_eval:completion_quality", ["eval", str(run_copy), "--device", "cpu"],
+    r = _interrupt_at("seqlab.evaluation.report:completion_quality", ["eval", str(run_copy), "--device", "cpu"],
                       tmp_path)
     _assert_interrupted(r)
 

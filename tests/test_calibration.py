@@ -17,6 +17,7 @@ from seqlab.errors import UserError
 from seqlab.evaluation.calibration import CALIBRATION, calibrate_run, format_calibration, load_calibration
 from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.scored_emails import completion_texts
+from seqlab.options import CalibrateOptions
 from seqlab.runs.load import load_run
 
 EMAILS = 12
@@ -30,7 +31,8 @@ def run_dir(word_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 @pytest.fixture(scope="module")
 def calibrated(run_dir: Path, tiny_data_dir: Path) -> dict:
-    return calibrate_run(run_dir, tiny_data_dir, "val", coverage=0.5, emails=EMAILS, max_words=3)
+    return calibrate_run(run_dir, CalibrateOptions(data=tiny_data_dir, split="val", coverage=0.5, emails=EMAILS,
+                                                   max_words=3))
 
 
 def _rescore(run_dir: Path, data_dir: Path, threshold: float) -> dict:
@@ -77,7 +79,7 @@ def test_a_damaged_file_is_a_user_error_naming_it(tmp_path: Path, content: bytes
 @pytest.mark.parametrize("coverage", [0.0, -0.1, 1.5, float("nan")])
 def test_coverage_outside_the_unit_interval_is_refused(tmp_path: Path, coverage: float) -> None:
     with pytest.raises(UserError, match="coverage"):
-        calibrate_run(tmp_path, coverage=coverage)
+        calibrate_run(tmp_path, CalibrateOptions(coverage=coverage))
 
 
 def test_an_unreachable_target_is_said(calibrated: dict) -> None:

@@ -78,11 +78,15 @@ def test_every_preset_gives_every_mixer_a_valid_config() -> None:
         apply_overrides(get_preset("small"), ["model.mixer=gru", "model.pos=rope"])
 
 
-def test_the_cli_names_the_generation_constants_it_shows_in_help() -> None:
-    """`seqlab --help` imports no torch, so cli/runs.py names two constants of the generation code itself:
-    they must be the same values."""
-    from seqlab.cli import runs
+def test_the_options_name_the_generation_constants_they_show_in_help() -> None:
+    """`seqlab --help` imports no torch, so seqlab/options names constants of the generation and evaluation
+    code itself: they must be the same values."""
+    from seqlab.evaluation.dynamic import METHODS
+    from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK
     from seqlab.generation.complete import MAX_SENTENCE_WORDS
-    from seqlab.generation.gate import RULES
+    from seqlab.generation.gate import DEFAULT_RULE, RULES
+    from seqlab.options import fields, measuring
 
-    assert runs.MAX_SENTENCE_WORDS == MAX_SENTENCE_WORDS and runs.RULES == RULES
+    assert fields.MAX_SENTENCE_WORDS == MAX_SENTENCE_WORDS and fields.RULES == RULES
+    assert fields.DEFAULT_RULE == DEFAULT_RULE and fields.ASK_MODES == ASK_MODES
+    assert measuring.EvalOptions.ask == DEFAULT_ASK and set(measuring.DYNAMIC_METHODS) == set(METHODS)

@@ -14,9 +14,10 @@ from seqlab.config import apply_overrides, get_preset
 from seqlab.data.store import TokenStore
 from seqlab.evaluation.context_scores import by_context, email_scores, paired_bootstrap, totals
 from seqlab.evaluation.heldout import evaluate_lm
-from seqlab.evaluation.run_eval import evaluate_run
+from seqlab.evaluation.report import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.reply import reply_context
+from seqlab.options import EvalOptions
 from seqlab.runs.load import load_run
 from seqlab.training.trainer import train
 
@@ -62,7 +63,7 @@ def test_context_model_reads_contexts_in_eval(ctx_run_dir: Path, tiny_data_dir: 
     assert same["diff"] == 0.0 and same["low"] == same["high"] == 0.0
     diff = paired_bootstrap(read, blind, has, samples=200)
     assert diff["low"] <= diff["diff"] <= diff["high"] and diff["emails"] == int(has.sum())
-    result = evaluate_run(ctx_run_dir, split="val", completion_emails=3)
+    result = evaluate_run(ctx_run_dir, EvalOptions(split="val", completion_emails=3))
     assert result["by_context"]["with_context"]["bpb"] == pytest.approx(read.bpb(has), rel=1e-5)
     assert result["bpb"] == pytest.approx(read.bpb(), rel=1e-5)
 

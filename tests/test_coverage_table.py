@@ -19,6 +19,7 @@ from seqlab.evaluation.exact_match import (
     threshold_for_coverage,
     wilson_interval,
 )
+from seqlab.options import EvalOptions
 
 
 @pytest.mark.parametrize(("hits", "n"), [(0, 10), (3, 10), (10, 10), (40, 100), (1, 1), (517, 1000)])
@@ -99,10 +100,10 @@ def test_cli_eval_refuses_bad_coverages(word_run_dir: Path, bad: str) -> None:
 
 
 def test_format_eval_prints_the_table_with_intervals(word_run_dir: Path) -> None:
-    from seqlab.evaluation.run_eval import evaluate_run, format_eval
+    from seqlab.evaluation.report import evaluate_run, format_eval
 
-    r = evaluate_run(word_run_dir, split="val", device="cpu", completion_emails=4, positions_per_email=3,
-                     coverages=(0.2, 1.0))
+    r = evaluate_run(word_run_dir, EvalOptions(split="val", completion_emails=4, positions_per_email=3,
+                                               coverages=(0.2, 1.0)), device="cpu")
     text = format_eval(r)
     assert "95% Wilson interval" in text and "EM@5" in text
     assert all(math.isfinite(v) for v in (r["bpb"], r["loss"]))

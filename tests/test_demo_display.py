@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run_eval import evaluate_run
+from seqlab.evaluation.report import evaluate_run
 from seqlab.generation.complete import complete, split_words
+from seqlab.options import CalibrateOptions, EvalOptions
 from seqlab.runs.load import load_run
 from seqlab.studies.demo import (
     COVERAGE,
@@ -26,7 +27,7 @@ from seqlab.studies.demo import (
 def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Path, tiny_data_dir: Path,
                                                                  tmp_path: Path) -> None:
     run = Path(shutil.copytree(word_run_dir, tmp_path / "run"))
-    calibrate_run(run, tiny_data_dir, "val", coverage=0.5, emails=6)
+    calibrate_run(run, CalibrateOptions(data=tiny_data_dir, split="val", coverage=0.5, emails=6))
     threshold = load_calibration(run)["threshold"]
     items = sample_completions(run)
     assert len(items) == 3 * len(OPENINGS)
@@ -47,8 +48,8 @@ def test_completions_are_shown_only_at_the_calibrated_threshold(word_run_dir: Pa
 
 
 def test_the_table_reads_exact_match_at_ten_and_fifty_percent(word_run_dir: Path, tiny_data_dir: Path) -> None:
-    test = evaluate_run(word_run_dir, tiny_data_dir, "test", "cpu", completion_emails=6,
-                        coverages=(LOW_COVERAGE, COVERAGE))
+    test = evaluate_run(word_run_dir, EvalOptions(data=tiny_data_dir, split="test", completion_emails=6,
+                                                  coverages=(LOW_COVERAGE, COVERAGE)), "cpu")
     summary = {"params": 1, "tokens_per_s": 1.0, "steps": 1}
     row = table_row("attention", summary, {"bpb": 1.0}, test)
     low, mid = test["by_coverage"]

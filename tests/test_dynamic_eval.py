@@ -22,7 +22,8 @@ from seqlab.evaluation.dynamic import (
     format_dynamic,
     split_metadata,
 )
-from seqlab.evaluation.run_eval import evaluate_run
+from seqlab.evaluation.report import evaluate_run
+from seqlab.options import EvalOptions
 from seqlab.runs.load import load_run
 
 
@@ -33,19 +34,21 @@ def _sha(path: Path) -> str:
 @pytest.mark.parametrize("method", ["sgd", "rms"])
 def test_lr_zero_is_the_frozen_model_exactly(gru_run_dir: Path, method: str) -> None:
     before = _sha(gru_run_dir / "model.safetensors")
-    r = dynamic_eval(gru_run_dir, split="val", lr=0.0, completion_emails=4, positions_per_email=2,
-                     saved_emails=2, saved_words=10, method=method)
+    r = dynamic_eval(gru_run_dir, EvalOptions(split="val", dynamic_lr=0.0, completion_emails=4, positions_per_email=2,
+                                              saved_emails=2, saved_words=10, dynamic_method=method))
     assert r["frozen"] == r["dynamic"] and r["bpb_diff"]["diff"] == 0.0
     assert r["frozen"]["saved_chars"]["emails"] == 2 and r["frozen"]["at_coverage"]["positions"] > 0
     assert "frozen" in "\n".join(format_dynamic(r))
     # and the frozen pass is `seqlab eval`'s: the same ExactMatch positions and proposals, the same typing
-    static = evaluate_run(gru_run_dir, split="val", device="cpu", completion_emails=4, positions_per_email=2,
-                          coverages=(0.2,), saved_emails=2, saved_words=10, precision="fp32")
+    static = evaluate_run(gru_run_dir, EvalOptions(split="val", completion_emails=4, positions_per_email=2,
+                                                   coverages=(0.2,), saved_emails=2, saved_words=10, precision="fp32"),
+                          device="cpu")
     assert r["frozen"]["at_coverage"] == static["by_coverage"][0]
     assert r["frozen"]["saved_chars"] == static["saved_chars"]["at"]
     assert r["frozen"]["bpb"] == pytest.approx(static["bpb"], rel=1e-5)
-    moved = dynamic_eval(gru_run_dir, split="val", lr=0.05, completion_emails=4, positions_per_email=2,
-                         saved_emails=2, saved_words=10, method=method)
+    moved = dynamic_eval(gru_run_dir, EvalOptions(split="val", dynamic_lr=0.05, completion_emails=4,
+                                                  positions_per_email=2, saved_emails=2, saved_words=10,
+                                                  dynamic_method=method))
     assert moved["frozen"] == r["frozen"] and moved["dynamic"]["bpb"] != r["frozen"]["bpb"]
     assert _sha(gru_run_dir / "model.safetensors") == before  # the run on disk is only read
 

@@ -28,9 +28,10 @@ from seqlab.evaluation.exact_match import (
     word_boundaries,
 )
 from seqlab.evaluation.heldout import evaluate_lm
-from seqlab.evaluation.run_eval import evaluate_run, format_eval
+from seqlab.evaluation.report import evaluate_run, format_eval
 from seqlab.generation.complete import Completion, split_words
 from seqlab.models import build_model
+from seqlab.options import EvalOptions
 
 TEXTS = [
     "Lunch?\n\nShall we meet at noon, café downstairs?",
@@ -205,8 +206,8 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_evaluate_run_end_to_end(trained_run: tuple[Path, Path], tmp_path: Path) -> None:
     run_dir, data_dir = trained_run
-    r = evaluate_run(run_dir, split="test", completion_emails=4, positions_per_email=2,
-                     completion_threshold=0.1, target_coverage=0.5)
+    r = evaluate_run(run_dir, EvalOptions(split="test", completion_emails=4, positions_per_email=2, threshold=0.1,
+                                          coverage=0.5))
     json.dumps(r, allow_nan=False)
     for key in ("split", "loss", "ppl", "bpb", "tokens", "bytes", "compressor_bpb", "exact_match", "coverage",
                 "threshold", "params"):
@@ -226,8 +227,8 @@ def test_evaluate_run_end_to_end(trained_run: tuple[Path, Path], tmp_path: Path)
         if (run_dir / f).is_file() and f != "run.json":
             (bare / f).write_bytes((run_dir / f).read_bytes())
     with pytest.raises(UserError, match="--data"):
-        evaluate_run(bare, split="test", completions=False)
-    assert evaluate_run(bare, data_dir, split="test", completions=False)["tokens"] == r["tokens"]
+        evaluate_run(bare, EvalOptions(split="test", completions=False))
+    assert evaluate_run(bare, EvalOptions(data=data_dir, split="test", completions=False))["tokens"] == r["tokens"]
     other = make_data_dir(tmp_path / "bpe", fit_tokenizer("bpe", TEXTS * 20, vocab_size=300), TEXTS)
     with pytest.raises(UserError, match="different tokenizer"):
-        evaluate_run(run_dir, other, split="test", completions=False)
+        evaluate_run(run_dir, EvalOptions(data=other, split="test", completions=False))

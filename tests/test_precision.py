@@ -11,8 +11,9 @@ import torch
 
 from seqlab.config import apply_overrides, get_preset
 from seqlab.evaluation.heldout import lm_loss
-from seqlab.evaluation.run_eval import evaluate_run, format_eval
+from seqlab.evaluation.report import evaluate_run, format_eval
 from seqlab.models import build_model
+from seqlab.options import EvalOptions
 from seqlab.runs import precision
 from seqlab.runs.precision import autocast_for, cpu_has_native_bf16, resolve_precision
 from seqlab.training.trainer import train
@@ -87,7 +88,7 @@ def test_a_bf16_run_trains_and_says_so(tiny_data_dir: Path, tmp_path: Path) -> N
         finals[name] = summary["best_val_loss"]
     assert finals["bf16"] == pytest.approx(finals["fp32"], rel=0.02)
     # seqlab eval scores a run in the precision it trained in, unless told otherwise
-    evals = {(run, p): evaluate_run(tmp_path / run, split="val", completions=False, precision=p)
+    evals = {(run, p): evaluate_run(tmp_path / run, EvalOptions(split="val", completions=False, precision=p))
              for run, p in (("fp32", "run"), ("fp32", "fp32"), ("bf16", "run"), ("bf16", "fp32"))}
     assert [e["precision"] for e in evals.values()] == ["fp32", "fp32", "bf16", "fp32"]
     assert evals["fp32", "run"]["bpb"] == evals["fp32", "fp32"]["bpb"]  # the same float32 pass

@@ -31,6 +31,7 @@ from seqlab.evaluation.saved_chars import (
 )
 from seqlab.evaluation.scored_emails import completion_texts
 from seqlab.generation.complete import Completion, complete
+from seqlab.options import CalibrateOptions
 from seqlab.runs.load import load_run
 
 TEXT = "Hi\n\nsee you at the game, bye now"
@@ -279,8 +280,8 @@ def test_calibrate_for_saved_characters_is_what_the_server_reads(gru_run_dir: Pa
 
     run = tmp_path / "run"
     shutil.copytree(gru_run_dir, run)
-    got = calibrate_run(run, split="val", emails=4, target="saved", rule="expected-chars", max_wrong_per_100=20.0,
-                        words=10)
+    got = calibrate_run(run, CalibrateOptions(split="val", emails=4, target="saved", rule="expected-chars",
+                                              max_wrong_per_100=20.0, words=10))
     kept = load_calibration(run)
     assert kept is not None and kept["rule"] == "expected-chars" and kept["threshold"] == got["threshold"]
     assert got["ask"] == "every-letter"

@@ -5,6 +5,10 @@ A `Run` loads its best checkpoint (`seqlab.runs.load.load_run`) the first time s
 and keeps it. Its methods return values, never print: `complete` a `Completion`, `score` a `Score`,
 `next_tokens` a list of `NextToken`, `attention` an `Attention`, `inspect` an `Inspection`, `evaluate` and
 `calibrate` the dicts `seqlab eval --json` and `seqlab calibrate` report.
+
+The keyword arguments of `complete`, `evaluate`, `tradeoff`, `calibrate` and `fit_phrases` are the fields of
+their options dataclass (`seqlab.options`), one to one and with its defaults: the command line passes its
+options as them, and a bad value is a `UserError` that names the argument.
 """
 
 from __future__ import annotations
@@ -18,8 +22,7 @@ import torch
 
 from seqlab.api.views import Attention, Inspection, NextToken, Score
 from seqlab.errors import UserError
-from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import DEFAULT_RULE
+from seqlab.options import CalibrateOptions, CompleteOptions, EvalOptions, PhrasesOptions, TradeoffOptions
 from seqlab.private_files import private_umask
 
 if TYPE_CHECKING:
@@ -29,7 +32,6 @@ if TYPE_CHECKING:
     from seqlab.generation.phrases import PhraseModel
     from seqlab.models import LM
 
-COVERAGES = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 class Run:
@@ -87,10 +89,13 @@ class Run:
 
     # ------------------------------------------------------------ writing
 
-    def complete(self, prefix: str, *, max_words: int = 5, temperature: float = 0.0, top_k: int | None = None,
-                 top_p: float | None = None, beam: int = 1, seed: int | None = None, threshold: float | None = None,
-                 phrases: bool = False, phrase_weight: float = 0.3, reply_to: str | Path | None = None,
-                 rule: str = DEFAULT_RULE) -> Completion:
+    def complete(self, prefix: str, *, max_words: int = CompleteOptions.max_words,
+                 temperature: float = CompleteOptions.temperature, top_k: int | None = CompleteOptions.top_k,
+                 top_p: float | None = CompleteOptions.top_p, beam: int = CompleteOptions.beam,
+                 seed: int | None = CompleteOptions.seed, threshold: float | None = CompleteOptions.threshold,
+                 phrases: bool = CompleteOptions.phrases, phrase_weight: float = CompleteOptions.phrase_weight,
+                 reply_to: str | Path | None = CompleteOptions.reply_to,
+                 rule: str = CompleteOptions.rule) -> Completion:
         """Suggest how `prefix` (an email typed so far) goes on: up to `max_words` words, greedy by default.
 
         A positive `temperature` samples (with `top_k` / `top_p`, reproducible with `seed`); `beam` > 1 runs
@@ -104,15 +109,16 @@ class Run:
         from seqlab.generation.complete import complete
         from seqlab.generation.reply import read_reply_to, reply_context
 
-        if temperature < 0:
-            raise UserError(f"--temperature must be 0 or more, not {temperature}")
-        original = read_reply_to(reply_to) if isinstance(reply_to, Path) else reply_to
+        o = CompleteOptions(max_words=max_words, temperature=temperature, top_k=top_k, top_p=top_p, beam=beam,
+                            seed=seed, threshold=threshold, phrases=phrases, phrase_weight=phrase_weight,
+                            reply_to=reply_to, rule=rule)
+        original = read_reply_to(o.reply_to) if isinstance(o.reply_to, Path) else o.reply_to
         model, tok, _ = self._load()
         try:
-            return complete(model, tok, prefix, max_words=max_words, temperature=temperature, top_k=top_k,
-                            top_p=top_p, beam=beam, seed=seed, threshold=threshold,
-                            phrases=self._phrases(phrases, phrase_weight),
-                            context=reply_context(model, tok, original), rule=rule)
+            return complete(model, tok, prefix, max_words=o.max_words, temperature=o.temperature, top_k=o.top_k,
+                            top_p=o.top_p, beam=o.beam, seed=o.seed, threshold=o.threshold,
+                            phrases=self._phrases(o.phrases, o.phrase_weight),
+                            context=reply_context(model, tok, original), rule=o.rule)
         except ValueError as exc:  # an option out of range (max_words, beam, threshold, rule)
             raise UserError(str(exc)) from None
 
@@ -121,8 +127,6 @@ class Run:
             return None
         from seqlab.generation.phrases import PHRASES, PhraseModel
 
-        if not 0.0 <= weight <= 1.0:
-            raise UserError(f"--phrase-weight must be between 0 and 1, not {weight}")
         return PhraseModel.load(self.path / PHRASES, self.tokenizer, weight=weight)
 
     # ------------------------------------------------------------ reading
@@ -202,13 +206,18 @@ class Run:
 
     # ------------------------------------------------------------ measuring
 
-    def evaluate(self, split: str = "val", *, data: str | Path | None = None, threshold: float = 0.0,
-                 coverage: float | None = None, coverages: Sequence[float] = COVERAGES, completion_emails: int = 200,
-                 positions_per_email: int = 5, phrases: bool = False, phrase_weight: float = 0.3,
-                 precision: str = "run", completions: bool = True, saved: bool = True, saved_emails: int | None = None,
-                 saved_words: int = 50, rule: str | None = None, saved_threshold: float | None = None,
-                 max_wrong_per_100: float = 3.0, dynamic: bool = False, dynamic_lr: float | None = None,
-                 dynamic_method: str = "rms", ask: str = "every-letter") -> dict[str, Any]:
+    def evaluate(self, split: str = EvalOptions.split, *, data: str | Path | None = EvalOptions.data,
+                 threshold: float = EvalOptions.threshold, coverage: float | None = EvalOptions.coverage,
+                 coverages: Sequence[float] = EvalOptions.coverages,
+                 completion_emails: int = EvalOptions.completion_emails,
+                 positions_per_email: int = EvalOptions.positions_per_email, phrases: bool = EvalOptions.phrases,
+                 phrase_weight: float = EvalOptions.phrase_weight, precision: str = EvalOptions.precision,
+                 completions: bool = EvalOptions.completions, saved: bool = EvalOptions.saved,
+                 saved_emails: int | None = EvalOptions.saved_emails, saved_words: int = EvalOptions.saved_words,
+                 rule: str | None = EvalOptions.rule, saved_threshold: float | None = EvalOptions.saved_threshold,
+                 max_wrong_per_100: float = EvalOptions.max_wrong_per_100, dynamic: bool = EvalOptions.dynamic,
+                 dynamic_lr: float | None = EvalOptions.dynamic_lr, dynamic_method: str = EvalOptions.dynamic_method,
+                 ask: str = EvalOptions.ask) -> dict[str, Any]:
         """What `seqlab eval --json` reports for `split` of the run's DATA_DIR (or `data`): loss, ppl, bpb, the
         compressors' bits per byte (gzip, bz2, xz), and with `completions` ExactMatch@N at each of
         `coverages` (`by_coverage`) and at `coverage`, and (with `saved`) saved characters (`saved_chars`:
@@ -219,67 +228,47 @@ class Run:
         trained), "fp32" or "bf16". With `dynamic`, the same measures again under dynamic evaluation
         (`seqlab.evaluation.dynamic`: `dynamic_method` "rms" or "sgd", at `dynamic_lr`, default the
         method's) under "dynamic", beside the frozen model's; the weights on disk are never changed."""
-        from seqlab.evaluation.run_eval import evaluate_run
+        options = EvalOptions(
+            split=split, data=data, threshold=threshold, coverage=coverage, coverages=tuple(coverages),
+            completion_emails=completion_emails, positions_per_email=positions_per_email, phrases=phrases,
+            phrase_weight=phrase_weight, precision=precision, completions=completions, saved=saved,
+            saved_emails=saved_emails, saved_words=saved_words, rule=rule, saved_threshold=saved_threshold,
+            max_wrong_per_100=max_wrong_per_100, dynamic=dynamic, dynamic_lr=dynamic_lr,
+            dynamic_method=dynamic_method, ask=ask)
+        from seqlab.evaluation.report import evaluate_run
 
-        if precision not in ("run", "fp32", "bf16"):
-            raise UserError(f"precision must be run, fp32 or bf16, not {precision!r}.")
-        result = evaluate_run(self.path, data, split, self.device, completion_threshold=threshold,
-                              target_coverage=coverage or None, completion_emails=completion_emails,
-                              positions_per_email=positions_per_email, coverages=coverages,
-                              completions=completions, phrases=self._phrases(phrases, phrase_weight),
-                              precision=precision, saved=saved, saved_emails=saved_emails, saved_words=saved_words,
-                              rule=rule, threshold=saved_threshold, max_wrong_per_100=max_wrong_per_100,
-                              ask=ask)
-        if dynamic:
-            from seqlab.evaluation.dynamic import DEFAULT_LRS, dynamic_eval
+        phrase_model = self._phrases(options.phrases, options.phrase_weight)
+        result = evaluate_run(self.path, options, self.device, phrase_model=phrase_model)
+        if options.dynamic:
+            from seqlab.evaluation.dynamic import dynamic_eval
 
-            result["dynamic"] = dynamic_eval(
-                self.path, data, split, self.device, method=dynamic_method,
-                lr=DEFAULT_LRS.get(dynamic_method, 0.0) if dynamic_lr is None else dynamic_lr,
-                coverage=coverage or 0.2, completion_emails=completion_emails,
-                positions_per_email=positions_per_email,
-                saved_emails=(min(100, completion_emails) if saved_emails is None else saved_emails) if saved else 0,
-                saved_words=saved_words, rule=rule, threshold=saved_threshold, ask=ask)
+            result["dynamic"] = dynamic_eval(self.path, options, self.device)
         return result
 
-    def tradeoff(self, split: str = "val", *, data: str | Path | None = None, emails: int = 100, words: int = 50,
-                 max_words: int = MAX_SENTENCE_WORDS, max_wrong_per_100: float = 3.0, ask: str = "every-letter",
-                 mid_word: int = 0) -> dict[str, Any]:
+    def tradeoff(self, split: str = TradeoffOptions.split, *, data: str | Path | None = TradeoffOptions.data,
+                 emails: int = TradeoffOptions.emails, words: int = TradeoffOptions.words,
+                 max_words: int = TradeoffOptions.max_words,
+                 max_wrong_per_100: float = TradeoffOptions.max_wrong_per_100, ask: str = TradeoffOptions.ask,
+                 mid_word: int = TradeoffOptions.mid_word) -> dict[str, Any]:
         """The trade-off curve of the suggestion rules (`seqlab tradeoff`): `emails` held-out emails typed for
         `words` words; for each rule and threshold of `seqlab.evaluation.saved_chars.CURVE_THRESHOLDS` the
         saved share and wrong suggestions per 100 words ("curve"), and each rule's best threshold within
         `max_wrong_per_100` with 95% bootstrap intervals ("best"). Suggestions are asked where `ask` says
         ("every-letter", as the compose page, or "word-starts", with `mid_word` k > 0 also k letters into
         each word)."""
-        from seqlab.data.store import TokenStore
-        from seqlab.evaluation.saved_chars import RULES, best_threshold, check_ask, tradeoff_curve, type_emails
-        from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
-        from seqlab.runs.load import run_data_dir
+        from seqlab.evaluation.report import tradeoff_run
 
-        if split not in ("val", "test"):
-            raise UserError(f"split must be val or test, not {split!r}.")
-        if emails < 1 or words < 1 or max_words < 1 or not max_wrong_per_100 >= 0 or mid_word < 0:
-            raise UserError("emails, words and max words must be at least 1, and the cap on wrong suggestions "
-                            "and the letters typed into a word 0 or more.")
-        try:
-            check_ask(ask, mid_word)
-        except ValueError as exc:
-            raise UserError(f"{exc}.") from None
+        options = TradeoffOptions(split=split, data=data, emails=emails, words=words, max_words=max_words,
+                                  max_wrong_per_100=max_wrong_per_100, ask=ask, mid_word=mid_word)
         model, tok, _ = self._load()
-        folder = run_data_dir(self.path, data)
-        check_same_tokenizer(tok, folder, self.path)
-        store = TokenStore(folder, split)
-        typed = type_emails(model, tok, completion_texts(store, tok, emails, 0), words=words, max_words=max_words,
-                            contexts=completion_contexts(model, store, emails, 0), ask=ask, mid_word=mid_word)
-        return {"split": split, "emails": len(typed), "words_per_email": words, "max_words": max_words,
-                "ask": ask, "mid_word": mid_word,
-                "max_wrong_per_100": max_wrong_per_100, "curve": tradeoff_curve(typed),
-                "best": [best_threshold(typed, r, max_wrong_per_100) for r in RULES], "run_dir": str(self.path)}
+        return tradeoff_run(self.path, model, tok, options)
 
     @private_umask()
-    def calibrate(self, coverage: float = 0.5, *, split: str = "val", emails: int = 200, max_words: int | None = None,
-                  data: str | Path | None = None, target: str = "coverage", rule: str = DEFAULT_RULE,
-                  max_wrong_per_100: float = 3.0, words: int = 50, ask: str = "every-letter") -> dict[str, Any]:
+    def calibrate(self, coverage: float = CalibrateOptions.coverage, *, split: str = CalibrateOptions.split,
+                  emails: int = CalibrateOptions.emails, max_words: int | None = CalibrateOptions.max_words,
+                  data: str | Path | None = CalibrateOptions.data, target: str = CalibrateOptions.target,
+                  rule: str = CalibrateOptions.rule, max_wrong_per_100: float = CalibrateOptions.max_wrong_per_100,
+                  words: int = CalibrateOptions.words, ask: str = CalibrateOptions.ask) -> dict[str, Any]:
         """Choose the confidence threshold at which the model suggests at `coverage` of held-out word boundaries
         (or, with `target="saved"`, the `rule`'s threshold that saves the most characters with at most
         `max_wrong_per_100` wrong suggestions per 100 words, emails typed for `words` words with suggestions
@@ -287,23 +276,25 @@ class Run:
         RUN_DIR/calibration.json (which the server reads) and returns it, as `seqlab calibrate` does."""
         from seqlab.evaluation.calibration import calibrate_run
 
-        return calibrate_run(self.path, data, split, coverage, emails, max_words=max_words, device=self.device,
-                             target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words, ask=ask)
+        options = CalibrateOptions(coverage=coverage, split=split, emails=emails, max_words=max_words, data=data,
+                                   target=target, rule=rule, max_wrong_per_100=max_wrong_per_100, words=words,
+                                   ask=ask)
+        return calibrate_run(self.path, options, device=self.device)
 
     @private_umask()
-    def fit_phrases(self, *, data: str | Path | None = None, min_context: int = 4, max_context: int = 8,
-                    min_count: int = 2) -> dict[str, Any]:
+    def fit_phrases(self, *, data: str | Path | None = PhrasesOptions.data,
+                    min_context: int = PhrasesOptions.min_context, max_context: int = PhrasesOptions.max_context,
+                    min_count: int = PhrasesOptions.min_count) -> dict[str, Any]:
         """Count a person's token n-grams (the train split of `data`, default the run's DATA_DIR) into
         RUN_DIR/phrases.npz for `complete(..., phrases=True)`, as `seqlab phrases` does; returns its summary
         (emails, tokens, rows, path)."""
         from seqlab.generation.phrases import PHRASES, fit_phrases
         from seqlab.runs.load import run_data_dir
 
-        if min_context > max_context:
-            raise UserError(f"--min-context {min_context} is longer than --max-context {max_context}.")
-        folder = run_data_dir(self.path, data)
-        model = fit_phrases(folder, self.tokenizer, min_context=min_context, max_context=max_context,
-                            min_count=min_count)
+        options = PhrasesOptions(data=data, min_context=min_context, max_context=max_context, min_count=min_count)
+        folder = run_data_dir(self.path, options.data)
+        model = fit_phrases(folder, self.tokenizer, min_context=options.min_context,
+                            max_context=options.max_context, min_count=options.min_count)
         model.save(self.path / PHRASES)
         return {"emails": model.meta["emails"], "tokens": model.meta["tokens"], "data": str(folder),
                 "rows": sum(len(t[0]) for t in model.tables.values()), "path": str(self.path / PHRASES)}

@@ -44,6 +44,21 @@ def unit_float(text: str) -> float:
     return _number(text, float, lambda v: 0.0 <= v <= 1.0, "a number between 0 and 1")
 
 
+def non_negative_float(text: str) -> float:
+    return _number(text, float, lambda v: 0.0 <= v < float("inf"), "a number of 0 or more")
+
+
+def coverages(text: str) -> tuple[float, ...]:
+    """Comma-separated fractions in (0, 1], e.g. 0.05,0.1,0.2,0.5,1."""
+    try:
+        values = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(0.0 < v <= 1.0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected fractions in (0, 1] like 0.05,0.1,0.5,1, not {text!r}")
+    return values
+
+
 def add_run_reader(sub: argparse._SubParsersAction, name: str, *, help: str, description: str,
                    text: str | None = None) -> argparse.ArgumentParser:
     """The parser of a subcommand that reads a trained RUN_DIR, and then, if `text` names it, one text."""

@@ -1,6 +1,6 @@
 """The `seqlab` command line: the table of subcommands, the parser, and `main` (user errors -> exit code 2).
 
-Each command group has its own module (`data`, `training`, `runs`, `studies`), and each subcommand there is
+Each command group has its own module (`data`, `training`, `trained`, `studies`, ...), and each subcommand there is
 a pair `add_<name>(subparsers)` / `run_<name>(args)`. Heavy modules are imported inside the `run_` functions
 so that `seqlab --help` is instant and nothing runs at import.
 """
@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from seqlab.cli import bench, data, runs, serving, studies, training
+from seqlab.cli import bench, data, serving, studies, trained, training
 from seqlab.errors import UserError
 from seqlab.private_files import private_umask, warnings_as_lines
 from seqlab.version import __version__
@@ -20,11 +20,11 @@ from seqlab.version import __version__
 COMMANDS: dict[str, tuple[Callable[[argparse._SubParsersAction], None], Callable[[argparse.Namespace], int]]] = {
     "prepare": (data.add_prepare, data.run_prepare),
     "train": (training.add_train, training.run_train),
-    "eval": (runs.add_eval, runs.run_eval),
-    "calibrate": (runs.add_calibrate, runs.run_calibrate),
-    "complete": (runs.add_complete, runs.run_complete),
-    "tradeoff": (runs.add_tradeoff, runs.run_tradeoff),
-    "phrases": (runs.add_phrases, runs.run_phrases),
+    "eval": (trained.add_eval, trained.run_eval),
+    "calibrate": (trained.add_calibrate, trained.run_calibrate),
+    "complete": (trained.add_complete, trained.run_complete),
+    "tradeoff": (trained.add_tradeoff, trained.run_tradeoff),
+    "phrases": (trained.add_phrases, trained.run_phrases),
     "attention": (studies.add_attention, studies.run_attention),
     "inspect": (studies.add_inspect, studies.run_inspect),
     "lesson": (studies.add_lesson, studies.run_lesson),

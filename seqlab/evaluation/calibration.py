@@ -37,10 +37,10 @@ from typing import Any
 from seqlab.data.store import TokenStore
 from seqlab.errors import UserError
 from seqlab.evaluation.exact_match import completion_quality
-from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, best_threshold, type_emails
+from seqlab.evaluation.saved_chars import best_threshold, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
-from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import CHARS_PER_WRONG, DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
+from seqlab.options import CalibrateOptions
 from seqlab.printed_command import printed_command
 from seqlab.runs.checkpoint_files import atomic_write_text
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
@@ -49,53 +49,32 @@ CALIBRATION = "calibration.json"
 ASK_WORDS = {"every-letter": "every letter", "word-starts": "word starts"}  # how `ask` reads in a sentence
 
 
-def _check_options(split: str, coverage: float, emails: int, positions_per_email: int, max_words: int) -> None:
-    if split not in ("train", "val", "test"):
-        raise UserError(f"split must be train, val or test, not {split!r}.")
-    # `not 0 < x <= 1` also refuses nan, whose comparisons are all false.
-    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0.0 < coverage <= 1.0:
-        raise UserError(f"the target coverage must be in (0, 1], not {coverage}.")
-    for name, value in (("emails", emails), ("positions per email", positions_per_email),
-                        ("max words", max_words)):
-        if value < 1:
-            raise UserError(f"the number of {name} must be at least 1, not {value}.")
-
-
-def calibrate_run(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val",
-                  coverage: float = 0.5, emails: int = 200, positions_per_email: int = 2, max_words: int | None = None,
-                  seed: int = 0, *, device: str = "auto", target: str = "coverage", rule: str = DEFAULT_RULE,
-                  max_wrong_per_100: float = MAX_WRONG_PER_100, words: int = 50, ask: str = DEFAULT_ASK
-                  ) -> dict[str, Any]:
+def calibrate_run(run_dir: Path | str, options: CalibrateOptions | None = None, *, device: str = "auto",
+                  positions_per_email: int = 2, seed: int = 0) -> dict[str, Any]:
     """The threshold that shows `coverage` of the word boundaries of `split`, with ExactMatch@1..max_words
-    there (or, with `target="saved"`, the `rule`'s threshold that saves the most characters within the cap
-    on wrong suggestions, emails typed for `words` words with suggestions asked where `ask` says); written
-    to RUN_DIR/calibration.json (see module doc) and returned."""
-    if max_words is None:  # ExactMatch@1..3 at a coverage; a suggestion as the page asks for it when typing
-        max_words = MAX_SENTENCE_WORDS if target == "saved" else 3
-    _check_options(split, coverage, emails, positions_per_email, max_words)
-    if target not in ("coverage", "saved"):
-        raise UserError(f"the calibration target must be coverage or saved, not {target!r}.")
-    if rule not in RULES:
-        raise UserError(f"the suggestion rule must be one of {', '.join(RULES)}, not {rule!r}.")
-    if not max_wrong_per_100 >= 0 or words < 1:
-        raise UserError("the cap on wrong suggestions per 100 words must be 0 or more, and words at least 1.")
-    if ask not in ASK_MODES:
-        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
+    there at up to `positions_per_email` boundaries per email (or, with `target="saved"`, the `rule`'s
+    threshold that saves the most characters within the cap on wrong suggestions, emails typed for `words`
+    words with suggestions asked where `ask` says); written to RUN_DIR/calibration.json (see module doc) and
+    returned. `CalibrateOptions` says what each option means."""
+    o = options or CalibrateOptions()
+    if positions_per_email < 1:
+        raise UserError(f"the number of positions per email must be at least 1, not {positions_per_email}.")
+    split, emails, coverage, max_words = o.split, o.emails, o.coverage, o.words_per_suggestion
     run_dir = Path(run_dir)
     model, tok, _ = load_run(run_dir, resolve_device(device))
-    data = run_data_dir(run_dir, data_dir)
+    data = run_data_dir(run_dir, o.data)
     check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
     texts = completion_texts(store, tok, emails, seed)
-    if target == "saved":
-        typed = type_emails(model, tok, texts, words=words, max_words=max_words, ask=ask,
+    if o.target == "saved":
+        typed = type_emails(model, tok, texts, words=o.words, max_words=max_words, ask=o.ask,
                             contexts=completion_contexts(model, store, emails, seed))
         if not any(e.boundaries for e in typed):
             raise UserError(f"the {split} split of {data} has no word boundaries to calibrate on; "
                             f"use a larger split or a larger data folder.")
-        best = best_threshold(typed, rule, max_wrong_per_100)
-        result = {**best, "target": "saved", "split": split, "words_per_email": words, "max_words": max_words,
-                  "ask": ask,
+        best = best_threshold(typed, o.rule, o.max_wrong_per_100)
+        result = {**best, "target": "saved", "split": split, "words_per_email": o.words, "max_words": max_words,
+                  "ask": o.ask,
                   "seed": seed, "data_dir": str(data)}
         atomic_write_text(run_dir / CALIBRATION, json.dumps(result, indent=2, sort_keys=True) + "\n")
         return result

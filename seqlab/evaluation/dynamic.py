@@ -33,7 +33,6 @@ dropout), on one email at a time.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,12 +50,13 @@ from seqlab.evaluation.calibration import served_gate
 from seqlab.evaluation.context_scores import EmailScores, paired_bootstrap
 from seqlab.evaluation.exact_match import Proposal, coverage_table, sample_positions
 from seqlab.evaluation.heldout import token_byte_lengths
-from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, TypedEmail, collect_typing, one_by_one, score_typing
+from seqlab.evaluation.saved_chars import DEFAULT_ASK, TypedEmail, collect_typing, one_by_one, score_typing
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_picks
 from seqlab.generation.complete import complete, split_words
 from seqlab.generation.decode import context_limit, model_device
 from seqlab.generation.gate import FIRST_WORD
 from seqlab.models.context_encoder import ContextBatch
+from seqlab.options import EvalOptions
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 
 METHODS = ("sgd", "rms")
@@ -266,43 +266,34 @@ def _summary(result: PassResult, coverage: float, gate: tuple[str, float | None]
     return row
 
 
-def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split: str = "test",
-                 device: str = "auto", *, lr: float = DEFAULT_LR, coverage: float = 0.2,
-                 completion_emails: int = 200, positions_per_email: int = 5, saved_emails: int = 100,
-                 saved_words: int = 50, rule: str | None = None, threshold: float | None = None,
-                 seed: int = 0, max_words: int = 5, method: str = DEFAULT_METHOD, decay: float = DEFAULT_DECAY,
-                 ms_emails: int = 100, ask: str = DEFAULT_ASK) -> dict[str, Any]:
-    """Frozen against dynamic evaluation of RUN_DIR on `split` (module doc): for each, bits per byte,
-    ExactMatch at `coverage` (`completion_emails` emails, as `seqlab eval` picks them) and saved characters
-    (`saved_emails` emails, 0 for none, at `rule`/`threshold` as `seqlab eval` resolves them, asked where
-    `ask` says); "bpb_diff":
+def dynamic_eval(run_dir: Path | str, options: EvalOptions | None = None, device: str = "auto", *,
+                 seed: int = 0, max_words: int = 5, decay: float = DEFAULT_DECAY,
+                 ms_emails: int = 100) -> dict[str, Any]:
+    """Frozen against dynamic evaluation of RUN_DIR on `options.split` (module doc), with `dynamic_method`
+    at `dynamic_lr` (default the method's): for each, bits per byte, ExactMatch at `coverage` (default 0.2;
+    `completion_emails` emails, as `seqlab eval` picks them) and saved characters (with `saved`, its typed
+    emails at `rule`/`saved_threshold` as `seqlab eval` resolves them, asked where `ask` says); "bpb_diff":
     frozen minus dynamic bits per byte with a paired bootstrap interval over emails; "order": how many
     emails had a sender and a date."""
-    if split not in ("train", "val", "test"):
-        raise UserError(f"split must be train, val or test, not {split!r}.")
-    if not 0.0 <= lr < math.inf:
-        raise UserError(f"the dynamic evaluation learning rate must be 0 or more, not {lr}.")
-    if not 0.0 < coverage <= 1.0:
-        raise UserError(f"a target coverage must be in (0, 1], not {coverage}.")
-    if method not in METHODS:
-        raise UserError(f"the dynamic evaluation method must be one of {', '.join(METHODS)}, not {method!r}.")
+    o = options or EvalOptions()
+    split, method, coverage = o.split, o.dynamic_method, o.coverage or 0.2
+    lr = DEFAULT_LRS[method] if o.dynamic_lr is None else o.dynamic_lr
+    saved_emails = o.typed_emails if o.saved else 0
     if not 0.0 <= decay <= 1.0:
         raise UserError(f"the decay towards the trained weights must be in [0, 1], not {decay}.")
-    if ask not in ASK_MODES:
-        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
     run_dir = Path(run_dir)
-    gate = served_gate(run_dir, rule, threshold)
+    gate = served_gate(run_dir, o.rule, o.saved_threshold)
     model, tok, cfg = load_run(run_dir, resolve_device(device))  # a fresh copy: the run on disk is only read
     model.eval()
-    data = run_data_dir(run_dir, data_dir)
+    data = run_data_dir(run_dir, o.data)
     check_same_tokenizer(tok, data, run_dir)
     store = TokenStore(data, split)
     meta = split_metadata(data, split, store.num_emails)
     order = dynamic_order(meta)
-    exact_picks = [int(i) for i in completion_picks(store, completion_emails, seed)]
+    exact_picks = [int(i) for i in completion_picks(store, o.completion_emails, seed)]
     exact_texts = {e: tok.decode(store.email(e).tolist()) for e in exact_picks}
     positions: dict[int, list[int]] = {}
-    for k, i in sample_positions([exact_texts[e] for e in exact_picks], positions_per_email, seed):
+    for k, i in sample_positions([exact_texts[e] for e in exact_picks], o.positions_per_email, seed):
         positions.setdefault(exact_picks[k], []).append(i)
     typed_picks = completion_picks(store, saved_emails, seed) if saved_emails > 0 else []
     typed_texts = {int(e): tok.decode(store.email(int(e)).tolist()) for e in typed_picks}
@@ -314,12 +305,12 @@ def dynamic_eval(run_dir: Path | str, data_dir: Path | str | None = None, split:
     for name, rate in (("frozen", 0.0), ("dynamic", lr)):
         model.load_state_dict(initial)
         passes[name] = adapt_pass(model, tok, store, order, rate, exact_texts=exact_texts, positions=positions,
-                                  typed_texts=typed_texts, saved_words=saved_words, max_words=max_words,
-                                  contexts=reads, step=step, ask=ask)
+                                  typed_texts=typed_texts, saved_words=o.saved_words, max_words=max_words,
+                                  contexts=reads, step=step, ask=o.ask)
     model.load_state_dict(initial)
     diff = paired_bootstrap(passes["frozen"].scores, passes["dynamic"].scores, seed=seed)
     return {"split": split, "lr": lr, "method": method, "decay": decay, "rule": gate[0], "threshold": gate[1],
-            "coverage": coverage, "ask": ask,
+            "coverage": coverage, "ask": o.ask,
             "emails": store.num_emails, "order": {"senders": len({m.sender for m in meta if m.sender}),
                                                    "with_sender": sum(bool(m.sender) for m in meta),
                                                    "dated": sum(m.date is not None for m in meta)},

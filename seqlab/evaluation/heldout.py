@@ -45,7 +45,7 @@ from seqlab.models.lm import map_tensors
 from seqlab.runs.load import resolve_device
 
 SEPARATOR = b"\n"  # what an email's eos stands for when bytes are counted and compressors read the split
-# Rows of block_size positions per held-out call in `seqlab eval` (`evaluation.run_eval.evaluate_run`). Twice a
+# Rows of block_size positions per held-out call in `seqlab eval` (`evaluation.report.evaluate_run`). Twice a
 # `small` training batch: no activations are kept for a backward pass, so a larger call fits, and it scored
 # faster than 16 or 64 rows for attention and the GRU (the experiments index has the figures).
 EVAL_BATCH = 32

@@ -29,9 +29,10 @@ from seqlab.data.prepare.options import PrepareConfig
 from seqlab.data.prepare.pipeline import prepare
 from seqlab.data.store import load_meta
 from seqlab.evaluation.calibration import calibrate_run, load_calibration
-from seqlab.evaluation.run_eval import evaluate_run
+from seqlab.evaluation.report import evaluate_run
 from seqlab.generation.complete import complete
 from seqlab.generation.gate import FIRST_WORD
+from seqlab.options import CalibrateOptions, EvalOptions
 from seqlab.printed_command import printed_command
 from seqlab.runs.load import load_run
 from seqlab.studies.recipes import apply_recipe
@@ -155,11 +156,12 @@ def demo(out: Path, *, source: str = "spamassassin", minutes: float = 3.5, progr
     for name in MODELS:
         run = out / "runs" / name
         summary = _train(name, data, run, minutes, progress)
-        val = evaluate_run(run, data, "val", completions=False)
-        test = evaluate_run(run, data, "test", coverages=(LOW_COVERAGE, COVERAGE), completion_emails=COMPLETION_EMAILS,
-                            positions_per_email=POSITIONS_PER_EMAIL, saved=False)  # its table: ExactMatch
+        val = evaluate_run(run, EvalOptions(data=data, split="val", completions=False))
+        test = evaluate_run(run, EvalOptions(data=data, split="test", coverages=(LOW_COVERAGE, COVERAGE),
+                                             completion_emails=COMPLETION_EMAILS,
+                                             positions_per_email=POSITIONS_PER_EMAIL, saved=False))  # ExactMatch
         rows.append(table_row(name, summary, val, test))
-        calibrate_run(run, data, "val", coverage=COVERAGE, emails=100)
+        calibrate_run(run, CalibrateOptions(data=data, split="val", coverage=COVERAGE, emails=100))
         completions[name] = sample_completions(run)
     positions = min(r["positions"] or 0 for r in rows)
     report = [format_table(rows), "",

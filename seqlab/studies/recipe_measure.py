@@ -115,7 +115,8 @@ def added_rates(kept: dict[str, Any], missing: list[str], machine: str, vocab: i
 
 def run_job(job: tuple[str, str, str, int, str, str, int]) -> dict[str, Any]:
     """Train one candidate for its steps and score it on val and test (in a worker process, one thread)."""
-    from seqlab.evaluation.run_eval import evaluate_run
+    from seqlab.evaluation.report import evaluate_run
+    from seqlab.options import EvalOptions
     from seqlab.studies.recipe_study import train_scored
 
     cell, name, machine, vocab, data, out, steps = job
@@ -127,7 +128,7 @@ def run_job(job: tuple[str, str, str, int, str, str, int]) -> dict[str, Any]:
     cfg = candidate_config(name, machine, vocab, [f"train.max_steps={steps}", "train.threads=1",
                                                   f"train.eval_every={eval_every}", f"train.ckpt_every={eval_every}"])
     summary, val = train_scored(Path(data), run, cfg)
-    test = evaluate_run(run, Path(data), "test", device="cpu", completions=False)
+    test = evaluate_run(run, EvalOptions(data=Path(data), split="test", completions=False), device="cpu")
     result = {"cell": cell, "name": name, "steps": summary["steps"], "params": summary["params"],
               "val_bpb": round(val["bpb"], 4), "test_bpb": round(test["bpb"], 4), "run": str(run),
               "commit": git_commit()}

@@ -3,7 +3,7 @@
 
 Every variant is the `small` preset turned into a recipe of `studies/recipes.py` plus overrides, trained
 for the same number of token positions (steps = tokens / (batch_size * block_size)), then scored on the
-WHOLE val split by `evaluation.run_eval.evaluate_run` (attention: windows of its block_size; recurrent and
+WHOLE val split by `evaluation.report.evaluate_run` (attention: windows of its block_size; recurrent and
 hybrid models: each email read whole). Wall-clock is unreliable on shared cores, so the budget is tokens;
 each variant's training tokens/s is reported too, measured with `--jobs` runs side by side (the
 variants of one comparison are queued next to each other so they share the same load).
@@ -93,12 +93,13 @@ def _config(recipe_name: str, overrides: tuple[str, ...], tokens: int, threads: 
 def train_scored(data: Path, run: Path, cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train `cfg` into a fresh `run` on DATA_DIR `data` and score its best checkpoint on the whole val split:
     (the trainer's summary, `evaluate_run`'s held-out keys). Shared with `tokenizer_study`."""
-    from seqlab.evaluation.run_eval import evaluate_run
+    from seqlab.evaluation.report import evaluate_run
+    from seqlab.options import EvalOptions
     from seqlab.training.trainer import train
 
     shutil.rmtree(run, ignore_errors=True)
     summary = train(data, run, cfg, progress=False)
-    return summary, evaluate_run(run, data, "val", device="cpu", completions=False)
+    return summary, evaluate_run(run, EvalOptions(data=data, split="val", completions=False), device="cpu")
 
 
 def save_result(path: Path, result: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@
 What is trained (model names, matched budget, matched parameter count) is planned in
 `seqlab.studies.compare.plan`. Each model is trained by the one trainer (`seqlab.training.trainer.train`)
 in its own child process (`seqlab.studies.compare.worker`, so its peak memory is measured alone) into
-OUT/runs/<name>, then evaluated in this process by `seqlab.evaluation.run_eval.evaluate_run` (the run's best
+OUT/runs/<name>, then evaluated in this process by `seqlab.evaluation.report.evaluate_run` (the run's best
 checkpoint by the trainer's validation loss) on the whole val split (loss, perplexity, bits per byte) and
 the whole test split (the same, plus ExactMatch@1..3 of greedy completions at the threshold that shows a
 proposal at one common coverage, 0.5 by default, so models are compared at equal coverage, and ExactMatch@1
@@ -33,7 +33,8 @@ from typing import Any
 from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.data.tokenizer import load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.run_eval import evaluate_run
+from seqlab.evaluation.report import evaluate_run
+from seqlab.options import EvalOptions
 from seqlab.studies.compare.plan import Budget, PlannedRun, apply_budget, parse_models, plan_runs
 from seqlab.studies.compare.report import format_table, write_report
 from seqlab.studies.compare.worker import MEMORY, REQUEST
@@ -135,10 +136,11 @@ def _measure(plan: PlannedRun, run_dir: Path, data_dir: Path, coverage: float, s
     except (OSError, json.JSONDecodeError):
         memory = {}
     device = plan.cfg.train.device
-    val = evaluate_run(run_dir, data_dir, "val", device, completions=False, seed=seed)
-    test = evaluate_run(run_dir, data_dir, "test", device, target_coverage=coverage, max_words=EM_WORDS,
-                        seed=seed, completion_emails=completion_emails, coverages=(LOW_COVERAGE,),
-                        saved=False)  # its report reads ExactMatch; `seqlab tradeoff` measures saved characters
+    val = evaluate_run(run_dir, EvalOptions(data=data_dir, split="val", completions=False), device, seed=seed)
+    # its report reads ExactMatch; `seqlab tradeoff` measures saved characters
+    test = evaluate_run(run_dir, EvalOptions(data=data_dir, split="test", coverage=coverage,
+                                             completion_emails=completion_emails, coverages=(LOW_COVERAGE,),
+                                             saved=False), device, max_words=EM_WORDS, seed=seed)
     at, low = test["at_coverage"], test["by_coverage"][0]
     m = plan.cfg.model
     row: dict[str, Any] = {

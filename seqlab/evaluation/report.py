@@ -1,4 +1,5 @@
-"""Evaluation of a trained RUN_DIR on a split of its DATA_DIR (`evaluate_run`) and its table (`format_eval`).
+"""What `seqlab eval` and `seqlab tradeoff` report of a trained RUN_DIR on a split of its DATA_DIR (`evaluate_run`,
+`tradeoff_run`) and their tables (`format_eval`, `format_best`).
 
 One result gathers the model's held-out loss, perplexity and bits per byte over every target of the
 split (`seqlab.evaluation.heldout`), classical compressors on the same bytes
@@ -7,103 +8,87 @@ split (`seqlab.evaluation.heldout`), classical compressors on the same bytes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
-from seqlab.errors import UserError
 from seqlab.evaluation.calibration import served_gate
 from seqlab.evaluation.compressors import compressor_bpb_bytes, split_bytes
 from seqlab.evaluation.context_scores import by_context, email_scores, totals
-from seqlab.evaluation.exact_match import COVERAGES, completion_quality
+from seqlab.evaluation.exact_match import completion_quality
 from seqlab.evaluation.heldout import EVAL_BATCH, evaluate_lm
-from seqlab.evaluation.saved_chars import ASK_MODES, DEFAULT_ASK, MAX_WRONG_PER_100, saved_report, type_emails
+from seqlab.evaluation.saved_chars import RULES, best_threshold, saved_report, tradeoff_curve, type_emails
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_contexts, completion_texts
 from seqlab.generation.phrases import PhraseModel
+from seqlab.options import EvalOptions, TradeoffOptions
 from seqlab.runs.load import load_run, resolve_device, run_data_dir
 from seqlab.runs.precision import autocast_for, resolve_precision
 
 
-def evaluate_run(
-    run_dir: Path | str, data_dir: Path | str | None = None, split: str = "val", device: str = "auto", *,
-    completion_threshold: float = 0.0, target_coverage: float | None = None, completion_emails: int = 200,
-    positions_per_email: int = 5, max_words: int = 5, batch_size: int = EVAL_BATCH, seed: int = 0,
-    completions: bool = True, coverages: Sequence[float] = COVERAGES, phrases: PhraseModel | None = None,
-    precision: str = "run", saved: bool = True, saved_emails: int | None = None, saved_words: int = 50,
-    rule: str | None = None, threshold: float | None = None, max_wrong_per_100: float = MAX_WRONG_PER_100,
-    ask: str = DEFAULT_ASK,
-) -> dict[str, Any]:
-    """Evaluate RUN_DIR's best checkpoint on a split of its DATA_DIR; one flat JSON-able dict.
+def evaluate_run(run_dir: Path | str, options: EvalOptions | None = None, device: str = "auto", *,
+                 phrase_model: PhraseModel | None = None, max_words: int = 5, batch_size: int = EVAL_BATCH,
+                 seed: int = 0) -> dict[str, Any]:
+    """Evaluate RUN_DIR's best checkpoint on `options.split` of its DATA_DIR (or `options.data`); one flat
+    JSON-able dict (`EvalOptions` says what each option means).
 
     Keys: split, loss, ppl, bpb, tokens, bytes, compressor_bpb {gzip, bz2, xz}, params, mixer,
     run_dir, data_dir, emails; with `completions`: exact_match {"1".."max_words"}, coverage, threshold,
     completion_positions, by_coverage (one entry per coverage of `coverages`: target, threshold, coverage,
-    exact_match, exact_match_counts, exact_match_ci95 (Wilson), ...), and with `target_coverage` also
+    exact_match, exact_match_counts, exact_match_ci95 (Wilson), ...), and with `coverage` also
     at_coverage {the same keys}. Completions are scored at up to `positions_per_email` word boundaries of
-    each of up to `completion_emails` emails drawn with `seed`; with `phrases`, blended with that phrase
+    each of up to `completion_emails` emails drawn with `seed`; with `phrase_model`, blended with that phrase
     model (`seqlab.generation.phrases`), and the loss and bits per byte stay the model's own.
 
-    With `completions` and `saved`, also `saved_chars` (`seqlab.evaluation.saved_chars`): up to
-    `saved_emails` emails (default the smaller of 100 and `completion_emails`; drawn as above) typed for
-    their first `saved_words` words, the share of
-    characters accepted suggestions save and the wrong suggestions shown per 100 words, at `rule` and
-    `threshold` (default: the run's calibration.json, else the default rule with no threshold) under "at",
-    and under "best" each rule at its best threshold on this split with at most `max_wrong_per_100`;
-    suggestions asked where `ask` says (`saved_chars.ASK_MODES`: every letter, as the compose page, by default).
+    With `completions` and `saved`, also `saved_chars` (`seqlab.evaluation.saved_chars`): `typed_emails`
+    emails (drawn as above) typed for their first `saved_words` words, the share of characters accepted
+    suggestions save and the wrong suggestions shown per 100 words, at `rule` and `saved_threshold` (default:
+    the run's calibration.json, else the default rule with no threshold) under "at", and under "best" each rule
+    at its best threshold on this split with at most `max_wrong_per_100`; suggestions asked where `ask` says.
     """
-    saved_emails = _check_options(split, completion_threshold, coverages, target_coverage, completion_emails,
-                                  positions_per_email, saved_emails, saved_words, max_wrong_per_100, ask)
-    gate = served_gate(run_dir, rule, threshold)
+    o = options or EvalOptions()
+    gate = served_gate(run_dir, o.rule, o.saved_threshold)
     run_dir = Path(run_dir)
     dev = resolve_device(device)
     model, tok, cfg = load_run(run_dir, dev)
     # the held-out pass in the number format the run trained in (runs/precision.py), unless told otherwise
-    numbers = resolve_precision(cfg.train.precision if precision == "run" else precision, dev)
-    data = run_data_dir(run_dir, data_dir)
+    numbers = resolve_precision(cfg.train.precision if o.precision == "run" else o.precision, dev)
+    data = run_data_dir(run_dir, o.data)
     check_same_tokenizer(tok, data, run_dir)
-    store = TokenStore(data, split)
+    store = TokenStore(data, o.split)
     result = _heldout(model, tok, cfg, store, batch_size, dev, numbers,
                       where={"run_dir": str(run_dir), "data_dir": str(data)})
-    if completions:
-        texts = completion_texts(store, tok, completion_emails, seed)
-        quality = completion_quality(model, tok, texts, max_words=max_words,
-                                     threshold=completion_threshold, positions_per_email=positions_per_email,
-                                     seed=seed, target_coverage=target_coverage, coverages=coverages,
-                                     phrases=phrases,
-                                     contexts=completion_contexts(model, store, completion_emails, seed))
-        result.update(_completion_keys(quality, len(texts), phrases))
-    if completions and saved:
-        typed = type_emails(model, tok, completion_texts(store, tok, saved_emails, seed), words=saved_words,
-                            phrases=phrases, contexts=completion_contexts(model, store, saved_emails, seed), ask=ask)
-        result["saved_chars"] = {**saved_report(typed, *gate, max_wrong_per_100), "words_per_email": saved_words,
-                                 "ask": ask}
+    if o.completions:
+        texts = completion_texts(store, tok, o.completion_emails, seed)
+        quality = completion_quality(model, tok, texts, max_words=max_words, threshold=o.threshold,
+                                     positions_per_email=o.positions_per_email, seed=seed,
+                                     target_coverage=o.coverage or None, coverages=o.coverages,
+                                     phrases=phrase_model,
+                                     contexts=completion_contexts(model, store, o.completion_emails, seed))
+        result.update(_completion_keys(quality, len(texts), phrase_model))
+    if o.completions and o.saved:
+        n = o.typed_emails
+        typed = type_emails(model, tok, completion_texts(store, tok, n, seed), words=o.saved_words,
+                            phrases=phrase_model, contexts=completion_contexts(model, store, n, seed), ask=o.ask)
+        result["saved_chars"] = {**saved_report(typed, *gate, o.max_wrong_per_100),
+                                 "words_per_email": o.saved_words, "ask": o.ask}
     return result
 
 
-def _check_options(split: str, completion_threshold: float, coverages: Sequence[float],
-                   target_coverage: float | None, completion_emails: int, positions_per_email: int,
-                   saved_emails: int | None, saved_words: int, max_wrong_per_100: float, ask: str = DEFAULT_ASK
-                   ) -> int:
-    """`evaluate_run`'s options checked before any file is read (a `UserError` names the bad one); returns
-    the emails typed for saved characters."""
-    if split not in ("train", "val", "test"):
-        raise UserError(f"split must be train, val or test, not {split!r}.")
-    if not 0.0 <= completion_threshold <= 1.0:
-        raise UserError(f"the completion threshold must be in [0, 1], not {completion_threshold}.")
-    for c in [*coverages, *([target_coverage] if target_coverage is not None else [])]:
-        if not 0.0 < c <= 1.0:
-            raise UserError(f"a target coverage must be in (0, 1], not {c}.")
-    if saved_emails is None:
-        saved_emails = min(100, completion_emails)  # typing costs a proposal per word: fewer emails suffice
-    if completion_emails < 1 or positions_per_email < 1 or saved_emails < 1 or saved_words < 1:
-        raise UserError("the completion emails, positions per email, emails and words typed must be at least 1.")
-    if not max_wrong_per_100 >= 0:
-        raise UserError(f"the cap on wrong suggestions per 100 words must be 0 or more, not {max_wrong_per_100}.")
-    if ask not in ASK_MODES:
-        raise UserError(f"where suggestions are asked must be one of {', '.join(ASK_MODES)}, not {ask!r}.")
-    return saved_emails
+def tradeoff_run(run_dir: Path, model: Any, tok: Tokenizer, options: TradeoffOptions) -> dict[str, Any]:
+    """The trade-off curve of the suggestion rules (`Run.tradeoff`) for RUN_DIR's loaded `model`: `emails`
+    held-out emails typed for `words` words, the saved share and wrong suggestions per 100 words at each rule
+    and threshold ("curve"), and each rule's best threshold within `max_wrong_per_100` ("best")."""
+    o = options
+    folder = run_data_dir(run_dir, o.data)
+    check_same_tokenizer(tok, folder, run_dir)
+    store = TokenStore(folder, o.split)
+    typed = type_emails(model, tok, completion_texts(store, tok, o.emails, 0), words=o.words, max_words=o.max_words,
+                        contexts=completion_contexts(model, store, o.emails, 0), ask=o.ask, mid_word=o.mid_word)
+    return {"split": o.split, "emails": len(typed), "words_per_email": o.words, "max_words": o.max_words,
+            "ask": o.ask, "mid_word": o.mid_word,
+            "max_wrong_per_100": o.max_wrong_per_100, "curve": tradeoff_curve(typed),
+            "best": [best_threshold(typed, r, o.max_wrong_per_100) for r in RULES], "run_dir": str(run_dir)}
 
 
 def _heldout(model: Any, tok: Tokenizer, cfg: Any, store: TokenStore, batch_size: int, dev: Any,

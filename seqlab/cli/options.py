@@ -1,0 +1,47 @@
+"""The one builder of option flags: `add_options` reads an options dataclass of `seqlab.options` (each field's
+default, doc, kind and choices) and adds its flags to a parser; `options_from` builds the dataclass back from
+the parsed flags and words a bad value with the flag's name, as the command line's user wrote it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from seqlab.cli.arguments import coverages, non_negative_float, positive_int, unit_float
+from seqlab.errors import UserError
+from seqlab.options import OptionError, cli_fields, flag_of
+
+T = TypeVar("T")
+
+KIND_TYPES: dict[str | None, Callable[[str], Any] | None] = {
+    None: None, "path": Path, "int": int, "float": float, "positive_int": positive_int, "unit": unit_float,
+    "non_negative": non_negative_float, "coverages": coverages,
+}
+
+
+def add_options(p: argparse.ArgumentParser, cls: type) -> None:
+    """One flag per command-line field of `cls`, in field order; the field name is the flag's dest."""
+    for f in cli_fields(cls):
+        meta = f.metadata
+        if isinstance(f.default, bool):  # a switch: --name turns a False field on, --no-name a True one off
+            p.add_argument(flag_of(f), dest=f.name, action="store_false" if f.default else "store_true",
+                           help=meta["doc"])
+            continue
+        p.add_argument(flag_of(f), dest=f.name, type=KIND_TYPES[meta["kind"]], default=f.default,
+                       choices=meta["choices"], metavar=meta["metavar"], help=meta["doc"])
+
+
+def flag_name(cls: type) -> Callable[[str], str]:
+    """Field name -> its flag, for the fields of `cls`."""
+    flags = {f.name: flag_of(f) for f in cli_fields(cls)}
+    return lambda name: flags.get(name, name)
+
+
+def options_from(cls: type[T], args: argparse.Namespace) -> T:
+    """The options `cls` of the parsed flags; a bad value is a `UserError` that names the flag."""
+    try:
+        return cls(**{f.name: getattr(args, f.name) for f in cli_fields(cls)})
+    except OptionError as exc:
+        raise UserError(exc.worded(flag_name(cls))) from None
