@@ -71,10 +71,10 @@ def test_validation_is_nats_per_target_token_and_bits_per_byte(tiny_data_dir: Pa
     cfg = apply_overrides(get_preset("tiny"), [*TINY, *extra])
     trainer = Trainer(tiny_data_dir, tmp_path / "run", cfg, progress=False)
     got = trainer.evaluate()
-    store, tok, nll, targets, nbytes = trainer.eval_store, trainer.tok, 0.0, 0, 0
-    assert (store.lengths[trainer.eval_emails] - 1 > cfg.model.block_size).any()  # emails longer than a window
+    store, tok, nll, targets, nbytes = trainer.validator.store, trainer.tok, 0.0, 0, 0
+    assert (store.lengths[trainer.validator.emails] - 1 > cfg.model.block_size).any()  # emails longer than a window
     with torch.no_grad():
-        for i in trainer.eval_emails.tolist():
+        for i in trainer.validator.emails.tolist():
             ids = torch.from_numpy(store.tokens[store.starts[i]:store.ends[i]].astype("int64"))[None]  # (1, L)
             ctx = ({"context": ContextBatch.from_lists([store.contexts.context(i, 64).tolist()])}
                    if cfg.model.reads_context else {})

@@ -28,7 +28,7 @@ def test_validation_of_the_whole_split_is_eval(family: str, tiny_data_dir: Path,
     cfg = apply_overrides(get_preset("tiny"), ["train.threads=1", "train.eval_batches=100000", *FAMILIES[family]])
     trainer = Trainer(tiny_data_dir, tmp_path / "run", cfg, progress=False)
     store = TokenStore(tiny_data_dir, "val")
-    assert len(trainer.eval_emails) == int((store.lengths > 1).sum())  # the sample is the whole split
+    assert len(trainer.validator.emails) == int((store.lengths > 1).sum())  # the sample is the whole split
     got = trainer.evaluate()
     want = evaluate_lm(trainer.model, store, cfg.model.block_size, cfg.train.batch_size, "cpu", trainer.tok)
     assert got["val_bpb"] == pytest.approx(want["bpb"], rel=1e-5)

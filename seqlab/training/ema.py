@@ -81,3 +81,9 @@ def resume_weights(model: nn.Module, saved: dict[str, Any] | None, average: Weig
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(saved["raw"][name].to(p.device))
+
+
+def averaged(average: WeightAverage | None) -> contextlib.AbstractContextManager[dict[str, torch.Tensor] | None]:
+    """Inside the block the model holds the weight average when there is one (`WeightAverage.applied`,
+    which yields the raw weights); without one, the model as it is (and None)."""
+    return average.applied() if average is not None else contextlib.nullcontext()

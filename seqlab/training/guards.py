@@ -126,6 +126,11 @@ class StepGuard:
                          f"in a row (train.max_bad_steps={self.max_in_a_row}); {self._kept()}")
         return {"step": progress.step, "skipped": reason, "bad_in_a_row": n, "elapsed": round(progress.elapsed, 2)}
 
+    def may_go_on(self, model: torch.nn.Module, step: int, check: bool) -> bool:
+        """False once the run halted, or, with `check` (before a validation or a save), when the weights
+        just became non-finite: nothing is measured or saved after the last good checkpoint."""
+        return not self.halt and (not check or self.weights_ok(model, step))
+
     def weights_ok(self, model: torch.nn.Module, step: int) -> bool:
         """False (said, and the run halts) when a weight holds NaN or inf: such weights are never saved,
         neither as a step checkpoint nor as the best, and the checkpoints before them are kept."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tqdm import tqdm
@@ -13,19 +13,22 @@ from tqdm import tqdm
 
 @dataclass
 class Progress:
-    """What the loop needs to continue: saved in trainer_state.pt as primitives."""
+    """The loop's counters, one part of a checkpoint (`state_dict` / `load_state_dict`)."""
 
     step: int = 0
-    best_val: float = float("inf")
-    best_step: int = -1
-    evals_since_best: int = 0
     elapsed: float = 0.0  # seconds of training, summed over resumes
     tokens: int = 0  # input tokens (not padding) seen
     bad_in_a_row: int = 0  # consecutive steps not applied (non-finite loss or gradient; training/guards.py)
     skipped_steps: int = 0  # all such steps of the run
 
-    def to_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the counters in `state`; one a checkpoint lacks keeps its starting value."""
+        for f in fields(self):
+            if f.name in state:
+                setattr(self, f.name, state[f.name])
 
 
 @dataclass(frozen=True)

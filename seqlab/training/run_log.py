@@ -18,7 +18,7 @@ from seqlab.runs.checkpoint_files import append_text, atomic_write_text
 from seqlab.training.guards import finite_or_none
 from seqlab.version import __version__
 
-__all__ = ["RunLog"]
+__all__ = ["RunLog", "saved_recipe"]
 
 
 class RunLog:
@@ -62,3 +62,11 @@ def _step_of(line: str) -> float:
         return float("inf")
     step = record.get("step", 0) if isinstance(record, dict) else float("inf")
     return step if isinstance(step, int) else float("inf")
+
+
+def saved_recipe(run_dir: Path) -> dict[str, Any] | None:
+    """The recipe an earlier session of this run recorded in run.json, if any."""
+    try:
+        return json.loads((Path(run_dir) / "run.json").read_text()).get("recipe")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -5,10 +5,14 @@ Attention models train on windows inside emails (`WindowSampler`); recurrent mod
 BPTT over stream batches (`StreamSampler`): each batch lane reads emails in order, the hidden state is
 carried (detached) from one chunk to the next and reset by the model at every email start.
 
-Exact resume: the batch of step s is a pure function of (seed, s); the RNG states, the optimizer, the
-stream hidden state and the step are saved in `trainer_state.pt`; so a run killed at any point and resumed
-from its last checkpoint ends with weights bitwise equal to an uninterrupted run (CPU, fixed threads). What a
-save holds is in `seqlab.training.saving` (a base of `Trainer`); the run's logs in `seqlab.training.run_log`.
+The loop (`_run`) steps and then delegates each decision to the part that owns it: the guard
+(`guards.StepGuard`: skipped steps, halting), the validator and the best so far (`validation`), the
+checkpointer (`checkpointer`: when to save, what a save holds); the run's logs are in `run_log`.
+
+Exact resume: the batch of step s is a pure function of (seed, s); every stateful part (optimizer,
+counters, best, RNG states, carried stream state; `train_state`) goes into `trainer_state.pt` through its
+`state_dict()`, so a run killed at any point and resumed from its last checkpoint ends with weights bitwise
+equal to an uninterrupted run (CPU, fixed threads).
 
 Under torchrun the same loop runs on every rank with DistributedDataParallel; what the ranks share, agree
 on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `World` without torchrun).
@@ -17,14 +21,12 @@ on and save is in `seqlab.training.distributed` (`self.dist`, a one-process `Wor
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from seqlab.config import RunConfig, resolve_overrides
@@ -33,18 +35,16 @@ from seqlab.data.store import TokenStore, check_tokenizer, load_meta
 from seqlab.data.streams import StreamSampler
 from seqlab.data.tokenizer import Tokenizer, load_tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.heldout import lm_loss, score_split
-from seqlab.evaluation.plans import sample_emails
+from seqlab.evaluation.heldout import lm_loss
 from seqlab.models import build_model
+from seqlab.models.lm import LMState
 from seqlab.private_files import make_private_dirs
-from seqlab.runs.checkpoint import (
-    LoadedCheckpoint,
-    load_latest,
-)
+from seqlab.runs.checkpoint import LoadedCheckpoint, load_latest
 from seqlab.runs.init import init_weights
 from seqlab.runs.load import checkpoint_config, resolve_device
 from seqlab.runs.precision import autocast_for, resolve_precision
 from seqlab.training import guards
+from seqlab.training.checkpointer import Checkpointer
 from seqlab.training.context_feed import ContextFeed
 from seqlab.training.cpu_allocator import keep_freed_memory
 from seqlab.training.cpu_threads import ThreadChooser
@@ -53,15 +53,16 @@ from seqlab.training.ema import WeightAverage
 from seqlab.training.flops import MFUMeter
 from seqlab.training.optim import lr_at, make_optimizer
 from seqlab.training.progress import Progress, ProgressBar, StepReport, StopFlag
-from seqlab.training.run_log import RunLog
-from seqlab.training.saving import SavesState
+from seqlab.training.run_log import RunLog, saved_recipe
+from seqlab.training.train_state import DataPosition, RngState, StreamCarry
+from seqlab.training.validation import BestTracker, Validator
 
 __all__ = ["StepReport", "Trainer", "train"]
 
 OnStep = Callable[[StepReport], None]
 
 
-class Trainer(SavesState):
+class Trainer:
     """Trains `cfg` on DATA_DIR into RUN_DIR. `run()` returns a summary dict."""
 
     def __init__(self, data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
@@ -74,10 +75,9 @@ class Trainer(SavesState):
         continues (the summary's `resumed_at` says it either way). `recipe` is the recipe table's choice that
         made `cfg` (`training/recipe_table.py`), kept in run.json; a resumed run keeps the one it had."""
         self.data_dir, self.run_dir, self.show_progress = Path(data_dir), Path(run_dir), progress
-        self.recipe = recipe if recipe is not None or not resume else _saved_recipe(self.run_dir)
+        self.recipe = recipe if recipe is not None or not resume else saved_recipe(self.run_dir)
         self.init, self.on_step, self.announce = init, on_step, announce
         self.resumed_at: int | None = None
-        self.last_eval: dict[str, float] = {}
         self.dist = World.from_env()  # under torchrun: this rank's place; alone: World() and no process group
         if resume and self.dist.is_main and not self.run_dir.is_dir():  # said before the lock would create it
             raise UserError(f"--resume was given but {self.run_dir} holds no complete checkpoint")
@@ -132,6 +132,7 @@ class Trainer(SavesState):
         return new
 
     def _setup(self, ckpt: LoadedCheckpoint | None) -> None:
+        """Build the model, its optimizer and the loop's helpers; resume them from `ckpt` when given."""
         cfg, t = self.cfg, self.cfg.train
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model).to(self.device)
@@ -140,22 +141,18 @@ class Trainer(SavesState):
         self.dist.seed_rank(t.seed)
         self.opt = make_optimizer(self.model, t.lr, t.weight_decay, (t.beta1, t.beta2), self.device, t.optimizer)
         self.ema = WeightAverage(self.model, t.ema) if t.ema else None  # validated and saved in place of the raw
-        shard = self.dist.shard(t.batch_size)  # this rank's rows of the global batch
-        if self.mode == "stream":
-            self.sampler = StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id,
-                                         shard=shard)
-        else:
-            self.sampler = WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed,
-                                         self.tok.pad_id, min_window_tokens=cfg.data.min_window_tokens, shard=shard)
-        self.eval_store = eval_store = self.val_store if self.val_store.num_emails else self.train_store
-        # whole emails holding about eval_batches x batch_size x block_size targets, the same every time
-        self.eval_emails = sample_emails(eval_store, t.eval_batches * t.batch_size * cfg.model.block_size, t.seed)
+        self.sampler = self._sampler()
+        eval_store = self.val_store if self.val_store.num_emails else self.train_store
+        self.validator = Validator(self.model, eval_store, cfg, self.tok, self.device, self.dist, self.ema)
         self.contexts = ContextFeed(cfg, self.sampler, eval_store, self.device)  # contexts: None without cross-attn
-        self.progress = Progress()
-        self.stream_state: Any = None
-        self.last_eval_step = self.last_save_step = -1
+        self.progress, self.best, self.carry = Progress(), BestTracker(), StreamCarry(self.device)
         self.guard = guards.StepGuard(t.max_bad_steps, speak=self.dist.is_main)
         self.log = RunLog(self.run_dir, self.dist.is_main)  # metrics.jsonl and run.json
+        parts = {"optimizer": self.opt, "progress": self.progress, "best": self.best,
+                 "data": DataPosition(self.mode, t.seed, self.progress)}
+        self.checkpointer = Checkpointer(self.run_dir, t.ckpt_every, self.model, self.ema, parts,
+                                         {"rng": RngState(), "stream_state": self.carry}, dist=self.dist,
+                                         guard=self.guard, config_json=cfg.to_json(), tokenizer_json=self.tok.to_json())
         if self.dist.is_main:
             make_private_dirs(self.run_dir)
         if ckpt is not None:
@@ -166,8 +163,32 @@ class Trainer(SavesState):
         self.step_model = torch.compile(self.ddp) if t.compile else self.ddp
         self.precision = resolve_precision(t.precision, self.device)  # "fp32" or "bf16"
         self.autocast = autocast_for(self.precision, self.device)  # the forward pass; the loss is float32
+        self.validator.autocast = self.autocast
         self.mfu = MFUMeter(self.model, cfg.model, self.device, self.precision == "bf16")
         self.step_tokens = t.batch_size * t.grad_accum * cfg.model.block_size  # processed, padding included
+
+    def _sampler(self) -> StreamSampler | WindowSampler:
+        """This rank's batches: lanes of the email stream (recurrent models) or windows inside emails."""
+        cfg, t = self.cfg, self.cfg.train
+        shard = self.dist.shard(t.batch_size)  # this rank's rows of the global batch
+        if self.mode == "stream":
+            return StreamSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id,
+                                 shard=shard)
+        return WindowSampler(self.train_store, cfg.model.block_size, t.batch_size, t.seed, self.tok.pad_id,
+                             min_window_tokens=cfg.data.min_window_tokens, shard=shard)
+
+    def _resume(self, ckpt: LoadedCheckpoint) -> None:
+        self.checkpointer.load(ckpt)
+        if self.dist.is_main:
+            self.log.truncate(self.progress.step)
+            self.resumed_at = self.progress.step  # in the summary, for a caller that does not print
+            if self.announce:
+                print(f"resumed {self.run_dir} at step {self.progress.step}")
+
+    @property
+    def stream_state(self) -> LMState | None:
+        """The hidden state carried between stream chunks (None for window training)."""
+        return self.carry.state
 
     # ------------------------------------------------------------ steps
 
@@ -196,12 +217,12 @@ class Trainer(SavesState):
             group["lr"] = lr_at(step, t.lr, t.warmup_steps, t.max_steps, t.min_lr_ratio, self._time_frac(),
                                 t.schedule, t.cooldown_frac)
         self.model.train()
-        total, tokens, state_before, skipped = 0.0, 0, self.stream_state, None
+        total, tokens, state_before, skipped = 0.0, 0, self.carry.state, None
         for micro, (x, y, reset, context) in enumerate(self._batches(step)):
             with self.dist.micro_step(self.ddp, last=micro == t.grad_accum - 1):  # one all-reduce per step
                 with self.autocast():
                     extra = {"context": context} if context is not None else {}  # only a context model reads one
-                    logits, state = self.step_model(x, state=self.stream_state, reset=reset, **extra)
+                    logits, state = self.step_model(x, state=self.carry.state, reset=reset, **extra)
                     # under torchrun, this rank's share of the whole micro-batch's mean loss
                     loss = self.dist.lm_loss(logits, y) if self.dist.active else lm_loss(logits, y)
                 tokens += int((x != self.tok.pad_id).sum())
@@ -212,7 +233,7 @@ class Trainer(SavesState):
                 (loss / t.grad_accum).backward()
             total += value
             if self.mode == "stream":  # truncated BPTT: keep the state, cut the graph
-                self.stream_state = self.contexts.carry(state.detach())
+                self.carry.state = self.contexts.carry(state.detach())
         if skipped is None and not math.isfinite(guards.grad_norm(self.model, t.grad_clip)):
             skipped = guards.NONFINITE_GRAD
         total, tokens, skipped = self.dist.agree_step(total, tokens, skipped)  # any rank's bad step skips all
@@ -222,64 +243,16 @@ class Trainer(SavesState):
             if self.ema is not None:
                 self.ema.update()
         else:
-            self.stream_state = state_before
+            self.carry.state = state_before
         self.opt.zero_grad(set_to_none=True)
         return total / t.grad_accum, skipped
 
     def evaluate(self) -> dict[str, float]:
-        """Loss per target token (nats), bits per byte and perplexity on the fixed validation emails (the
-        same every time), scored whole as `seqlab eval` scores a split (`heldout.score_split`): a recurrent
-        model carries its state through each email, never starting fresh in the middle of one."""
-        emails = np.asarray(list(self.dist.my_share(self.eval_emails)), dtype=np.int64)  # this rank's share
-        with self._averaged():
-            r = self.dist.heldout(score_split(self.model, self.eval_store, self.cfg.model.block_size,
-                                              self.cfg.train.batch_size, self.device, self.tok, emails=emails,
-                                              autocast=self.autocast))
-        return {"val_loss": r.loss, "val_bpb": r.bpb, "val_ppl": r.ppl}
+        """Loss per target token (nats), bits per byte and perplexity on the fixed validation emails
+        (`Validator.validate`)."""
+        return self.validator.validate()
 
     # ------------------------------------------------------------ the loop
-
-    def _should_stop(self, flag: StopFlag) -> str | None:
-        t, s = self.cfg.train, self.progress
-        self.dist.agree_stop(s, flag)  # ranks stop together: any rank's signal, the slowest rank's clock
-        if self.guard.halt:
-            return self.guard.halt
-        if flag.raised:
-            return f"stopped by {flag.raised}"
-        if s.step >= t.max_steps:
-            return "reached train.max_steps"
-        if t.max_minutes and s.elapsed >= t.max_minutes * 60:
-            return "reached train.max_minutes"
-        if t.early_stop and s.evals_since_best >= t.early_stop:
-            return f"early stop: no validation improvement in {t.early_stop} evaluations"
-        return None
-
-    def _after_step(self, loss: float, dt: float, tokens: int, force_eval: bool = False,
-                    skipped: str | None = None) -> None:
-        t, s = self.cfg.train, self.progress
-        record: dict[str, Any] = {}
-        if skipped:
-            record = self.guard.bad_step(s, skipped)
-        elif not force_eval and (s.step % t.log_every == 0 or s.step == t.max_steps):
-            record = {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
-                      "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2),
-                      "mfu": round(self.mfu.of(self.step_tokens / max(dt, 1e-9)), 4)}
-        improved, due = False, force_eval or s.step % t.eval_every == 0 or s.step == t.max_steps
-        if self.guard.halt or ((due or s.step % t.ckpt_every == 0) and not self.guard.weights_ok(self.model, s.step)):
-            due = False  # halted: nothing is measured or saved after the last good checkpoint
-        if due:
-            ev = self.evaluate()
-            self.last_eval_step, self.last_eval = s.step, ev
-            record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
-            improved = math.isfinite(ev["val_loss"]) and ev["val_loss"] < s.best_val  # a NaN or -inf is no best
-            if improved:
-                s.best_val, s.best_step, s.evals_since_best = ev["val_loss"], s.step, 0
-            else:
-                s.evals_since_best += 1
-        if record:
-            self.log.append(record)
-        if not self.guard.halt and (improved or s.step % t.ckpt_every == 0 or force_eval):
-            self._save(best=improved)
 
     def run(self) -> dict[str, Any]:
         """Train until a stop (`_should_stop`); the summary's "failed" is True when the run halted on
@@ -291,6 +264,7 @@ class Trainer(SavesState):
             self.lock.release()
 
     def _run(self) -> dict[str, Any]:
+        """The loop: step, then hand the step's decisions to the helpers that own them (`_after_step`)."""
         t, s = self.cfg.train, self.progress
         self._write_run_info()
         bar = ProgressBar(s, t.max_steps, t.max_minutes, show=self.show_progress and self.dist.is_main)
@@ -310,28 +284,88 @@ class Trainer(SavesState):
                 bar.update(s, s.tokens - tokens_before, dt, loss, self.step_tokens, self.mfu.of)
                 self._report(step_loss)
             bar.close()
-            ran = s.step > start_step and not self.guard.halt  # halted: the newest checkpoint is the last good one
-            if ran and self.last_eval_step != s.step:
-                # stopped between evaluations (budget, signal): measure and keep the final weights too
-                self._after_step(loss, dt, 0, force_eval=True)
-            elif ran and self.last_save_step != s.step:
-                self._save()
-        summary = {"stopped": reason, "steps": s.step, "best_val_loss": s.best_val, "best_step": s.best_step,
-                   "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
-                   "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
-                   "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None,
-                   "resumed_at": self.resumed_at, "derived_settings": self.derived}
+            self._finish(ran=s.step > start_step, loss=loss, dt=dt)
+        summary = self._summary(reason)
         self._write_run_info(summary)
         return summary
+
+    def _should_stop(self, flag: StopFlag) -> str | None:
+        t, s = self.cfg.train, self.progress
+        self.dist.agree_stop(s, flag)  # ranks stop together: any rank's signal, the slowest rank's clock
+        if self.guard.halt:
+            return self.guard.halt
+        if flag.raised:
+            return f"stopped by {flag.raised}"
+        if s.step >= t.max_steps:
+            return "reached train.max_steps"
+        if t.max_minutes and s.elapsed >= t.max_minutes * 60:
+            return "reached train.max_minutes"
+        if self.best.stalled(t.early_stop):
+            return f"early stop: no validation improvement in {t.early_stop} evaluations"
+        return None
+
+    def _after_step(self, loss: float, dt: float, tokens: int, skipped: str | None = None,
+                    final: bool = False) -> None:
+        """Log the step, validate and track the best, save: each when its owner says it is due. `final`
+        is the run's end between validations: validate and save whatever the step."""
+        step = self.progress.step
+        record = self._step_record(loss, dt, tokens, skipped, final)
+        validate = final or self.validator.should_validate(step)
+        # halted: nothing is measured or saved after the last good checkpoint
+        if not self.guard.may_go_on(self.model, step, check=validate or self.checkpointer.should_save(step)):
+            validate = False
+        best = validate and self._validate(record)
+        if record:
+            self.log.append(record)
+        self.checkpointer.maybe_save(step, best=best, final=final)
+
+    def _step_record(self, loss: float, dt: float, tokens: int, skipped: str | None, final: bool) -> dict[str, Any]:
+        """The step's metrics.jsonl record: a skipped step, or every train.log_every steps the training
+        numbers (nothing at the run's end, which adds only the validation)."""
+        t, s = self.cfg.train, self.progress
+        if skipped:
+            return self.guard.bad_step(s, skipped)
+        if final or not (s.step % t.log_every == 0 or s.step == t.max_steps):
+            return {}
+        return {"step": s.step, "train_loss": round(loss, 5), "lr": self.opt.param_groups[0]["lr"],
+                "tokens_per_s": round(tokens / max(dt, 1e-9), 1), "elapsed": round(s.elapsed, 2),
+                "mfu": round(self.mfu.of(self.step_tokens / max(dt, 1e-9)), 4)}
+
+    def _validate(self, record: dict[str, Any]) -> bool:
+        """Validate, add the numbers to `record`, and say whether they are the best so far."""
+        s = self.progress
+        ev = self.evaluate()
+        self.validator.keep(s.step, ev)
+        record.update({"step": s.step, **{k: round(v, 5) for k, v in ev.items()}, "elapsed": round(s.elapsed, 2)})
+        return self.best.update(s.step, ev["val_loss"])
+
+    def _finish(self, ran: bool, loss: float, dt: float) -> None:
+        """After the last step of a session that stepped and did not halt (then the newest checkpoint is
+        the last good one): validate and save the final weights, unless that step already did."""
+        if not ran or self.guard.halt:
+            return
+        step = self.progress.step
+        if self.validator.result_at(step) is None:  # stopped between validations (budget, signal)
+            self._after_step(loss, dt, 0, final=True)
+        elif self.checkpointer.last_step != step:
+            self.checkpointer.save(step)
+
+    def _summary(self, reason: str | None) -> dict[str, Any]:
+        s = self.progress
+        return {"stopped": reason, "steps": s.step, "best_val_loss": self.best.best_val,
+                "best_step": self.best.best_step, "elapsed_s": round(s.elapsed, 2), "tokens": s.tokens,
+                "tokens_per_s": round(s.tokens / max(s.elapsed, 1e-9), 1), "params": self.model.num_params(),
+                "skipped_steps": s.skipped_steps, "failed": self.guard.halt is not None,
+                "resumed_at": self.resumed_at, "derived_settings": self.derived}
 
     def _report(self, loss: float) -> None:
         """Hand the caller's `on_step` this step's numbers (rank 0 only, as the bar)."""
         if self.on_step is None or not self.dist.is_main:
             return
-        s, evaluated = self.progress, self.last_eval_step == self.progress.step
+        s, ev = self.progress, self.validator.result_at(self.progress.step)
         self.on_step(StepReport(step=s.step, max_steps=self.cfg.train.max_steps, loss=loss, elapsed_s=s.elapsed,
-                                tokens=s.tokens, val_loss=self.last_eval["val_loss"] if evaluated else None,
-                                val_bpb=self.last_eval["val_bpb"] if evaluated else None))
+                                tokens=s.tokens, val_loss=None if ev is None else ev["val_loss"],
+                                val_bpb=None if ev is None else ev["val_bpb"]))
 
     def close(self) -> None:
         """Under torchrun, leave the process group; the DDP wrapper, which holds on to it, goes first."""
@@ -347,14 +381,6 @@ class Trainer(SavesState):
                              "derived_settings": self.derived,  # config.MIXER_RULES applied to the overrides
                              "recipe": self.recipe},  # the recipe table's choice, when no preset was named
                             summary)
-
-
-def _saved_recipe(run_dir: Path) -> dict[str, Any] | None:
-    """The recipe an earlier session of this run recorded in run.json, if any."""
-    try:
-        return json.loads((run_dir / "run.json").read_text()).get("recipe")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def train(data_dir: Path, run_dir: Path, cfg: RunConfig | None = None, *, resume: bool = False,
