@@ -153,16 +153,25 @@ class RotaryPositions(PositionHandler):
 
     def tables(self, offset: int, t: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos and sin (T, D/2) of positions offset..offset+T-1, the cache grown first where too short."""
-        if offset + t > self.cos.size(0):
+        cos, sin = self.cos, self.sin  # one buffer lookup each: a decoding step calls this per layer
+        if offset + t > cos.size(0):
             # a normal tensor even when first reached under inference_mode (held-out scoring), so a
             # later training step may still save it for backward
             with torch.inference_mode(False):
-                self._extend(max(offset + t, 2 * self.cos.size(0)))
-        return self.cos[offset : offset + t].to(dtype), self.sin[offset : offset + t].to(dtype)
+                self._extend(max(offset + t, 2 * cos.size(0)))
+            cos, sin = self.cos, self.sin
+        cos, sin = cos[offset : offset + t], sin[offset : offset + t]
+        return (cos, sin) if cos.dtype == dtype else (cos.to(dtype), sin.to(dtype))
 
     def rotate(self, q: Tensor, k: Tensor, offset: int) -> tuple[Tensor, Tensor]:
+        """The one application of RoPE (training, scoring and decoding all come here)."""
         cos, sin = self.tables(offset, q.size(-2), q.dtype)  # (T, D/2), broadcast over (B, H)
-        return rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+        if q.requires_grad or k.requires_grad or q.shape != k.shape:
+            return rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+        # without autograd, queries and keys in one pass (the same numbers, elementwise): fewer small
+        # operations for a decoding step, and no stacked copy kept for a backward pass in training
+        qk = rotate_half(torch.stack((q, k)), cos, sin)  # (2, B, H, T, D)
+        return qk[0], qk[1]
 
 
 def rotate_half(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
