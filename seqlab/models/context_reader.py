@@ -143,14 +143,16 @@ class WithCopy(NoContext):
 
     def read(self, lm: ReadsContext, ctx: ContextIn | None, state: Any, reset: Tensor | None,
              t: int) -> ContextRead:
-        out = self.inner.read(lm, ctx, state, reset, t)
         if ctx is None:  # what an earlier call read, if any
             cached = state.copy if state is not None else None
+            out = self.inner.read(lm, ctx, state, reset, t)
             return replace(out, ptr=cached, ptr_mask=None if cached is None else cached.keep)
         assert ctx.batch is not None  # context_in refuses rows for a model with a copy head
         n = lm.copy_head.block_size  # the encoder keeps the last ctx_block_size tokens; so does the pointer
+        # the pointer's keys before the inner reader's work: gradients then add up in the same order
+        # as ever, so trained weights stay the same to the bit
         ptr = lm.copy_head.keys(ctx.rows, ctx.batch.ids[..., -n:], ctx.batch.keep[..., -n:], lm.wte)
-        return replace(out, ptr=ptr, ptr_mask=ctx.mask)
+        return replace(self.inner.read(lm, ctx, state, reset, t), ptr=ptr, ptr_mask=ctx.mask)
 
     def logits(self, lm: ReadsContext, h: Tensor, logits: Tensor, read: ContextRead) -> Tensor:
         if read.ptr is None or read.ptr_mask is None:
