@@ -29,8 +29,10 @@ def add_options(p: argparse.ArgumentParser, cls: type) -> None:
             p.add_argument(flag_of(f), dest=f.name, action="store_false" if f.default else "store_true",
                            help=meta["doc"])
             continue
+        # the placeholder is named after the flag, not the field (--max-wrong MAX_WRONG)
+        metavar = meta["metavar"] or (None if meta["choices"] else flag_of(f)[2:].replace("-", "_").upper())
         p.add_argument(flag_of(f), dest=f.name, type=KIND_TYPES[meta["kind"]], default=f.default,
-                       choices=meta["choices"], metavar=meta["metavar"], help=meta["doc"])
+                       choices=meta["choices"], metavar=metavar, help=meta["doc"])
 
 
 def flag_name(cls: type) -> Callable[[str], str]:
