@@ -4,8 +4,8 @@ two could part: attention with RoPE over two layers, whose block (16 tokens) is 
 With one layer a key is a function of its own input alone, so any way of cutting an email into windows
 gives the same numbers (tests/test_api.py checks that case). With two, the keys of the second layer carry
 what the first read before them, and how far back that reaches depends on how the email is cut: `seqlab
-eval` slides over it with the keys held in a ring (evaluation/plans.py, "sliding"), `Run.score` reads
-windows overlapping by half, each from scratch. The two must still agree.
+eval` slides over it with the keys held in a ring (evaluation/plans.py, "sliding"), and `Run.score` cuts
+each email the same way (`seqlab.evaluation.heldout.email_logprobs`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ def run_and_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[seqlab.Run, 
     return run, data
 
 
-@pytest.mark.xfail(strict=True, reason="Run.score reads fresh half-overlapping windows, seqlab eval slides with "
-                   "held keys (evaluation/plans.py): with two layers the bits per byte differ")
 def test_score_of_every_email_is_seqlab_eval_for_a_two_layer_rope_model(
         run_and_data: tuple[seqlab.Run, seqlab.DataDir], capsys: pytest.CaptureFixture[str]) -> None:
     run, data = run_and_data

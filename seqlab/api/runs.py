@@ -152,30 +152,15 @@ class Run:
     def score(self, text: str) -> Score:
         """Per-token log-probabilities and bits per byte of `text` read as one whole email.
 
-        A model that sees at most `block_size` tokens (attention, learned positions) reads a longer text in
-        windows that overlap by half, each scoring only the targets the window before did not (as `seqlab
-        eval` does for learned positions).
+        The email is cut as `seqlab eval` cuts it (`seqlab.evaluation.heldout.email_logprobs`), so the bits
+        summed over a split's emails are its bits per byte.
         """
-        from seqlab.evaluation.heldout import token_byte_lengths
-        from seqlab.generation.decode import context_limit, model_device
+        from seqlab.evaluation.heldout import email_logprobs, token_byte_lengths
         from seqlab.inspection.probes import token_labels
 
         model, tok, _ = self._load()
         ids = tok.encode_email(text)  # [bos] + tokens + [eos]
-        x = torch.tensor(ids, device=model_device(model))
-        n = len(ids) - 1  # targets
-        limit = context_limit(model) or n
-        logprobs = torch.empty(n, dtype=torch.float64)
-        done = 0
-        for start in range(0, n, max(1, limit // 2)):
-            window = x[start: start + limit]
-            logits, _ = model(window[None, :-1] if start + limit > n else window[None])  # (1, T, V)
-            lp = torch.log_softmax(logits[0].double(), dim=-1)  # (T, V)
-            t = torch.arange(done - start, min(lp.size(0), n - start))  # rows whose targets are new
-            logprobs[start + t] = lp[t, x[start + t + 1]].cpu()
-            done = start + int(t[-1]) + 1 if len(t) else done
-            if done >= n:
-                break
+        logprobs = email_logprobs(model, ids)
         nbytes = token_byte_lengths(tok)[torch.tensor(ids[1:])].numpy()
         return Score(ids, token_labels(tok, ids), logprobs.numpy(), nbytes)
 

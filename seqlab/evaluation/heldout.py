@@ -40,7 +40,8 @@ from seqlab.data.batches import IGNORE_INDEX
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
-from seqlab.evaluation.plans import Chunk, FreshState, split_plan
+from seqlab.evaluation.plans import Chunk, FreshState, plan_kind, slide_chunk, sliding_state, split_plan
+from seqlab.generation.decode import context_limit
 from seqlab.models.lm import map_tensors
 from seqlab.runs.load import resolve_device
 
@@ -190,3 +191,36 @@ def evaluate_lm(model: nn.Module, store: TokenStore, block_size: int, batch_size
     r = score_split(model, store, block_size, batch_size, dev, tokenizer, use_context, autocast=autocast)
     return {"loss": r.loss, "ppl": r.ppl, "bpb": r.bpb, "tokens": r.tokens, "bytes": r.bytes,
             "nll_nats": r.nll_nats}
+
+
+def email_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
+    """The log-probability (float64, (n,)) of each target of one email `ids` ([bos] + text + [eos], n =
+    len(ids) - 1), cut as `split_plan` cuts a split for this model, so that the sum is what `seqlab eval`
+    counts: a recurrent model reads it whole; attention with distance-only positions slides in chunks of
+    W // 2 with the keys of the W - C inputs before held; other attention reads windows overlapping by half,
+    each scoring only the targets no earlier window did (`plans` module docstring)."""
+    x = torch.tensor(ids, device=next(model.parameters()).device)[None]  # (1, n + 1)
+    n = x.size(1) - 1
+    kind = plan_kind(model)
+    if kind != "windows":
+        step = n if kind == "lanes" else slide_chunk(context_limit(model))
+        state = None if kind == "lanes" else sliding_state(len(model.blocks), context_limit(model) - step, 1, x.device)
+        rows = []
+        for a in range(0, n, step):  # each chunk continues the state the one before left
+            logits, state = model(x[:, a:min(a + step, n)], state=state)  # (1, T, V)
+            rows.append(torch.log_softmax(logits[0].double(), dim=-1))
+        lp = torch.cat(rows)  # (n, V)
+        return lp[torch.arange(n), x[0, 1:]].cpu()
+    limit = context_limit(model)
+    logprobs = torch.empty(n, dtype=torch.float64)
+    done = 0
+    for start in range(0, n, max(1, limit // 2)):
+        window = x[0, start: start + limit]
+        logits, _ = model(window[None, :-1] if start + limit > n else window[None])  # (1, T, V)
+        lp = torch.log_softmax(logits[0].double(), dim=-1)  # (T, V)
+        t = torch.arange(done - start, min(lp.size(0), n - start))  # rows whose targets are new
+        logprobs[start + t] = lp[t, x[0, start + t + 1]].cpu()
+        done = start + int(t[-1]) + 1 if len(t) else done
+        if done >= n:
+            break
+    return logprobs
