@@ -11,8 +11,21 @@ from typing import Any
 from tqdm import tqdm
 
 
+class FieldState:
+    """`state_dict` / `load_state_dict` of a dataclass of plain values: its fields, by name."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the fields in `state`; one a checkpoint lacks keeps its starting value."""
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.name in state:
+                setattr(self, f.name, state[f.name])
+
+
 @dataclass
-class Progress:
+class Progress(FieldState):
     """The loop's counters, one part of a checkpoint (`state_dict` / `load_state_dict`)."""
 
     step: int = 0
@@ -20,15 +33,6 @@ class Progress:
     tokens: int = 0  # input tokens (not padding) seen
     bad_in_a_row: int = 0  # consecutive steps not applied (non-finite loss or gradient; training/guards.py)
     skipped_steps: int = 0  # all such steps of the run
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Take the counters in `state`; one a checkpoint lacks keeps its starting value."""
-        for f in fields(self):
-            if f.name in state:
-                setattr(self, f.name, state[f.name])
 
 
 @dataclass(frozen=True)

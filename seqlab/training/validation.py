@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from seqlab.evaluation.heldout import score_split
 from seqlab.evaluation.plans import sample_emails
 from seqlab.training.distributed import World
 from seqlab.training.ema import WeightAverage, averaged
+from seqlab.training.progress import FieldState
 
 __all__ = ["BestTracker", "Validator"]
 
@@ -64,7 +65,7 @@ class Validator:
 
 
 @dataclass
-class BestTracker:
+class BestTracker(FieldState):
     """The best validation so far; saved in trainer_state.pt beside the loop's counters."""
 
     best_val: float = float("inf")
@@ -82,11 +83,3 @@ class BestTracker:
     def stalled(self, patience: int) -> bool:
         """True once `patience` validations in a row did not improve (never with patience 0)."""
         return bool(patience) and self.evals_since_best >= patience
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for f in fields(self):
-            if f.name in state:
-                setattr(self, f.name, state[f.name])
