@@ -11,8 +11,10 @@ import inspect
 
 import pytest
 
+from seqlab.api.data import prepare
 from seqlab.api.runs import Run
 from seqlab.cli.main import build_parser, main
+from seqlab.data.prepare.options import PrepareConfig
 from seqlab.errors import UserError
 from seqlab.options import (
     CalibrateOptions,
@@ -90,3 +92,40 @@ def test_a_bad_value_names_the_field_for_python_and_the_flag_for_the_command_lin
         err = capsys.readouterr().err
         assert err.startswith(f"seqlab: error: {message}") and err.count("\n") == 1, err
         assert "Traceback" not in err
+
+
+# `seqlab prepare`: the flags of what a DATA_DIR holds are PrepareConfig's fields; these only say where and how the
+# work is done (never what is written), so they stay outside it, as its docstring says
+PREPARE_WORK_FLAGS = {"--out", "--update", "--cache-dir", "--workers", "--quiet", "--password-command", "--oauth2",
+                      "--ca-file", "--insecure"}
+PREPARE_WORK_KEYWORDS = {"out", "update", "cache_dir", "workers", "progress", "password_command", "oauth2",
+                         "ca_file", "insecure"}
+
+
+def test_every_prepare_flag_is_a_config_field_and_every_field_a_flag() -> None:
+    parser = _parser("prepare")
+    flags = _flags(parser)
+    fields = {flag_of(f): f for f in dataclasses.fields(PrepareConfig) if f.init and f.name != "source"}
+    assert set(flags) - PREPARE_WORK_FLAGS == set(fields)
+    for flag, f in fields.items():
+        assert flags[flag].dest == f.name, flag
+        default = flags[flag].default
+        assert (tuple(default) if isinstance(default, list) else default) == f.default, flag
+        assert f.metadata["doc"] == flags[flag].help, flag
+    positional = [a for a in parser._actions if not a.option_strings]
+    assert [a.dest for a in positional] == ["source"]
+    source = next(f for f in dataclasses.fields(PrepareConfig) if f.name == "source")
+    assert positional[0].help == source.metadata["doc"]
+    # a repeated flag collects its values; the comma-separated ones are read as one text
+    args = build_parser().parse_args(["prepare", "mail", "--out", "d", "--sender", "a@b.example", "--sender",
+                                      "c@d.example", "--split", "0.8,0.1,0.1"])
+    assert args.senders == ["a@b.example", "c@d.example"] and args.split == (0.8, 0.1, 0.1)
+
+
+def test_prepares_keywords_are_the_config_fields_with_their_defaults() -> None:
+    params = {n: p for n, p in inspect.signature(prepare).parameters.items()
+              if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    fields = {f.name: f for f in dataclasses.fields(PrepareConfig) if f.init and f.name != "source"}
+    assert set(params) - PREPARE_WORK_KEYWORDS == set(fields)
+    for name, f in fields.items():
+        assert params[name].default == f.default, name

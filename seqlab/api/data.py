@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from seqlab.data.prepare.options import PrepareConfig
 from seqlab.errors import UserError
 from seqlab.private_files import private_umask, warn_if_open
 
@@ -120,12 +121,17 @@ def check_split_fractions(split: Sequence[float]) -> tuple[float, float, float]:
 
 
 @private_umask()
-def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None, vocab_size: int | None = None,
-            tokenizer_from: str | Path | None = None, split: Sequence[float] = (0.9, 0.05, 0.05), seed: int = 0,
-            keep_quotes: bool = False, keep_signatures: bool = False, mask_pii: bool = False,
-            limit: int | None = None, count: int = 2000, groups: Sequence[str] | None = None,
-            cache_dir: str | Path | None = None, workers: int | None = None, senders: Sequence[str] = (),
-            exclude_senders: Sequence[str] = (), split_by: str | None = None, folders: Sequence[str] | None = None,
+def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = PrepareConfig.tokenizer,
+            vocab_size: int | None = PrepareConfig.vocab_size,
+            tokenizer_from: str | Path | None = PrepareConfig.tokenizer_from,
+            split: Sequence[float] = PrepareConfig.split, seed: int = PrepareConfig.seed,
+            keep_quotes: bool = PrepareConfig.keep_quotes, keep_signatures: bool = PrepareConfig.keep_signatures,
+            mask_pii: bool = PrepareConfig.mask_pii, limit: int | None = PrepareConfig.limit,
+            count: int = PrepareConfig.count, groups: Sequence[str] | None = PrepareConfig.groups,
+            cache_dir: str | Path | None = None, workers: int | None = None,
+            senders: Sequence[str] = PrepareConfig.senders,
+            exclude_senders: Sequence[str] = PrepareConfig.exclude_senders,
+            split_by: str | None = PrepareConfig.split_by, folders: Sequence[str] | None = PrepareConfig.folders,
             progress: bool = False, password_command: str | None = None, oauth2: bool = False,
             ca_file: str | Path | None = None, insecure: bool = False, update: bool = False) -> DataDir:
     """Read mail from `source`, clean, dedupe, split by thread, fit a tokenizer on train, write DATA_DIR `out`.
@@ -153,32 +159,28 @@ def prepare(source: str | Path, out: str | Path, *, tokenizer: str | None = None
     """
     if update:
         _check_update_options(tokenizer=tokenizer, vocab_size=vocab_size, tokenizer_from=tokenizer_from,
-                              split=tuple(split) != (0.9, 0.05, 0.05), seed=seed != 0, keep_quotes=keep_quotes,
-                              keep_signatures=keep_signatures, mask_pii=mask_pii, limit=limit,
+                              split=tuple(split) != PrepareConfig.split, seed=seed != PrepareConfig.seed,
+                              keep_quotes=keep_quotes, keep_signatures=keep_signatures, mask_pii=mask_pii, limit=limit,
                               senders=tuple(senders), exclude_senders=tuple(exclude_senders), split_by=split_by)
     fractions = _check_options(split, split_by, tokenizer, vocab_size=vocab_size, limit=limit, count=count)
     chosen = _folders(source, folders)
     imap = _imap_options(str(source), password_command, oauth2, ca_file, insecure)
-    if tokenizer_from is not None:
-        _check_reused(Path(tokenizer_from), tokenizer, vocab_size)
+    _check_reused(tokenizer_from, tokenizer, vocab_size)
     warn_if_open(tokenizer_from, _corpus_cache(str(source), cache_dir))
+    run = {"workers": workers, "progress": progress, "imap": imap,
+           "cache_dir": Path(cache_dir) if cache_dir is not None else None}
     if update:
         from seqlab.data.prepare.grow import update as grow
 
-        return DataDir(Path(out), grow(str(source), Path(out), workers=workers, progress=progress, imap=imap,
-                                       cache_dir=Path(cache_dir) if cache_dir is not None else None,
-                                       folders=chosen))
-    from seqlab.data.prepare.options import PrepareConfig
+        return DataDir(Path(out), grow(str(source), Path(out), folders=chosen, **run))
     from seqlab.data.prepare.pipeline import prepare as build
 
-    config = PrepareConfig(str(source), tokenizer=tokenizer or "byte", vocab_size=vocab_size or 4096,
-                           tokenizer_from=str(tokenizer_from) if tokenizer_from is not None else None,
+    config = PrepareConfig(str(source), tokenizer=tokenizer, vocab_size=vocab_size, tokenizer_from=tokenizer_from,
                            split=fractions, split_by=split_by, seed=seed, keep_quotes=keep_quotes,
-                           keep_signatures=keep_signatures, mask_pii=mask_pii, senders=tuple(senders),
-                           exclude_senders=tuple(exclude_senders), limit=limit, count=count,
+                           keep_signatures=keep_signatures, mask_pii=mask_pii, senders=senders,
+                           exclude_senders=exclude_senders, limit=limit, count=count,
                            groups=tuple(groups) if groups else None, folders=chosen)
-    return DataDir(Path(out), build(config, Path(out), workers=workers, progress=progress, imap=imap,
-                                    cache_dir=Path(cache_dir) if cache_dir is not None else None))
+    return DataDir(Path(out), build(config, Path(out), **run))
 
 
 def _folders(source: str | Path, folders: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -262,10 +264,14 @@ def _corpus_cache(source: str, cache_dir: str | Path | None) -> Path | None:
     return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
 
 
-def _check_reused(path: Path, tokenizer: str | None, vocab_size: int | None) -> None:
-    """`tokenizer_from` checked against `tokenizer` / `vocab_size` when those were also given (UserError)."""
+def _check_reused(tokenizer_from: str | Path | None, tokenizer: str | None, vocab_size: int | None) -> None:
+    """`tokenizer_from`, when given, checked against `tokenizer` / `vocab_size` when those were also given
+    (UserError)."""
+    if tokenizer_from is None:
+        return
     from seqlab.data.prepare.reuse_tokenizer import reused_tokenizer
 
+    path = Path(tokenizer_from)
     tok = reused_tokenizer(path, tokenizer)
     if vocab_size is not None and vocab_size != tok.vocab_size:
         raise UserError(f"--vocab-size {vocab_size} disagrees with --tokenizer-from {path}, whose vocabulary has "

@@ -5,11 +5,12 @@ the parsed flags and words a bad value with the flag's name, as the command line
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from seqlab.cli.arguments import coverages, non_negative_float, positive_int, unit_float
+from seqlab.cli.arguments import coverages, non_negative_float, positive_int, split_fractions, unit_float
 from seqlab.errors import UserError
 from seqlab.options import OptionError, cli_fields, flag_of
 
@@ -17,22 +18,32 @@ T = TypeVar("T")
 
 KIND_TYPES: dict[str | None, Callable[[str], Any] | None] = {
     None: None, "path": Path, "int": int, "float": float, "positive_int": positive_int, "unit": unit_float,
-    "non_negative": non_negative_float, "coverages": coverages,
+    "non_negative": non_negative_float, "coverages": coverages, "fractions": split_fractions, "repeated": None,
 }
 
 
-def add_options(p: argparse.ArgumentParser, cls: type) -> None:
-    """One flag per command-line field of `cls`, in field order; the field name is the flag's dest."""
-    for f in cli_fields(cls):
+def add_options(p: argparse.ArgumentParser, cls: type, names: Sequence[str] | None = None) -> None:
+    """One flag per command-line field of `cls`, in field order (or the fields `names`, in that order); the field
+    name is the flag's dest. A field without a default is a positional argument."""
+    chosen = list(cli_fields(cls))
+    if names is not None:
+        by_name = {f.name: f for f in chosen}
+        chosen = [by_name[name] for name in names]
+    for f in chosen:
         meta = f.metadata
-        if isinstance(f.default, bool):  # a switch: --name turns a False field on, --no-name a True one off
+        if f.default is dataclasses.MISSING:
+            p.add_argument(f.name, help=meta["doc"])
+        elif isinstance(f.default, bool):  # a switch: --name turns a False field on, --no-name a True one off
             p.add_argument(flag_of(f), dest=f.name, action="store_false" if f.default else "store_true",
                            help=meta["doc"])
-            continue
-        # the placeholder is named after the flag, not the field (--max-wrong MAX_WRONG)
-        metavar = meta["metavar"] or (None if meta["choices"] else flag_of(f)[2:].replace("-", "_").upper())
-        p.add_argument(flag_of(f), dest=f.name, type=KIND_TYPES[meta["kind"]], default=f.default,
-                       choices=meta["choices"], metavar=metavar, help=meta["doc"])
+        else:
+            # the placeholder is named after the flag, not the field (--max-wrong MAX_WRONG)
+            metavar = meta["metavar"] or (None if meta["choices"] else flag_of(f)[2:].replace("-", "_").upper())
+            # a repeated flag appends to a list (argparse cannot append to the field's tuple)
+            more = {"action": "append", "default": list(f.default)} if meta["kind"] == "repeated" else {
+                "type": KIND_TYPES[meta["kind"]], "default": f.default}
+            p.add_argument(flag_of(f), dest=f.name, choices=meta["choices"], metavar=metavar, help=meta["doc"],
+                           **more)
 
 
 def flag_name(cls: type) -> Callable[[str], str]:

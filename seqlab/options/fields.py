@@ -18,8 +18,9 @@ ASK_HELP = ("where the simulated writer is offered suggestions: every-letter (af
 
 # How the command line reads a field's text (seqlab.cli.options maps each kind to an argparse type):
 # None is plain text, "path" a Path, "int"/"float" any number, "positive_int" 1 or more, "unit" [0, 1],
-# "non_negative" 0 or more, "coverages" comma-separated fractions in (0, 1].
-KINDS = (None, "path", "int", "float", "positive_int", "unit", "non_negative", "coverages")
+# "non_negative" 0 or more, "coverages" comma-separated fractions in (0, 1], "fractions" the three comma-separated
+# train,val,test fractions, "repeated" text given once per value (the flag repeats; the field holds a tuple).
+KINDS = (None, "path", "int", "float", "positive_int", "unit", "non_negative", "coverages", "fractions", "repeated")
 
 
 def option(default: Any, doc: str | None, *, kind: str | None = None, choices: Sequence[str] | None = None,

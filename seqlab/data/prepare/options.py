@@ -1,6 +1,8 @@
 """`PrepareConfig`: everything that decides the bytes of a DATA_DIR, typed, checked once, saved in meta.json.
 
-`seqlab prepare`'s flags and `seqlab.prepare(...)`'s keyword arguments build one; `pipeline.prepare` takes it
+Each option is declared once, here: a field holds its default and its `--help` line (`seqlab.options.option`);
+`seqlab prepare`'s flags are built from the fields, `seqlab.prepare(...)`'s keyword arguments take their
+defaults from them, and `tests/test_cli_options.py` holds the three equal. `pipeline.prepare` takes it
 with the settings that change how the work is done but never what is written (worker processes, the
 download cache, the progress bar). Saved under `prepare` in meta.json (`as_meta`), so a DATA_DIR says exactly
 how it was made; a folder written before the key existed still loads (nothing reads it back).
@@ -8,12 +10,13 @@ how it was made; a folder written before the key existed still loads (nothing re
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from typing import Any, Literal
 
 from seqlab.data.mail.clean import CleanOptions
 from seqlab.data.mail.mime import parse_addresses
 from seqlab.errors import UserError
+from seqlab.options import option
 
 __all__ = ["PrepareConfig"]
 
@@ -32,28 +35,45 @@ class PrepareConfig:
     Thunderbird folders read (None: all but Trash and Junk).
     """
 
-    source: str
-    tokenizer: TokenizerKind = "byte"
-    vocab_size: int = 4096
-    tokenizer_from: str | None = None
-    split: tuple[float, float, float] = (0.9, 0.05, 0.05)
-    split_by: SplitBy | None = None
-    seed: int = 0
-    keep_quotes: bool = False
-    keep_signatures: bool = False
-    mask_pii: bool = False
-    senders: tuple[str, ...] = ()
-    exclude_senders: tuple[str, ...] = ()
-    limit: int | None = None
-    count: int = 2000
-    groups: tuple[str, ...] | None = None
-    folders: tuple[str, ...] | None = None
+    # Each field's doc is its `seqlab prepare --help` line (`seqlab.cli.options` builds the flags from them).
+    source: str = option(MISSING, "path to mail, or 'spamassassin' / 'synthetic' / 'thunderbird[:PROFILE]' / "
+                         "'imaps://USER@HOST/FOLDER'")
+    # None (not given) becomes byte / 4096 below, so that `tokenizer_from` and `--update` can tell a choice made
+    tokenizer: TokenizerKind = option(None, "byte (default) or bpe", choices=("byte", "bpe"))
+    vocab_size: int = option(None, "BPE vocabulary size (default 4096)", kind="positive_int")
+    tokenizer_from: str | None = option(
+        None, "encode with this RUN_DIR's, DATA_DIR's or tokenizer.json's tokenizer instead of fitting one (so "
+        "that `train --init` from that run accepts this data)", kind="path", metavar="PATH")
+    split: tuple[float, float, float] = option((0.9, 0.05, 0.05), "train,val,test fractions", kind="fractions")
+    split_by: SplitBy | None = option(
+        None, "thread: a seeded hash of each thread; date: earlier threads train, the latest are held out (val "
+        "and test at least 10 emails). Default: date with --sender (one person's mail), else thread",
+        choices=("thread", "date"))
+    seed: int = option(0, "seed of the thread-to-split hash (default 0)", kind="int")
+    keep_quotes: bool = option(False, "keep quoted replies and forwarded text")
+    keep_signatures: bool = option(False, "keep signatures after '-- '")
+    mask_pii: bool = option(False, "replace email addresses, URLs and phone numbers")
+    senders: tuple[str, ...] = option(
+        (), "keep only mail From this address (repeatable); others are counted as other_sender", kind="repeated",
+        flag="sender", metavar="ADDRESS")
+    exclude_senders: tuple[str, ...] = option(
+        (), "drop mail From this address (repeatable), counted as excluded_sender", kind="repeated",
+        flag="exclude-sender", metavar="ADDRESS")
+    limit: int | None = option(None, "read at most N messages", kind="positive_int")
+    count: int = option(2000, "emails to generate for 'synthetic'", kind="positive_int")
+    # the command line reads `groups` and `folders` as one comma-separated text each
+    groups: tuple[str, ...] | None = option(None, "spamassassin groups, comma-separated (default: the ham groups)")
+    folders: tuple[str, ...] | None = option(
+        None, "thunderbird: only these folders, comma-separated, e.g. Inbox,Sent (default: all but Trash and "
+        "Junk)", metavar="NAMES")
     clean: CleanOptions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # frozen: the normalised values are set once here, through object.__setattr__
         set_ = object.__setattr__
         set_(self, "source", str(self.source))
+        set_(self, "tokenizer", self.tokenizer or "byte")
+        set_(self, "vocab_size", self.vocab_size or 4096)
         set_(self, "tokenizer_from", None if self.tokenizer_from is None else str(self.tokenizer_from))
         set_(self, "split", tuple(self.split))
         set_(self, "senders", tuple(self.senders))
