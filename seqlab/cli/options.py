@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +44,16 @@ def add_options(p: argparse.ArgumentParser, cls: type, names: Sequence[str] | No
                 "type": KIND_TYPES[meta["kind"]], "default": f.default}
             p.add_argument(flag_of(f), dest=f.name, choices=meta["choices"], metavar=metavar, help=meta["doc"],
                            **more)
+
+
+def add_options_between(p: argparse.ArgumentParser, cls: type,
+                        before: Mapping[str, Callable[[argparse.ArgumentParser], None]]) -> None:
+    """`add_options(p, cls)` with the command's own flags in their places: `before[name](p)` adds them just
+    before the field `name`, so `--help` lists the flags in the order it always has."""
+    for f in cli_fields(cls):
+        if f.name in before:
+            before[f.name](p)
+        add_options(p, cls, [f.name])
 
 
 def flag_name(cls: type) -> Callable[[str], str]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from seqlab.cli.arguments import add_run_reader
-from seqlab.cli.options import add_options, options_from
+from seqlab.cli.options import add_options, add_options_between, options_from
 from seqlab.options import CalibrateOptions, CompleteOptions, EvalOptions, PhrasesOptions, TradeoffOptions
 
 
@@ -22,11 +22,11 @@ def add_eval(sub: argparse._SubParsersAction) -> None:
                        description="Evaluate RUN_DIR's best checkpoint over every window of a split: loss per "
                        "token, perplexity, bits per byte of the original text beside gzip/bz2/xz on the same "
                        "text, and Smart-Compose-style ExactMatch@N with coverage.")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
-                   help="also draw ExactMatch against coverage to this PNG")
-    add_options(p, EvalOptions)
-    p.add_argument("--device", default="auto")
+    add_options_between(p, EvalOptions, {
+        "threshold": lambda p: p.add_argument("--json", action="store_true", help="print one JSON object"),
+        "saved_emails": lambda p: p.add_argument("--plot", type=Path, default=None, metavar="FILE.png",
+                                                 help="also draw ExactMatch against coverage to this PNG"),
+        "precision": lambda p: p.add_argument("--device", default="auto")})
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -77,8 +77,8 @@ def add_complete(sub: argparse._SubParsersAction) -> None:
     p = add_run_reader(sub, "complete", help="suggest how an email goes on", text="prompt",
                        description="Print the model's suggestion for the next words of PROMPT (greedy by "
                        "default). With --threshold, print nothing when the model is unsure.")
-    add_options(p, CompleteOptions)
-    p.add_argument("--show-confidence", action="store_true")
+    add_options_between(p, CompleteOptions, {"phrases": lambda p: p.add_argument("--show-confidence",
+                                                                                 action="store_true")})
     p.add_argument("--device", default="auto")
 
 
