@@ -41,7 +41,7 @@ from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.errors import UserError
 from seqlab.evaluation.plans import Chunk, FreshState, plan_kind, slide_chunk, sliding_state, split_plan
-from seqlab.generation.decode import context_limit
+from seqlab.generation.decode import context_limit, model_device
 from seqlab.models.lm import map_tensors
 from seqlab.runs.load import resolve_device
 
@@ -199,19 +199,18 @@ def email_logprobs(model: nn.Module, ids: list[int]) -> torch.Tensor:
     counts: a recurrent model reads it whole; attention with distance-only positions slides in chunks of
     W // 2 with the keys of the W - C inputs before held; other attention reads windows overlapping by half,
     each scoring only the targets no earlier window did (`plans` module docstring)."""
-    x = torch.tensor(ids, device=next(model.parameters()).device)[None]  # (1, n + 1)
+    x = torch.tensor(ids, device=model_device(model))[None]  # (1, n + 1)
     n = x.size(1) - 1
-    kind = plan_kind(model)
+    kind, limit = plan_kind(model), context_limit(model)
     if kind != "windows":
-        step = n if kind == "lanes" else slide_chunk(context_limit(model))
-        state = None if kind == "lanes" else sliding_state(len(model.blocks), context_limit(model) - step, 1, x.device)
+        step = n if kind == "lanes" else slide_chunk(limit)
+        state = None if kind == "lanes" else sliding_state(len(model.blocks), limit - step, 1, x.device)
         rows = []
         for a in range(0, n, step):  # each chunk continues the state the one before left
             logits, state = model(x[:, a:min(a + step, n)], state=state)  # (1, T, V)
             rows.append(torch.log_softmax(logits[0].double(), dim=-1))
         lp = torch.cat(rows)  # (n, V)
         return lp[torch.arange(n), x[0, 1:]].cpu()
-    limit = context_limit(model)
     logprobs = torch.empty(n, dtype=torch.float64)
     done = 0
     for start in range(0, n, max(1, limit // 2)):
