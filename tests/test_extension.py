@@ -485,7 +485,7 @@ def test_a_ghost_wrapping_below_the_textareas_last_line_is_not_shown_nor_taken(d
     end of a full line, the ghost's space hangs there) is not shown, and Tab is the site's; once the caret
     moves down, the next ghost is drawn."""
     _open_textarea(driver, site)
-    # the last visible line filled with words to its end; the page writes all but the last letter
+    # the last visible line filled with words to its end; the page writes all but the last two letters
     filled = driver.execute_script("""
         const b = document.getElementById('body');
         b.style.overflowY = 'scroll';  // a scrollbar from the start: one that comes with the overflow rewraps
@@ -498,14 +498,21 @@ def test_a_ghost_wrapping_below_the_textareas_last_line_is_not_shown_nor_taken(d
             if (b.scrollHeight > b.clientHeight) break;
             v = b.value;
         }
-        b.value = v.slice(0, -1);
-        b.setSelectionRange(v.length - 1, v.length - 1);
+        b.value = v.slice(0, -2);
+        b.setSelectionRange(v.length - 2, v.length - 2);
         return v;""")
-    _keys(driver, "x", Keys.BACKSPACE)  # the text is the person's again only after an edit of theirs
+    # the text is the person's again only after an edit of theirs: the next-to-last letter, then the last
+    # (no other letter in between, which could be wider and wrap the line's last word)
+    _keys(driver, filled[-2])
     mark = server.recorder.mark()
     _keys(driver, filled[-1])  # the person types the line's last letter: a question is asked
-    answered = WebDriverWait(driver, WAIT_S).until(lambda _: [r for r in server.recorder.since(mark, "/v1/complete")
-                                                              if r["body"]["prefix"] == filled])[-1]
+    try:
+        answered = WebDriverWait(driver, WAIT_S).until(
+            lambda _: [r for r in server.recorder.since(mark, "/v1/complete")
+                       if r["body"]["prefix"] == filled and "answer" in r])[-1]  # asked, and answered
+    except TimeoutException:
+        asked = [r["body"]["prefix"][-30:] for r in server.recorder.since(mark, "/v1/complete")]
+        raise AssertionError(f"not asked for the full line; asked: {asked}, box: {_text(driver)[-30:]!r}") from None
     assert answered["answer"]["text"].startswith(" ") and answered["answer"]["text"].strip(), answered["answer"]
     time.sleep(QUIET_S)
     assert _drawn(driver)["text"] == "", _drawn(driver)
