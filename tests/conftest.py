@@ -20,6 +20,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 signal.signal(signal.SIGINT, signal.default_int_handler)
 # The server keeps paired browser extensions in the person's config folder: never the real one in a test.
 os.environ["SEQLAB_CONFIG_DIR"] = tempfile.mkdtemp(prefix="seqlab-config-")
+# ... and its caches (the speed probe's rates, downloaded corpora) in a folder of this run, never the person's.
+os.environ["SEQLAB_CACHE"] = tempfile.mkdtemp(prefix="seqlab-cache-")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ one mapping per config section (`model={"mixer": "gru"}, train={"max_steps": 60}
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +42,7 @@ def override_strings(sections: Mapping[str, Mapping[str, Any]]) -> list[str]:
 def train(data: str | Path, out: str | Path, preset: str | None = None, *, minutes: float | None = None,
           resume: bool = False, init: str | Path | None = None, settings: Sequence[str] = (),
           progress: bool = False, on_step: Callable[[StepReport], None] | None = None,
-          **overrides: Mapping[str, Any]) -> Run:
+          say: Callable[[str], None] | None = None, **overrides: Mapping[str, Any]) -> Run:
     """Train a model on DATA_DIR `data` into RUN_DIR `out` and return the trained `Run`.
 
     `minutes` is a wall-clock budget. With it and no `preset` (nor `init`, `resume`), the recipe table picks the
@@ -53,6 +52,7 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     `settings`, the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`.
     `resume` continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
     may change); `init` starts a new run from a trained one's weights, tokenizer and model settings.
+    `say(line)` is given the recipe's one-line reason before training starts, when the table chose it.
     `on_step(report)` is called after every step with a `StepReport` (step, loss, elapsed seconds, tokens,
     and the validation loss on steps that ran it); `progress` shows the terminal bar. Refusals (a folder
     another process is training into, a run already there without `resume`, a run halted on non-finite
@@ -76,7 +76,7 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
         raise UserError("--minutes sets a new run's budget; a resumed run keeps its own (raise "
                         "train.max_minutes to give it more).")
     if minutes is not None and preset is None and init is None:
-        base, recipe = recipe_base(Path(data), minutes, strings)
+        base, recipe = recipe_base(Path(data), minutes, strings, say=say)
         strings = []  # already applied on top of the recipe
     else:
         if minutes is not None:
@@ -98,29 +98,20 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
 
 
 def recipe_choice(data: Path, minutes: float, settings: Sequence[str]) -> Any:
-    """The recipe table's `RecipeChoice` for `minutes` of training on DATA_DIR `data` on this machine; the
-    settings `train.device=`, `train.precision=fp32` and `train.threads=` say which cell the run belongs to."""
-    from seqlab.data.layout import load_meta
-    from seqlab.training.recipe_table import choose_recipe, this_machine
+    """The recipe for `minutes` of training on DATA_DIR `data` on this machine (`RecipeChoice`; the settings
+    `train.device=`, `train.precision=fp32` and `train.threads=` say which machine the run is on):
+    `seqlab.training.curve_choice.recipe_here`."""
+    from seqlab.training.curve_choice import recipe_here
 
-    given = {k.strip(): v.strip() for k, _, v in (s.partition("=") for s in settings)}
-    machine = this_machine(given.get("train.device", "auto"))
-    # the settings that change the class a run is in: fp32 on a bf16 CPU trains as the fp32-only class does,
-    # and a thread count is the cores the run gets
-    if machine.kind == "cpu-bf16" and given.get("train.precision") == "fp32":
-        machine = dataclasses.replace(machine, kind="cpu-fp32")
-    if given.get("train.threads", "0").isdigit() and int(given.get("train.threads", "0")) > 0:
-        machine = dataclasses.replace(machine, threads=int(given["train.threads"]))
-    try:
-        meta = load_meta(data)
-    except (OSError, ValueError):
-        meta = {}  # the trainer says what is wrong with the folder
-    return choose_recipe(minutes, machine, meta)
+    return recipe_here(data, minutes, settings)
 
 
-def recipe_base(data: Path, minutes: float, settings: list[str]) -> tuple[Any, dict[str, Any]]:
+def recipe_base(data: Path, minutes: float, settings: list[str], say: Callable[[str], None] | None = None
+                ) -> tuple[Any, dict[str, Any]]:
     """The recipe table's config for `minutes` on this machine, with `settings` on top, and its record."""
     from seqlab.training.recipe_table import PRECISION, recipe_config
 
     choice = recipe_choice(data, minutes, settings)
+    if say is not None:
+        say(choice.why)
     return recipe_config(choice, PRECISION[choice.machine], settings), choice.as_dict()

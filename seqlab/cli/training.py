@@ -31,15 +31,13 @@ def add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from seqlab.api.training import recipe_choice, train
+    from seqlab.api.training import train
     from seqlab.training.distributed import launched_rank
 
-    if args.minutes is not None and args.preset is None and args.init is None and not args.resume \
-            and launched_rank() == 0:
-        # said before training starts: what was chosen and why, in one line (run.json records it too)
-        print(recipe_choice(args.data_dir, args.minutes, args.overrides).why, flush=True)
+    # said before training starts: what the recipe table chose and why, in one line (run.json records it too)
+    say = (lambda line: print(line, flush=True)) if launched_rank() == 0 else None
     run = train(args.data_dir, args.out, args.preset, minutes=args.minutes, resume=args.resume, init=args.init,
-                settings=args.overrides, progress=not args.quiet)
+                settings=args.overrides, progress=not args.quiet, say=say)
     if launched_rank() != 0:  # under torchrun rank 0 alone reports
         return 0
     summary = run.summary

@@ -36,7 +36,8 @@ from seqlab.options import CalibrateOptions, EvalOptions
 from seqlab.printed_command import printed_command
 from seqlab.runs.load import load_run
 from seqlab.studies.recipes import apply_recipe
-from seqlab.training.recipe_table import PRECISION, choose_recipe, minute_budget, recipe_config, this_machine
+from seqlab.training.curve_choice import recipe_here
+from seqlab.training.recipe_table import PRECISION, minute_budget, recipe_config
 from seqlab.training.trainer import train
 
 # run name (the folder under OUT/runs and the table's model column) -> (recipe, overrides on top of it);
@@ -78,7 +79,7 @@ def _prepare(source: str, data: Path, progress: bool) -> dict:
 
 def _train(name: str, data: Path, run: Path, minutes: float, progress: bool) -> dict[str, Any]:
     if MODELS[name] is None:
-        choice = choose_recipe(minutes, this_machine(), load_meta(data))
+        choice = recipe_here(data, minutes, [])
         cfg, recipe = recipe_config(choice, PRECISION[choice.machine], list(EVAL)), choice.as_dict()
         print(f"\n{choice.why}")
     else:

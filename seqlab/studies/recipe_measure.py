@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import platform
 import shutil
 import subprocess
 import time
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from seqlab.training.recipe_table import CANDIDATES, MACHINE_CLASSES, PRECISION, TABLE, cell_key
+from seqlab.training.speed_probe import cpu_name
 
 DEFAULT_CELLS = ("cpu-bf16:2:3", "cpu-bf16:2:10", "cpu-fp32:2:3", "cpu-fp32:2:10", "cpu-fp32:1:3", "cpu-fp32:1:10")
 CPU_CANDIDATES = ("gru-192", "gru-128", "small")
@@ -160,17 +160,6 @@ def extrapolated(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             "measured": False, "from": cell_key(source["machine"], source["threads"], m),
                             "reason": "the nearest measured cell: same budget"})
     return out
-
-
-def cpu_name() -> str:
-    """The CPU's model name, as /proc/cpuinfo gives it."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def git_commit() -> str:

@@ -57,7 +57,7 @@ from seqlab.runs.checkpoint_files import trainer_state_from_bytes, trainer_state
 from seqlab.training.guards import NONFINITE_GRAD, NONFINITE_LOSS
 from seqlab.training.progress import Progress, StopFlag
 
-__all__ = ["NoLock", "World", "launched_rank"]
+__all__ = ["NoLock", "World", "launched_rank", "launched_world_size"]
 
 T = TypeVar("T")
 
@@ -65,6 +65,11 @@ T = TypeVar("T")
 def launched_rank() -> int:
     """The rank torchrun gave this process (0 without torchrun): who prints the closing line."""
     return int(os.environ.get("RANK", "0") or 0)
+
+
+def launched_world_size() -> int:
+    """How many processes torchrun launched together (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 class NoLock:

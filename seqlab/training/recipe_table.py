@@ -45,6 +45,13 @@ CANDIDATES: dict[str, tuple[str, tuple[str, ...]]] = {
     "gru-128": ("small", (*_GRU, "model.n_embd=128", "model.n_head=4")),
     "small": ("small", ()),
     "base": ("base", ()),
+    # wider for budgets of an hour and more: a wider GRU, a deeper one, the hybrid (a GRU layer, then local
+    # attention over 64 tokens) and attention at width 256
+    "gru-384": ("small", (*_GRU, "model.n_embd=384", "model.n_head=8")),
+    "gru-256x3": ("small", (*_GRU, "model.n_embd=256", "model.n_head=8", "model.n_layer=3")),
+    "hybrid-256": ("small", (*_GRU, "model.mixer=hybrid", "model.n_embd=256", "model.n_head=8")),
+    "attn-256": ("small", ("model.n_embd=256", "model.n_head=8", "model.n_layer=4", "train.lr=0.002",
+                           "train.beta2=0.99")),
 }
 # a clock budget: the step count so large that only the clock stops the run
 UNBOUNDED_STEPS = 10_000_000
@@ -70,10 +77,19 @@ class RecipeChoice:
     cell: str  # "MACHINE/THREADS/MINUTES" of the table cell used
     measured: bool  # the cell was measured, not extrapolated
     why: str
+    # chosen by curves (`choose_by_curves`): the precision that measured fastest here, the minutes left to train
+    # once the probe is paid, and what each candidate was predicted to reach
+    precision: str = ""
+    train_minutes: float = 0.0
+    prediction: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "machine": self.machine, "preset": self.preset, "overrides": list(self.overrides),
-                "minutes": self.minutes, "cell": self.cell, "measured": self.measured, "why": self.why}
+        out = {"name": self.name, "machine": self.machine, "preset": self.preset, "overrides": list(self.overrides),
+               "minutes": self.minutes, "cell": self.cell, "measured": self.measured, "why": self.why}
+        if self.prediction is not None:
+            out |= {"precision": self.precision, "train_minutes": round(self.train_minutes, 3),
+                    "prediction": self.prediction}
+        return out
 
 
 def cell_key(kind: str, threads: int, minutes: float) -> str:
@@ -141,6 +157,13 @@ def _why(name: str, cell: dict[str, Any], minutes: float, machine: Machine, data
         notes.append(f"{machine.threads} cores here")
     if abs(math.log(cell["minutes"] / minutes)) > 0.1:
         notes.append(f"{minutes:g} min asked")
+    notes += data_notes(data_meta, table)
+    return f"recipe {name}: {how} for {where}" + (f"; {', '.join(notes)}" if notes else "")
+
+
+def data_notes(data_meta: dict[str, Any], table: dict[str, Any]) -> list[str]:
+    """Where the data differs from the table's: the choice is then a reading beyond what was measured."""
+    notes = []
     tok, ref = data_meta.get("tokenizer", {}), table["data"]
     if (tok.get("kind"), tok.get("vocab_size")) != (ref["tokenizer"], ref["vocab_size"]):
         notes.append(f"data tokenized {tok.get('kind')} {tok.get('vocab_size')}, the table's {ref['tokenizer']} "
@@ -148,7 +171,7 @@ def _why(name: str, cell: dict[str, Any], minutes: float, machine: Machine, data
     train_tokens = ((data_meta.get("splits") or {}).get("train") or {}).get("tokens") or 0
     if train_tokens and train_tokens * 10 < ref["train_tokens"]:
         notes.append(f"a corpus a tenth the table's or less ({train_tokens:,} train tokens)")
-    return f"recipe {name}: {how} for {where}" + (f"; {', '.join(notes)}" if notes else "")
+    return notes
 
 
 def minute_budget(minutes: float) -> list[str]:
@@ -159,13 +182,14 @@ def minute_budget(minutes: float) -> list[str]:
 
 
 def recipe_config(choice: RecipeChoice, precision: str, settings: list[str]) -> RunConfig:
-    """The run's config: the candidate on its preset, trained for the chosen minutes in the class's precision,
-    then the user's own settings on top (they win over the recipe)."""
+    """The run's config: the candidate on its preset, trained for the chosen minutes (less the probe's) in the
+    chosen precision (else the class's), then the user's own settings on top (they win over the recipe)."""
     try:
         base = get_preset(choice.preset)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    budget = [*minute_budget(choice.minutes), f"train.precision={precision}"]
+    budget = [*minute_budget(choice.train_minutes or choice.minutes),
+              f"train.precision={choice.precision or precision}"]
     return apply_overrides(base, [*choice.overrides, *budget, *settings])
 
 
@@ -178,5 +202,9 @@ def made_by(run_dir: Path) -> str:
         recipe = None
     if not recipe:
         return "trained with named settings (a preset and overrides), not the recipe table"
+    if recipe.get("prediction"):
+        p = recipe["prediction"]
+        return (f"trained by recipe {recipe['name']} for {recipe['minutes']:g} minutes (chosen by the table's curves: "
+                f"predicted {p['val_bpb']:.3f} ± {p['plus_minus']:.3f} val bits per byte at {p['steps']:,} steps)")
     kind = "measured" if recipe.get("measured") else "extrapolated"
     return f"trained by recipe {recipe['name']} for {recipe['minutes']:g} minutes (table cell {recipe['cell']}, {kind})"

@@ -1,0 +1,133 @@
+"""The recipe chosen by curves: a branch cooled down from the trunk is the run of that length, a curve is read
+inside and past its runs with an honest uncertainty, the speed probe measures and caches, and the choice takes
+the candidate predicted best at the steps this machine reaches (a slower machine, a smaller model)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from seqlab.studies import recipe_curves
+from seqlab.training.curve_choice import choose_by_curves, family
+from seqlab.training.curves import read
+from seqlab.training.recipe_table import Machine, load_table
+from seqlab.training.speed_probe import probe
+
+
+def _law(steps: float, floor: float = 1.6, scale: float = 8.0, alpha: float = 0.35) -> float:
+    return floor + scale * steps ** -alpha
+
+
+def test_a_branch_cooled_down_from_the_trunk_is_the_run_of_that_length(tmp_path: Path,
+                                                                       tiny_data_dir: Path) -> None:
+    """The curve's runs cost one trunk and short cooldowns, and each is exactly the run it stands for."""
+    from seqlab.studies.recipe_measure import candidate_config
+    from seqlab.training.trainer import train
+
+    cfg = candidate_config("gru-128", "cpu-fp32", 259, ["train.max_steps=1", "train.threads=1",
+                                                        "train.eval_batches=2", "train.warmup_steps=5"])
+    recipe_curves.trunk_to(tiny_data_dir, tmp_path / "trunk", cfg, recipe_curves.trunk_stop(25), every=5)
+    recipe_curves.branch(tiny_data_dir, tmp_path / "trunk", tmp_path / "branch", 25)
+    fresh = cfg.__class__.from_dict({**cfg.to_dict(), "train": {**cfg.to_dict()["train"], "max_steps": 25,
+                                                                "eval_every": 7, "ckpt_every": 7}})
+    train(tiny_data_dir, tmp_path / "fresh", fresh, progress=False)
+    a, b = load_file(tmp_path / "branch" / "model.safetensors"), load_file(tmp_path / "fresh" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    records = [json.loads(line) for line in (tmp_path / "trunk" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["lr"] for r in records if "lr" in r][-1] == cfg.train.lr  # the trunk never cooled down
+
+
+def test_the_study_keeps_each_end_and_continues_where_it_stopped(tmp_path: Path, tiny_data_dir: Path) -> None:
+    argv = [str(tiny_data_dir), "--candidate", "gru-128", "--ends", "10,20", "--out", str(tmp_path),
+            "--precision", "fp32", "--trunk-eval", "5", "--install", "--table", str(tmp_path / "table.json")]
+    (tmp_path / "table.json").write_text(json.dumps({"data": {"label": "tiny"}}))
+    assert recipe_curves.main(argv) == 0
+    curve = json.loads((tmp_path / "gru-128" / "curve.json").read_text())
+    assert [e["steps"] for e in curve["ends"]] == [10, 20] and curve["ends"][1]["val_bpb"] < curve["ends"][0]["val_bpb"]
+    assert json.loads((tmp_path / "table.json").read_text())["curves"]["gru-128"]["ends"] == curve["ends"]
+    before = (tmp_path / "gru-128" / "curve.json").stat().st_mtime_ns
+    assert recipe_curves.main(argv[:4] + ["10"] + argv[5:]) == 0  # done already: nothing trained again
+    assert (tmp_path / "gru-128" / "curve.json").stat().st_mtime_ns == before
+
+
+def test_a_curve_is_read_inside_its_runs_and_past_them_along_a_power_law() -> None:
+    runs = [(s, _law(s)) for s in (1000, 2000, 4000, 8000, 16000)]
+    assert read(runs, 8000).how == "measured" and read(runs, 8000).val_bpb == _law(8000)
+    inside = read(runs, 6000)
+    assert inside.how == "interpolated" and abs(inside.val_bpb - _law(6000)) < inside.plus_minus
+    near, far = read(runs, 32000), read(runs, 256000)
+    assert near.how == far.how == "extrapolated"
+    assert abs(near.val_bpb - _law(32000)) < 1e-3 and abs(far.val_bpb - _law(256000)) < 1e-3
+    noisy = [(s, v + (0.01 if i % 2 else -0.01)) for i, (s, v) in enumerate(runs)]
+    assert read(noisy, 256000).plus_minus > read(noisy, 32000).plus_minus > 0.003  # unsure, and more so further
+
+
+def test_a_family_shares_its_exponent() -> None:
+    """Two runs alone pin no exponent; the family's other widths do."""
+    short = [(s, _law(s, floor=1.7, scale=9.0)) for s in (1000, 2000, 4000)]
+    wide = [(s, _law(s)) for s in (2000, 4000, 8000, 16000, 32000)]
+    alone, with_family = read(short, 64000), read(short, 64000, family=[wide])
+    truth = _law(64000, floor=1.7, scale=9.0)
+    assert abs(with_family.val_bpb - truth) < 1e-3 < abs(alone.val_bpb - truth)
+    assert family("gru-256") == family("gru-384") == "gru" and family("small") == "attention"
+
+
+ENDS = (1000, 2000, 4000, 8000, 16000)
+TABLE = {"data": {"label": "spamassassin, bpe 1024"}, "trainer_share": 0.9,
+         "curves": {"gru-128": {"ends": [{"steps": s, "val_bpb": _law(s, floor=1.75)} for s in ENDS]},
+                    "gru-256": {"ends": [{"steps": s, "val_bpb": _law(s, floor=1.5, scale=11.0)} for s in ENDS]}}}
+
+
+def test_the_choice_is_the_candidate_predicted_best_at_the_steps_reached_here() -> None:
+    fast = {"gru-128": {"bf16": 30.0, "fp32": 20.0}, "gru-256": {"bf16": 12.0, "fp32": 14.0}}
+    choice = choose_by_curves(20, Machine("cpu-bf16", 2), fast, probe_seconds=12.0, table=TABLE)
+    assert choice.name == "gru-256" and choice.precision == "fp32"  # bf16 only where it measures faster
+    steps = round(14.0 * (20 * 60 - 12.0) * 0.9)
+    assert choice.prediction["steps"] == steps and choice.train_minutes == pytest.approx(20 - 0.2)
+    assert choice.prediction["candidates"]["gru-128"]["precision"] == "bf16"
+    assert f"{steps:,} steps in 19.8 min here, predicted" in choice.why and "next gru-128" in choice.why
+    slow = {n: {p: r / 4 for p, r in by.items()} for n, by in fast.items()}  # a machine a quarter as fast
+    assert choose_by_curves(20, Machine("cpu-bf16", 2), slow, 12.0, TABLE).name == "gru-128"
+
+
+def test_the_probe_measures_each_candidate_in_each_precision_and_caches_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SEQLAB_CACHE", str(tmp_path))
+    from seqlab.config import get_preset
+
+    configs = {"a": {"fp32": get_preset("tiny")}, "b": {"fp32": get_preset("small"), "bf16": get_preset("base")}}
+    pause = {id(configs["a"]["fp32"]): 0.002, id(configs["b"]["fp32"]): 0.02, id(configs["b"]["bf16"]): 0.01}
+
+    def stand_in(cfg):  # a step of a known length for each config
+        return lambda: time.sleep(pause[id(cfg)])
+
+    first = probe(configs, 1, 0.3, step_fn=stand_in)
+    assert not first.cached and first.seconds >= 0.3 and first.path.is_file()
+    assert first.rates["a"]["fp32"] > first.rates["b"]["bf16"] > first.rates["b"]["fp32"]
+    assert 30 < first.rates["b"]["fp32"] <= 50
+    again = probe(configs, 1, 0.3, step_fn=stand_in)
+    assert again.cached and again.seconds == 0 and again.rates == first.rates
+    assert probe(configs, 2, 0.05, step_fn=stand_in).path != first.path  # another thread count is measured anew
+
+
+def test_the_packaged_curves_rank_the_candidates_as_the_measured_cells_do() -> None:
+    """Each measured cell's candidates, read on the curves at the steps each ran, come out in the cell's order."""
+    table = load_table()
+    families = {n: family(n) for n in table["curves"]}
+    from seqlab.training.curves import read_table_curve
+
+    checked = 0
+    for cell in table["cells"]:
+        results = {n: r for n, r in cell.get("results", {}).items() if n in table["curves"]}
+        if not cell["measured"] or len(results) < 2:
+            continue
+        measured = sorted(results, key=lambda n: results[n]["val_bpb"])
+        predicted = sorted(results, key=lambda n: read_table_curve(table["curves"], n, results[n]["steps"],
+                                                                   families).val_bpb)
+        assert predicted == measured, (cell["machine"], cell["threads"], cell["minutes"])
+        checked += 1
+    assert checked >= 4
