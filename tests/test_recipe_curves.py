@@ -131,3 +131,18 @@ def test_the_packaged_curves_rank_the_candidates_as_the_measured_cells_do() -> N
         assert predicted == measured, (cell["machine"], cell["threads"], cell["minutes"])
         checked += 1
     assert checked >= 4
+
+
+def test_the_plan_prints_each_budgets_choice_and_draws_the_curves(tmp_path: Path) -> None:
+    from seqlab.studies.recipe_plan import markdown, plan, plot
+
+    table = {**TABLE, "cells": [{"measured": True, "results": {"gru-128": {"steps": 3000, "val_bpb": 2.2}}}]}
+    machine = Machine("cpu-fp32", 1)
+    rows = plan([1, 600], machine, 259, table, probe_seconds=0.1)
+    assert [r["minutes"] for r in rows] == [1, 600] and set(rows[0]["candidates"]) == {"gru-128", "gru-256"}
+    assert rows[1]["candidates"]["gru-256"]["how"] == "extrapolated"  # ten hours: past every run
+    assert rows[1]["steps"] > 100 * rows[0]["steps"]
+    text = markdown(rows, machine)
+    assert "| 600 |" in text and "**" in text.splitlines()[-3]
+    plot(table, tmp_path / "curves.png", 1e6)
+    assert (tmp_path / "curves.png").stat().st_size > 10_000

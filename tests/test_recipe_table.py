@@ -92,6 +92,11 @@ def test_the_packaged_table_is_whole_and_each_measured_cell_keeps_its_best() -> 
             assert "small" in scores  # so the choice is never one that lost to the preset
         else:
             assert cell["reason"]
+    for name, curve in table["curves"].items():  # each curve: runs of a candidate, longer and lower
+        steps = [e["steps"] for e in curve["ends"]]
+        assert name in CANDIDATES and steps == sorted(steps) and len(steps) >= 4, name
+        assert curve["ends"][-1]["val_bpb"] < curve["ends"][0]["val_bpb"] and curve["commit"] and curve["cpu"]
+    assert "small" in table["curves"]  # so the choice is never one that lost to the preset
     minutes = {c["minutes"] for c in table["cells"]}
     for kind in MACHINE_CLASSES:
         for m in minutes:
@@ -125,17 +130,20 @@ def test_train_minutes_without_a_preset_prints_and_records_the_recipe(tmp_path: 
                    "train.eval_batches=2", "train.threads=1")
     assert done.returncode == 0, done.stderr
     first = done.stdout.splitlines()[0]
-    assert first.startswith("recipe ") and " for cpu-" in first
+    assert first.startswith("recipe ") and "predicted" in first and "speed probe" in first
     recipe = json.loads((run / "run.json").read_text())["recipe"]
     assert recipe["name"] in CANDIDATES and recipe["minutes"] == 0.01 and recipe["why"] == first
+    assert set(recipe["prediction"]["probe"]["rates"]) == set(load_table()["curves"])
     cfg = json.loads((run / "config.json").read_text())
-    assert cfg["train"]["max_minutes"] == 0.01 and cfg["train"]["eval_batches"] == 2
-    assert made_by(run).startswith(f"trained by recipe {recipe['name']} for 0.01 minutes")
+    # the probe is paid from the budget, and the precision is the one that measured faster here
+    assert 0.005 <= cfg["train"]["max_minutes"] <= 0.01 and cfg["train"]["eval_batches"] == 2
+    assert cfg["train"]["precision"] == recipe["precision"]
+    assert made_by(run).startswith(f"trained by recipe {recipe['name']} for 0.01 minutes (chosen by the table's curves")
     with served(run, tmp_path / "log") as server:  # the person sees which recipe made the model it serves
         deadline = time.monotonic() + 60
         while "ready:" not in server.log.read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert f"(trained by recipe {recipe['name']} for 0.01 minutes (table cell {recipe['cell']}" in \
+        assert f"(trained by recipe {recipe['name']} for 0.01 minutes (chosen by the table's curves" in \
             server.log.read_text()
 
 
@@ -156,7 +164,8 @@ def test_settings_that_change_the_class_choose_its_cell(tiny_data_dir: Path) -> 
     from seqlab.api.training import recipe_choice
 
     choice = recipe_choice(tiny_data_dir, 3, ["train.precision=fp32", "train.threads=1", "train.device=cpu"])
-    assert choice.machine == "cpu-fp32" and choice.cell == "cpu-fp32/1/3" and choice.measured
+    assert choice.machine == "cpu-fp32" and choice.cell == "curves/cpu-fp32/1" and choice.precision == "fp32"
+    assert all(set(by) == {"fp32"} for by in choice.prediction["probe"]["rates"].values())
 
 
 def test_the_demo_trains_the_tables_choice_beside_attention(tmp_path: Path, tiny_data_dir: Path, capsys) -> None:

@@ -50,9 +50,12 @@ def _train(data: Path, run: Path, cfg: Any | None, overrides: list[str]) -> dict
 
     trainer = Trainer(data, run, cfg, resume=cfg is None, overrides=overrides, progress=False, announce=False)
     try:
-        return trainer.run()
+        summary = trainer.run()
     finally:
         trainer.close()
+    if summary["stopped"] != "reached train.max_steps":  # a signal or a halt: never score a run cut short
+        raise SystemExit(f"{run}: {summary['stopped']} at step {summary['steps']}; run the study again to continue")
+    return summary
 
 
 def trunk_to(data: Path, trunk: Path, cfg: Any, stop: int, every: int) -> list[dict[str, Any]]:

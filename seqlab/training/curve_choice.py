@@ -58,7 +58,8 @@ def choose_by_curves(minutes: float, machine: Machine, rates: Mapping[str, Mappi
     curves = table["curves"]
     names = [n for n in curve_names(table) if rates.get(n)]
     share = float(table.get("trainer_share", TRAINER_SHARE))
-    train_s = max(1.0, minutes * 60 - probe_seconds)
+    # the probe is paid from the budget (a probe that overran a budget of seconds leaves the run half of it)
+    train_s = max(minutes * 30, minutes * 60 - probe_seconds)
     families = {n: family(n) for n in curves if n in CANDIDATES}
     rows: list[tuple[Reading, str, str]] = []
     for name in names:
