@@ -146,3 +146,15 @@ def test_the_plan_prints_each_budgets_choice_and_draws_the_curves(tmp_path: Path
     assert "| 600 |" in text and "**" in text.splitlines()[-3]
     plot(table, tmp_path / "curves.png", 1e6)
     assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_the_bench_rows_say_what_the_probe_costs_and_what_the_trainer_keeps(tmp_path: Path, tiny_data_dir: Path,
+                                                                           monkeypatch) -> None:
+    from seqlab.bench import recipe_probe
+
+    monkeypatch.setattr(recipe_probe, "bench_data", lambda cache: tiny_data_dir)
+    monkeypatch.setattr("seqlab.training.speed_probe.PROBE_SHARE", 0.0005)  # a 0.3 s share: the shape, not speed
+    rows = recipe_probe.rows(tmp_path, quick=True, threads=1)
+    cost, share = rows
+    assert cost["unit"] == "%" and cost["goal"] == "< 2" and set(cost["detail"]["rates"]) == set(load_table()["curves"])
+    assert share["unit"] == "x" and share["value"] > 0 and share["detail"]["table_share"] == load_table()["trainer_share"]

@@ -2,4 +2,5 @@
 
 Nothing heavy here: the command line reads `SECTIONS` without loading torch."""
 
-SECTIONS = ("layers", "throughput", "bf16", "evaluation", "compile", "threads", "prepare", "latency", "browser", "gpu")
+SECTIONS = ("layers", "throughput", "bf16", "evaluation", "compile", "threads", "prepare", "latency", "browser",
+            "recipe", "gpu")

@@ -14,6 +14,8 @@ Sections, in order (each a module of this package; `--only` picks some):
   latency     per-keystroke latency of the server, kept state against recompute (`latency`)
   browser     key -> ghost in headless Chromium, the compose page and the extension, a 150 ms debounce
               against asking at once (`latency_browser`); one "skipped" row without chromium or a run
+  recipe      the speed probe's share of a 10-minute budget, and the real trainer's share of the probe's
+              step rate (`recipe_probe`); one "skipped" row when the recipe table has no curves
   gpu         on a CUDA device: its bf16 matmul peak, the `base` preset's training tokens/s and MFU, the
               attention kernel in use, minGRU against the GRU at L = 512 (`gpu`); one "skipped" row
               without CUDA
@@ -137,6 +139,12 @@ def _browser(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     return latency_browser.bench_rows(payload)
 
 
+def _recipe(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
+    from seqlab.bench import recipe_probe
+
+    return recipe_probe.rows(out / "cache", quick, threads)
+
+
 def _gpu(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     from seqlab.bench import gpu
 
@@ -165,6 +173,7 @@ def run_bench(out: Path, quick: bool = False, only: tuple[str, ...] = SECTIONS) 
         "prepare": lambda: _prepare(out, quick, threads),
         "latency": lambda: _latency(out, quick, threads),
         "browser": lambda: _browser(out, quick, threads),
+        "recipe": lambda: _recipe(out, quick, threads),
         "gpu": lambda: _gpu(out, quick, threads),
     }
     for name in SECTIONS:

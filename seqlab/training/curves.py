@@ -5,12 +5,14 @@ A curve is a candidate's bits per byte after whole runs of S_1 < ... < S_n steps
 own end; `studies/recipe_curves.py` measures them). Inside the measured steps the reading interpolates linearly
 in log S, between runs that really ended there. Past the last run it follows a power law in steps,
 
-    L(S) = E + A * S^(-alpha)            (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", eq. 1.4)
+    L(S) = E + A * S^(-alpha)
 
 fitted to the runs of at least MIN_FIT_STEPS steps (warmup-dominated short runs bend away from it), with one
-alpha shared by every candidate of a family (the same mixer at other widths and depths: more runs to
-pin the exponent on, while each candidate keeps its own floor E and scale A), and anchored on the candidate's
-last run so the reading is continuous where the measurements stop.
+alpha shared by every candidate of a family (the same mixer at other widths and depths), while each candidate
+keeps its own floor E and scale A: the form of Kaplan et al. 2020 ("Scaling Laws for Neural Language Models",
+section 5), whose loss against model size and steps has one exponent in steps for every size. Sharing it
+gives the fit more runs to pin the exponent on. The reading is anchored on the candidate's last run, so it
+is continuous where the measurements stop.
 
 How sure: inside the runs, the worst error of the same interpolation predicting each inner run from its
 neighbours; past them, the larger of the fit's jackknife spread (the fit redone without each run) and the error

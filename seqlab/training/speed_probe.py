@@ -103,13 +103,13 @@ def _measure(configs: Mapping[str, Mapping[str, Any]], threads: int, seconds: fl
              step_fn: Callable[[Any], Callable[[], None]]) -> dict[str, dict[str, float]]:
     import torch
 
+    deadline = time.perf_counter() + seconds  # building and warming up are inside the probe's share
     torch.set_num_threads(threads)
     steps = {(n, p): step_fn(cfg) for n, by in configs.items() for p, cfg in by.items()}
     best = {k: float("inf") for k in steps}
     for step in steps.values():  # the warm-up step: allocations and kernel choice, not counted
         step()
-    deadline = time.perf_counter() + seconds
-    while True:
+    while True:  # at least one measured round, however short the share
         for k, step in steps.items():
             t0 = time.perf_counter()
             step()
