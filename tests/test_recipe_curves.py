@@ -67,6 +67,24 @@ def test_a_curve_is_read_inside_its_runs_and_past_them_along_a_power_law() -> No
     assert read(noisy, 256000).plus_minus > read(noisy, 32000).plus_minus > 0.003  # unsure, and more so further
 
 
+def test_a_curve_that_turns_up_is_read_on_rising_and_its_run_stopped_at_its_lowest() -> None:
+    """Long runs see a small corpus many times over: the curve rises again, and more steps are worse."""
+    from seqlab.training.curves import best_within
+
+    runs = [(1000, 2.14), (2000, 1.99), (4000, 1.90), (8000, 1.88), (16000, 1.89)]
+    assert read(runs, 32000).val_bpb > 1.89  # along the last rise, not a law falling on
+    best = best_within(runs, 30000)
+    assert (best.steps, best.val_bpb, best.how) == (8000, 1.88, "measured")
+    table = {"data": {"label": "x"}, "trainer_share": 1.0,
+             "curves": {"gru-256": {"ends": [{"steps": s, "val_bpb": v} for s, v in runs]}}}
+    choice = choose_by_curves(10, Machine("cpu-fp32", 2), {"gru-256": {"fp32": 50.0}}, 0.0, table)
+    assert choice.max_steps == 8000 and choice.prediction["reachable_steps"] == 30000
+    assert "stops at 8,000 of the 30,000 steps" in choice.why
+    from seqlab.training.recipe_table import recipe_config
+
+    assert recipe_config(choice, "fp32", []).train.max_steps == 8000
+
+
 def test_a_family_shares_its_exponent() -> None:
     """Two runs alone pin no exponent; the family's other widths do."""
     short = [(s, _law(s, floor=1.7, scale=9.0)) for s in (1000, 2000, 4000)]
@@ -156,5 +174,6 @@ def test_the_bench_rows_say_what_the_probe_costs_and_what_the_trainer_keeps(tmp_
     monkeypatch.setattr("seqlab.training.speed_probe.PROBE_SHARE", 0.0005)  # a 0.3 s share: the shape, not speed
     rows = recipe_probe.rows(tmp_path, quick=True, threads=1)
     cost, share = rows
-    assert cost["unit"] == "%" and cost["goal"] == "< 2" and set(cost["detail"]["rates"]) == set(load_table()["curves"])
-    assert share["unit"] == "x" and share["value"] > 0 and share["detail"]["table_share"] == load_table()["trainer_share"]
+    table = load_table()
+    assert cost["unit"] == "%" and cost["goal"] == "< 2" and set(cost["detail"]["rates"]) == set(table["curves"])
+    assert share["unit"] == "x" and share["value"] > 0 and share["detail"]["table_share"] == table["trainer_share"]

@@ -65,21 +65,25 @@ def choose_by_curves(minutes: float, machine: Machine, rates: Mapping[str, Mappi
     for name in names:
         precision = max(rates[name], key=lambda p: rates[name][p])
         steps = max(1.0, rates[name][precision] * train_s * share)
-        rows.append((read_table_curve(curves, name, steps, families), name, precision))
+        rows.append((read_table_curve(curves, name, steps, families, within=True), name, precision))
     rows.sort(key=lambda r: r[0].val_bpb)
     best, name, precision = rows[0]
     preset, overrides = CANDIDATES[name]
-    prediction = {"steps": best.steps, "val_bpb": round(best.val_bpb, 4), "plus_minus": round(best.plus_minus, 4),
-                  "how": best.how, "trainer_share": share,
+    reach = round(rates[name][precision] * train_s * share)
+    prediction = {"steps": best.steps, "reachable_steps": reach, "val_bpb": round(best.val_bpb, 4),
+                  "plus_minus": round(best.plus_minus, 4), "how": best.how, "trainer_share": share,
                   "candidates": {n: {"precision": p, "steps": r.steps, "val_bpb": round(r.val_bpb, 4),
                                      "plus_minus": round(r.plus_minus, 4), "how": r.how} for r, n, p in rows}}
     runner_up = f"; next {rows[1][1]} {rows[1][0].val_bpb:.3f} at {rows[1][0].steps:,} steps" if len(rows) > 1 else ""
     why = (f"recipe {name} ({precision}): {best.steps:,} steps in {train_s / 60:.1f} min here, predicted "
            f"{best.val_bpb:.3f} ± {best.plus_minus:.3f} val bits per byte ({best.how} on its curve, "
            f"{table['data']['label']}){runner_up}{probe_note}")
+    stop = best.steps if best.steps < 0.98 * reach else 0  # its curve rises later: end at its lowest run
+    if stop:
+        why += f"; it stops at {stop:,} of the {reach:,} steps it could take, where its curve is lowest"
     return RecipeChoice(name, machine.kind, preset, overrides, minutes, f"curves/{machine.kind}/{machine.threads}",
                         best.how != "extrapolated", why, precision=precision, train_minutes=train_s / 60,
-                        prediction=prediction)
+                        prediction=prediction, max_steps=stop)
 
 
 def recipe_here(data: Path, minutes: float, settings: Sequence[str]) -> RecipeChoice:

@@ -90,10 +90,11 @@ def read(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading
             return Reading(round(steps), v, FLOOR, "measured")
     if first <= steps <= last:
         return Reading(round(steps), _interp(points, steps), _interp_error(points), "interpolated")
-    fit = [p for p in points if p[0] >= MIN_FIT_STEPS]
-    others = [[p for p in f if p[0] >= MIN_FIT_STEPS] for f in family]
-    # a law needs three long runs for its exponent, or two when the family's runs pin the exponent
-    if steps < first or len(fit) < (2 if any(len(f) >= 3 for f in others) else 3):
+    fit, others = _falling(points), [_falling(sorted(f)) for f in family]
+    # a law needs three long runs for its exponent, or two when the family's runs pin the exponent; a curve
+    # that has turned up (overfitting: the corpus seen many times over) is read on along its last rise
+    turned = points[-1][1] > min(v for _, v in points)
+    if steps < first or turned or len(fit) < (2 if any(len(f) >= 3 for f in others) else 3):
         # before the first run, or too few long runs for a law: the nearest run's slope in log steps, held on
         near = points[:2] if steps < first else points[-2:]
         value = _line(near, steps)
@@ -104,6 +105,20 @@ def read(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading
     if len(fit) < 4:  # too few runs to test the law on: the gap to a straight line in log steps instead
         error = max(error, abs(value - _line(fit[-2:], steps)))
     return Reading(round(steps), value, error, "extrapolated")
+
+
+def _falling(points: Points) -> list[tuple[float, float]]:
+    """The runs a law is fitted to: of at least MIN_FIT_STEPS steps, up to the curve's lowest."""
+    lowest = min(points, key=lambda p: p[1])[0]
+    return [p for p in points if MIN_FIT_STEPS <= p[0] <= lowest]
+
+
+def best_within(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading:
+    """The lowest reading at `steps` or at a shorter measured run: a run whose curve rises before `steps` is
+    better stopped at its lowest run's length."""
+    here = read(points, steps, family)
+    shorter = [Reading(round(s), v, FLOOR, "measured") for s, v in points if s < steps]
+    return min([here, *shorter], key=lambda r: r.val_bpb)
 
 
 def _line(points: Points, steps: float) -> float:
@@ -140,12 +155,12 @@ def _law_error(fit: Points, others: Sequence[Points], steps: float, value: float
 
 
 def read_table_curve(curves: Mapping[str, Mapping], name: str, steps: float,
-                     families: Mapping[str, str]) -> Reading:
-    """Candidate `name`'s curve of the recipe table's "curves" read at `steps`, its family's other curves
-    (`families`: candidate -> family) sharing the exponent."""
+                     families: Mapping[str, str], within: bool = False) -> Reading:
+    """Candidate `name`'s curve of the recipe table's "curves" read at `steps` (`within`: its best at `steps` or
+    fewer, `best_within`), its family's other curves (`families`: candidate -> family) sharing the exponent."""
     def pts(c: Mapping) -> list[tuple[float, float]]:
         return [(float(e["steps"]), float(e["val_bpb"])) for e in c["ends"]]
 
     family = [pts(c) for other, c in curves.items()
               if other != name and families.get(other) == families.get(name)]
-    return read(pts(curves[name]), steps, family)
+    return (best_within if within else read)(pts(curves[name]), steps, family)

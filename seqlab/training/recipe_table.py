@@ -48,6 +48,8 @@ CANDIDATES: dict[str, tuple[str, tuple[str, ...]]] = {
     # wider for budgets of an hour and more: a wider GRU, a deeper one, the hybrid (a GRU layer, then local
     # attention over 64 tokens) and attention at width 256
     "gru-384": ("small", (*_GRU, "model.n_embd=384", "model.n_head=8")),
+    # runs of an hour see the corpus many times over: residual dropout against overfitting
+    "gru-384-d1": ("small", (*_GRU, "model.n_embd=384", "model.n_head=8", "model.dropout=0.1")),
     "gru-256x3": ("small", (*_GRU, "model.n_embd=256", "model.n_head=8", "model.n_layer=3")),
     "hybrid-256": ("small", (*_GRU, "model.mixer=hybrid", "model.n_embd=256", "model.n_head=8")),
     "attn-256": ("small", ("model.n_embd=256", "model.n_head=8", "model.n_layer=4", "train.lr=0.002",
@@ -82,13 +84,14 @@ class RecipeChoice:
     precision: str = ""
     train_minutes: float = 0.0
     prediction: dict[str, Any] | None = None
+    max_steps: int = 0  # a step budget too, when the candidate's curve rises before the clock runs out
 
     def as_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "machine": self.machine, "preset": self.preset, "overrides": list(self.overrides),
                "minutes": self.minutes, "cell": self.cell, "measured": self.measured, "why": self.why}
         if self.prediction is not None:
             out |= {"precision": self.precision, "train_minutes": round(self.train_minutes, 3),
-                    "prediction": self.prediction}
+                    "max_steps": self.max_steps, "prediction": self.prediction}
         return out
 
 
@@ -190,6 +193,8 @@ def recipe_config(choice: RecipeChoice, precision: str, settings: list[str]) -> 
         raise UserError(str(exc)) from None
     budget = [*minute_budget(choice.train_minutes or choice.minutes),
               f"train.precision={choice.precision or precision}"]
+    if choice.max_steps:  # the candidate is best stopped sooner (its curve rises): a run of that many steps
+        budget.append(f"train.max_steps={choice.max_steps}")
     return apply_overrides(base, [*choice.overrides, *budget, *settings])
 
 
