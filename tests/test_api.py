@@ -35,7 +35,7 @@ SIGNATURES: dict[str, str] = {
     'DataDir.texts': "(self, split: 'str' = 'train', limit: 'int | None' = None) -> 'list[str]'",
     'DataDir.windows': "(self, split: 'str' = 'train', *, block_size: 'int' = 64, batch_size: 'int' = 8, seed: 'int' = 0) -> 'Iterator[tuple[Tensor, Tensor]]'",  # noqa: E501
     'thunderbird': "(source: 'str' = 'thunderbird', folders: 'Sequence[str] | None' = None) -> 'ThunderbirdMail'",  # noqa: E501
-    'train': "(data: 'str | Path', out: 'str | Path', preset: 'str | None' = None, *, minutes: 'float | None' = None, resume: 'bool' = False, init: 'str | Path | None' = None, settings: 'Sequence[str]' = (), progress: 'bool' = False, on_step: 'Callable[[StepReport], None] | None' = None, **overrides: 'Mapping[str, Any]') -> 'Run'",  # noqa: E501
+    'train': "(data: 'str | Path', out: 'str | Path', preset: 'str | None' = None, *, minutes: 'float | None' = None, resume: 'bool' = False, init: 'str | Path | None' = None, settings: 'Sequence[str]' = (), progress: 'bool' = False, on_step: 'Callable[[StepReport], None] | None' = None, say: 'Callable[[str], None] | None' = None, **overrides: 'Mapping[str, Any]') -> 'Run'",  # noqa: E501
     'StepReport': "(step: 'int', max_steps: 'int', loss: 'float', elapsed_s: 'float', tokens: 'int', val_loss: 'float | None' = None, val_bpb: 'float | None' = None) -> None",  # noqa: E501
     'load': "(run_dir: 'str | Path', *, device: 'str' = 'auto', summary: 'dict[str, Any] | None' = None) -> 'Run'",
     'Run': "(path: 'str | Path', *, device: 'str' = 'auto', summary: 'dict[str, Any] | None' = None) -> 'None'",

@@ -46,8 +46,10 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     """Train a model on DATA_DIR `data` into RUN_DIR `out` and return the trained `Run`.
 
     `minutes` is a wall-clock budget. With it and no `preset` (nor `init`, `resume`), the recipe table picks the
-    model and its training for this machine (`seqlab.training.recipe_table`: its class, cores and the minutes; the
-    choice is recorded in RUN_DIR/run.json as "recipe"); with a preset, that preset trains for the minutes. `preset`
+    model and its training for this machine: on a CPU the candidate predicted best at the steps it reaches here
+    (`seqlab.training.curve_choice`, after a speed probe of seconds, cached), elsewhere the table's cell for the
+    machine's class; the choice and its prediction are recorded in RUN_DIR/run.json as "recipe"; with a preset,
+    that preset trains for the minutes. `preset`
     is "tiny", "small" (default without `minutes`) or "base". `model=`, `data=` and `train=` mappings (and
     `settings`, the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`.
     `resume` continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
