@@ -63,8 +63,8 @@ def test_a_curve_is_read_inside_its_runs_and_past_them_along_a_power_law() -> No
     near, far = read(runs, 32000), read(runs, 256000)
     assert near.how == far.how == "extrapolated"
     assert abs(near.val_bpb - _law(32000)) < 1e-3 and abs(far.val_bpb - _law(256000)) < 1e-3
-    noisy = [(s, v + (0.01 if i % 2 else -0.01)) for i, (s, v) in enumerate(runs)]
-    assert read(noisy, 256000).plus_minus > read(noisy, 32000).plus_minus > 0.003  # unsure, and more so further
+    noisy = [(s, v + (0.02 if i % 2 else -0.02)) for i, (s, v) in enumerate(runs)]
+    assert read(noisy, 256000).plus_minus > read(noisy, 32000).plus_minus > 0.01  # unsure, and more so further
 
 
 def test_a_curve_that_turns_up_is_read_on_rising_and_its_run_stopped_at_its_lowest() -> None:
