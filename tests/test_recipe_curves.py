@@ -124,7 +124,7 @@ def test_the_probe_measures_each_candidate_in_each_precision_and_caches_it(tmp_p
         return lambda: time.sleep(pause[id(cfg)])
 
     first = probe(configs, 1, 0.3, step_fn=stand_in)
-    assert not first.cached and first.seconds >= 0.3 and first.path.is_file()
+    assert not first.cached and 0.2 < first.seconds <= 0.3 + 0.05 and first.path.is_file()  # within its share
     assert first.rates["a"]["fp32"] > first.rates["b"]["bf16"] > first.rates["b"]["fp32"]
     assert 30 < first.rates["b"]["fp32"] <= 50
     again = probe(configs, 1, 0.3, step_fn=stand_in)

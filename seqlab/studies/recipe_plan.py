@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = plan(minutes, machine, args.vocab or table["data"]["vocab_size"], table)
     print(markdown(rows, machine))
     if args.plot:
-        longest = max(max(c["steps"] for c in r["candidates"].values()) for r in rows)
+        longest = max(r["steps"] for r in rows)  # as far as the longest budget's choice reaches
         plot(table, args.plot, longest)
         print(f"wrote {args.plot}")
     return 0

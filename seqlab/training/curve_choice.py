@@ -24,7 +24,7 @@ from seqlab.training.curves import Reading, read_table_curve
 from seqlab.training.recipe_table import CANDIDATES, Machine, RecipeChoice, data_notes
 from seqlab.training.speed_probe import PROBE_MAX_S, PROBE_SHARE, probe
 
-TRAINER_SHARE = 0.85  # when the table has not measured its own
+TRAINER_SHARE = 0.85  # when the table has not measured its own (its "trainer_share")
 
 
 def family(name: str) -> str:

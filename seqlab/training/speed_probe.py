@@ -109,12 +109,14 @@ def _measure(configs: Mapping[str, Mapping[str, Any]], threads: int, seconds: fl
     best = {k: float("inf") for k in steps}
     for step in steps.values():  # the warm-up step: allocations and kernel choice, not counted
         step()
-    while True:  # at least one measured round, however short the share
+    while True:  # at least one measured round, however short the share, and none begun that would overrun it
+        begun = time.perf_counter()
         for k, step in steps.items():
             t0 = time.perf_counter()
             step()
             best[k] = min(best[k], time.perf_counter() - t0)
-        if time.perf_counter() >= deadline:
+        now = time.perf_counter()
+        if now + (now - begun) > deadline:
             break
     out: dict[str, dict[str, float]] = {}
     for (n, p), t in best.items():
