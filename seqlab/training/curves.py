@@ -2,9 +2,8 @@
 how sure that reading is.
 
 A curve is a candidate's bits per byte after whole runs of S_1 < ... < S_n steps (each run cooled down at its
-own end; `studies/recipe_curves.py` measures them). Inside the measured steps the reading passes through the
-runs that really ended there: on the curve's falling part along the candidate's own power law (below), its
-misses at the runs interpolated; elsewhere linearly in log S. Past the last run it follows a power law in steps,
+own end; `studies/recipe_curves.py` measures them). Inside the measured steps the reading interpolates linearly
+in log S, between runs that really ended there. Past the last run it follows a power law in steps,
 
     L(S) = E + A * S^(-alpha)
 
@@ -93,7 +92,7 @@ def read(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading
         if abs(s - steps) <= 0.005 * s:
             return Reading(round(steps), v, FLOOR, "measured")
     if first <= steps <= last:
-        return Reading(round(steps), _between(points, steps), _interp_error(points), "interpolated")
+        return Reading(round(steps), _interp(points, steps), _interp_error(points), "interpolated")
     fit, others = _falling(points), [_falling(sorted(f)) for f in family]
     # a law needs three long runs for its exponent, or two when the family's runs pin the exponent; a curve
     # that has turned up (overfitting: the corpus seen many times over) is read on along its last rise
@@ -109,18 +108,6 @@ def read(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading
     if len(fit) < 4:  # too few runs to test the law on: the gap to a straight line in log steps instead
         error = max(error, abs(value - _line(fit[-2:], steps)))
     return Reading(round(steps), value, error, "extrapolated")
-
-
-def _between(points: Points, steps: float) -> float:
-    """A reading between runs: on the falling part, the candidate's own law plus its misses at the runs
-    interpolated (the law bends as the curve does, and the reading still passes through every run; across
-    the table's cells this halved the worst error of a straight line in log steps); elsewhere that line."""
-    fit = _falling(points)
-    if len(fit) < 3 or not fit[0][0] <= steps <= fit[-1][0]:
-        return _interp(points, steps)
-    alpha, ((e, a),) = _fit([fit])
-    misses = [(s, v - (e + a * s ** -alpha)) for s, v in fit]
-    return e + a * steps ** -alpha + _interp(misses, steps)
 
 
 def _falling(points: Points) -> list[tuple[float, float]]:
