@@ -46,10 +46,17 @@ def _ranks_agree(trainer: Trainer) -> bool:
     return all(torch.equal(c, copies[0]) for c in copies)
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """The trainer lives in this function, as in `seqlab train`, so it is freed before the interpreter
+    finalizes: whatever still holds the gloo group then (DDP's reducer may, past destroy_process_group) would
+    be torn down during finalization, which aborts a rank now and then (SIGABRT)."""
     data_dir, run_dir, step, *rest = sys.argv[1:]
     done = train_with_bad_rows(Path(data_dir), Path(run_dir), int(step), rest)
     agree = _ranks_agree(done)
     if done.dist.is_main:
-        print("ranks agree" if agree else "ranks differ")
+        print("ranks agree" if agree else "ranks differ", flush=True)
     done.close()
+
+
+if __name__ == "__main__":
+    main()
