@@ -14,7 +14,7 @@ BUDGET_MIN = 10.0
 
 
 def rows(cache: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
-    from seqlab.training.curve_choice import candidate_config, curve_names, precisions
+    from seqlab.training.curve_choice import probe_configs
     from seqlab.training.recipe_table import load_table, this_machine
     from seqlab.training.speed_probe import PROBE_MAX_S, PROBE_SHARE, probe
 
@@ -24,7 +24,7 @@ def rows(cache: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     machine = this_machine("cpu")
     machine = type(machine)(machine.kind, threads)
     vocab = table["data"]["vocab_size"]
-    configs = {n: {p: candidate_config(n, p, vocab) for p in precisions(machine)} for n in curve_names(table)}
+    configs = probe_configs(table, machine, vocab)
     measured = probe(configs, threads, min(PROBE_MAX_S, PROBE_SHARE * BUDGET_MIN * 60), use_cache=False)
     out = [row("recipe", f"speed probe of {len(configs)} candidates: share of a {BUDGET_MIN:g}-minute budget",
                "seconds the uncached probe took (building, warming up, timing) / the budget",

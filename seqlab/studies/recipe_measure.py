@@ -57,11 +57,10 @@ def parse_cell(text: str) -> tuple[str, int, float, tuple[str, ...]]:
 
 def candidate_config(name: str, machine: str, vocab_size: int, extra: list[str]) -> Any:
     """A candidate's RunConfig in the class's precision, for the data's vocabulary, with `extra` on top."""
-    from seqlab.config import apply_overrides, get_preset
+    from seqlab.config import apply_overrides
+    from seqlab.training.curve_choice import candidate_config as as_trained
 
-    preset, overrides = CANDIDATES[name]
-    return apply_overrides(get_preset(preset), [*overrides, f"train.precision={PRECISION[machine]}",
-                                                f"model.vocab_size={vocab_size}", "train.device=cpu", *extra])
+    return apply_overrides(as_trained(name, PRECISION[machine], vocab_size), extra)
 
 
 def trainer_speed(data: Path, out: Path, name: str, machine: str, threads: int, vocab: int, steps: int) -> float:

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from seqlab.training.curve_choice import candidate_config, choose_by_curves, curve_names, family, precisions
+from seqlab.training.curve_choice import choose_by_curves, curve_names, family, probe_configs
 from seqlab.training.curves import read_table_curve
 from seqlab.training.recipe_table import Machine, load_table, this_machine
 from seqlab.training.speed_probe import PROBE_MAX_S, probe
@@ -26,8 +26,7 @@ from seqlab.training.speed_probe import PROBE_MAX_S, probe
 def plan(minutes: list[float], machine: Machine, vocab: int, table: dict[str, Any],
          probe_seconds: float = PROBE_MAX_S) -> list[dict[str, Any]]:
     """The choice for each budget in `minutes` on `machine`, from one probe (cached, or `probe_seconds` long)."""
-    configs = {n: {p: candidate_config(n, p, vocab) for p in precisions(machine)} for n in curve_names(table)}
-    measured = probe(configs, machine.threads, probe_seconds)
+    measured = probe(probe_configs(table, machine, vocab), machine.threads, probe_seconds)
     rows = []
     for m in minutes:
         # a run pays its own probe only when no earlier one is cached: plan for the cached case

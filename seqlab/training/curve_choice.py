@@ -51,6 +51,11 @@ def curve_names(table: Mapping[str, Any]) -> list[str]:
     return [n for n in table.get("curves", {}) if n in CANDIDATES]
 
 
+def probe_configs(table: Mapping[str, Any], machine: Machine, vocab_size: int) -> dict[str, dict[str, RunConfig]]:
+    """What the speed probe times: each candidate with a curve, in each precision `machine` offers."""
+    return {n: {p: candidate_config(n, p, vocab_size) for p in precisions(machine)} for n in curve_names(table)}
+
+
 def choose_by_curves(minutes: float, machine: Machine, rates: Mapping[str, Mapping[str, float]],
                      probe_seconds: float, table: Mapping[str, Any], probe_note: str = "") -> RecipeChoice:
     """The candidate predicted best at the steps it reaches here in `minutes` (module doc). `rates` are the
@@ -117,8 +122,8 @@ def recipe_here(data: Path, minutes: float, settings: Sequence[str]) -> RecipeCh
 def curve_choice(minutes: float, machine: Machine, meta: dict[str, Any], table: dict[str, Any]) -> RecipeChoice:
     """Probe this machine's step rates (cached) and choose by the curves (`recipe_here`)."""
     vocab = int((meta.get("tokenizer") or {}).get("vocab_size") or table["data"]["vocab_size"])
-    configs = {n: {p: candidate_config(n, p, vocab) for p in precisions(machine)} for n in curve_names(table)}
-    measured = probe(configs, machine.threads, min(PROBE_MAX_S, PROBE_SHARE * minutes * 60))
+    seconds = min(PROBE_MAX_S, PROBE_SHARE * minutes * 60)
+    measured = probe(probe_configs(table, machine, vocab), machine.threads, seconds)
     how = "rates cached from an earlier probe" if measured.cached else f"speed probe {measured.seconds:.1f} s"
     notes = "; ".join([how, *data_notes(meta, table)])
     choice = choose_by_curves(minutes, machine, measured.rates, measured.seconds, table, probe_note=f"; {notes}")
