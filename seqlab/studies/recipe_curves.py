@@ -58,10 +58,11 @@ def _train(data: Path, run: Path, cfg: Any | None, overrides: list[str]) -> dict
     return summary
 
 
-def trunk_to(data: Path, trunk: Path, cfg: Any, stop: int, every: int) -> list[dict[str, Any]]:
+def trunk_to(data: Path, trunk: Path, cfg: Any, stop: int, every: int, threads: int = 1) -> list[dict[str, Any]]:
     """Train (or continue) the trunk at the constant rate to step `stop`; its validations so far."""
+    # the threads are said again: a trunk continued keeps its saved config, which may be another session's
     overrides = [f"train.max_steps={stop}", f"train.cooldown_frac={NO_COOLDOWN}", f"train.eval_every={every}",
-                 f"train.ckpt_every={every}"]
+                 f"train.ckpt_every={every}", f"train.threads={threads}"]
     _train(data, trunk, None if trunk.is_dir() else cfg, overrides)
     return trunk_validations(trunk)
 
@@ -76,7 +77,7 @@ def trunk_validations(run: Path) -> list[dict[str, Any]]:
     return list({r["step"]: r for r in out}.values())
 
 
-def branch(data: Path, trunk: Path, run: Path, end: int) -> dict[str, Any]:
+def branch(data: Path, trunk: Path, run: Path, end: int, threads: int = 1) -> dict[str, Any]:
     """Copy the trunk (stopped at trunk_stop(end)) and cool it down to `end`; score it on val and test."""
     from seqlab.evaluation.report import evaluate_run
     from seqlab.options import EvalOptions
@@ -85,7 +86,8 @@ def branch(data: Path, trunk: Path, run: Path, end: int) -> dict[str, Any]:
     shutil.copytree(trunk, run, ignore=shutil.ignore_patterns(".lock"))
     every = max(1, end - trunk_stop(end))
     summary = _train(data, run, None, [f"train.max_steps={end}", f"train.cooldown_frac={COOLDOWN}",
-                                       f"train.eval_every={every}", f"train.ckpt_every={every}"])
+                                       f"train.eval_every={every}", f"train.ckpt_every={every}",
+                                       f"train.threads={threads}"])
     scores = {split: evaluate_run(run, EvalOptions(data=data, split=split, completions=False), device="cpu")["bpb"]
               for split in ("val", "test")}
     return {"steps": summary["steps"], "val_bpb": round(scores["val"], 4), "test_bpb": round(scores["test"], 4)}
@@ -107,8 +109,8 @@ def measure(data: Path, out: Path, name: str, ends: list[int], precision: str, t
     done = {e["steps"] for e in curve["ends"]}
     folder.mkdir(parents=True, exist_ok=True)
     for end in sorted(set(ends) - done):
-        curve["trunk"] = trunk_to(data, folder / "trunk", cfg, trunk_stop(end), trunk_eval)
-        result = branch(data, folder / "trunk", folder / f"end-{end}", end)
+        curve["trunk"] = trunk_to(data, folder / "trunk", cfg, trunk_stop(end), trunk_eval, threads)
+        result = branch(data, folder / "trunk", folder / f"end-{end}", end, threads)
         shutil.rmtree(folder / f"end-{end}", ignore_errors=True)  # the score is what is kept
         curve["ends"] = sorted([*curve["ends"], result], key=lambda e: e["steps"])
         curve["params"] = curve["params"] or _params(folder / "trunk")
