@@ -13,6 +13,7 @@ from preparing import prepare
 
 from seqlab.bench import replay
 from seqlab.bench import replay_passes as passes
+from seqlab.evaluation.saved_fit import fit_rank, fit_setting
 from seqlab.evaluation.typing_sim import MODEL
 from seqlab.generation.gate import word_ends
 from seqlab.runs.load import load_run
@@ -90,16 +91,24 @@ def test_limited_cuts_every_proposal_and_keeps_the_sources_asked(person: Path, w
             assert d.word_confidences == c.word_confidences[:len(d.word_confidences)]
 
 
-def test_the_per_person_setting_waits_for_mail_then_keeps_to_the_cap(person: Path, word_run_dir: Path) -> None:
+def test_the_per_person_setting_waits_for_mail_then_keeps_to_the_cap_with_the_model_saving_more(
+        person: Path, word_run_dir: Path) -> None:
     model, tok, _ = load_run(word_run_dir, "cpu")
     mail = passes.person_mail(person, tok, ALL, limit=8)
     typed = passes.add_memory(passes.frozen_pass(model, tok, mail, words=10, max_words=6, ask="every-letter"),
                               mail)
-    settings = passes.online_settings(typed, "expected-chars", 0.5, 3.0, min_emails=3, every=2)
-    assert settings[:3] == [(0.5, {})] * 3
+    silent = passes.limited(typed, 6, [])  # the same model without its memory: it can only save less
+    settings = passes.online_settings({"silent": silent, "full": typed}, "expected-chars", 0.5, 3.0,
+                                      min_emails=3, every=2)
+    assert settings[:3] == [("silent", 0.5, {})] * 3
     assert settings[3] == settings[4] and len(settings) == len(typed)
-    # each fitted setting keeps to the cap on the emails it was fitted on
-    counts = replay.email_counts(typed[:3], "expected-chars", [settings[3]] * 3)
+    # each fitted setting keeps to the cap on the emails it was fitted on, with the typing that saved more
+    name, threshold, weights = settings[3]
+    fits = {n: fit_setting(t[:3], "expected-chars", 3.0, (0.5, 1.0, 2.0)) for n, t in (("silent", silent),
+                                                                                     ("full", typed))}
+    assert name == ("full" if fit_rank(fits["full"]) > fit_rank(fits["silent"]) else "silent")
+    counts = replay.email_counts(typed[:3] if name == "full" else silent[:3], "expected-chars",
+                                 [(threshold, weights)] * 3)
     assert (replay.figures(counts)["wrong_per_100_words"] or 0.0) <= 3.0
 
 
@@ -111,3 +120,4 @@ def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path
     assert set(result["pooled"][replay.OFF]["figures"]) == set(replay.FIGURES)
     table = out.with_suffix(".md").read_text()
     assert "| david |" in table and "+ the person's memory" in table
+    assert result["people"][0]["served_general"] == 0  # too few emails for a fit: the learned model

@@ -1,6 +1,7 @@
-"""The served threshold and memory weight refitted on the person's sent mail (`serving/recalibrate.py`): the
-fit is the saved-characters replay's over the newest emails with a memory of the rest, it is kept 0600,
-applied to the engine, told by /health, and read again at the next start."""
+"""The served threshold, memory weight and model refitted on the person's sent mail (`serving/recalibrate.py`):
+the fit is the saved-characters replay's over the newest emails with a memory of the rest, each email typed
+by the learned model before it learned from it and by the general model, the model saving more served; it
+is kept 0600, applied to the engine, told by /health, and read again at the next start."""
 
 from __future__ import annotations
 
@@ -11,19 +12,30 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from serving_helpers import auth, running_server
 
 from seqlab.evaluation.saved_chars import type_emails
 from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_setting
-from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import DEFAULT_RULE
+from seqlab.evaluation.typing_sim import Boundary, TypedEmail
+from seqlab.generation.complete import MAX_SENTENCE_WORDS, complete
+from seqlab.generation.gate import DEFAULT_RULE, word_ends
 from seqlab.generation.memory import WritingMemory
 from seqlab.runs.load import load_run
 from seqlab.serving.app import ServerConfig
 from seqlab.serving.engine import prompt_text
-from seqlab.serving.learner import LearnSettings
-from seqlab.serving.personal import PERSONAL, PersonalStore
-from seqlab.serving.recalibrate import SERVED, Recalibrator, fit_on_sent, load_served
+from seqlab.serving.learner import Learner, LearnSettings, weights_digest
+from seqlab.serving.personal import PERSONAL, PersonalStore, SentEmail
+from seqlab.serving.recalibrate import (
+    GENERAL,
+    LEARNED,
+    SERVED,
+    TYPED,
+    Recalibrator,
+    fit_on_sent,
+    load_served,
+    load_typed,
+)
 
 WEEKLY = "Hi team,\n\nThe weekly figures are attached. Please check the totals before Friday.\n\nThanks, Sam"
 
@@ -41,7 +53,7 @@ def test_the_fit_is_the_replays_over_the_newest_emails_with_a_memory_of_the_rest
     for subject, body in _mail(6):
         store.append(subject, body)
     emails = store.emails()
-    got = fit_on_sent(model, tok, emails, [], held=2, words=15)
+    got = fit_on_sent(model, tok, emails, [], held=2, words=15)  # nothing typed by a learned model: a tie
     memory = WritingMemory(max_words=MAX_SENTENCE_WORDS)
     for e in emails[:-2]:  # never the emails being typed
         memory.add_body(e.body)
@@ -51,13 +63,49 @@ def test_the_fit_is_the_replays_over_the_newest_emails_with_a_memory_of_the_rest
     assert got["threshold"] == row["threshold"] and got["weights"] == row["weights"]
     assert got["saved"] == pytest.approx(row["saved"]) and got["emails"] == 6 and got["typed"] == 2
     assert got["weights"]["memory"] > 0  # the weekly email is worth remembering
+    assert got["model"] == LEARNED and got["held_out"] == 0
+
+
+def _as_learned(typed: TypedEmail, right: bool) -> TypedEmail:
+    """`typed` as a learned model might have typed it: at every asked position the rest of the typed part
+    (right) or a word it never has (wrong), sure of every word."""
+    found = []
+    for b in typed.boundaries:
+        text = typed.text[b.offset:typed.end] if right else "zebra "
+        found.append(Boundary.model_only(b.offset, text, [0.99] * len(word_ends(text))) if word_ends(text) else b)
+    return TypedEmail.from_json(TypedEmail(typed.text, typed.start, typed.end, found).to_json())
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_the_fit_serves_the_learned_model_only_where_its_held_out_typing_saves_as_much(
+        word_run_dir: Path, tmp_path: Path, right: bool) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    store = PersonalStore(tmp_path)
+    for subject, body in _mail(3):
+        store.append(subject, body)
+    # two emails the general model writes itself (greedy, byte tokens: right at every letter) and the
+    # memory of the weekly ones does not know
+    for subject in ("Hello", "Meeting"):
+        store.append(subject, "D" + complete(model, tok, prompt_text(subject, "D"), max_words=12,
+                                             stop_at_newline=False).text)
+    emails = store.emails()
+    typed = type_emails(model, tok, [prompt_text(e.subject, e.body) for e in emails[-2:]], words=15,
+                        max_words=MAX_SENTENCE_WORDS, sentence=True)
+    learned = {e.key(): _as_learned(t, right) for e, t in zip(emails[-2:], typed)}
+    got = fit_on_sent(model, tok, emails, [], learned=learned, held=2, words=15)
+    saved = got["saved_by_model"]
+    assert got["held_out"] == 2 and saved[GENERAL] > 0
+    if right:
+        assert got["model"] == LEARNED and saved[LEARNED] >= saved[GENERAL]
+    else:
+        assert got["model"] == GENERAL and saved[LEARNED] < saved[GENERAL]
 
 
 def test_due_after_enough_mail_then_after_enough_new_mail(word_run_dir: Path, tmp_path: Path) -> None:
     model, tok, _ = load_run(word_run_dir, "cpu")
     store = PersonalStore(tmp_path)
     fitted: list[dict] = []
-    rec = Recalibrator(lambda: model, tok, store, [], fitted.append, min_emails=4, every=2, held=2, words=10)
+    rec = Recalibrator(model, tok, store, [], fitted.append, min_emails=4, every=2, held=2, words=10)
     mail = _mail(7)
     for subject, body in mail[:3]:
         store.append(subject, body)
@@ -72,7 +120,41 @@ def test_due_after_enough_mail_then_after_enough_new_mail(word_run_dir: Path, tm
     assert not rec.due()
     store.append(*mail[5])
     assert rec.due()
-    assert Recalibrator(lambda: model, tok, store, [], fitted.append, min_emails=4, every=2).last == setting
+    assert Recalibrator(model, tok, store, [], fitted.append, min_emails=4, every=2).last == setting
+
+
+def test_each_email_is_typed_before_the_learner_learns_from_it_and_the_typings_are_kept(
+        word_run_dir: Path, tmp_path: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    store = PersonalStore(tmp_path)
+    for subject, body in _mail(3):
+        store.append(subject, body)
+    rec = Recalibrator(model, tok, store, [], lambda s: None, held=2, words=10)
+    seen: list[tuple[str, str, bool]] = []
+    learner = Learner(model, tok, store, idle=lambda: True, on_swap=lambda m: None,
+                      settings=LearnSettings(passes=2, swap_every=2))
+
+    def observe(email: SentEmail, typing_model: torch.nn.Module) -> None:
+        seen.append((email.key(), weights_digest(typing_model), typing_model.training))
+        rec.observe(email, typing_model)
+
+    learner.before_learning = observe
+    learner.start()
+    deadline = time.monotonic() + 120
+    while learner.describe()["learned_emails"] < 3:
+        assert time.monotonic() < deadline and learner.failed is None, learner.describe()
+        time.sleep(0.05)
+    learner.stop()
+    keys = [e.key() for e in store.emails()]
+    assert sorted(k for k, _, _ in seen) == sorted(keys)  # each once, before its first step
+    assert seen[0][1] == weights_digest(model)  # the first one by the weights as loaded: nothing learned yet
+    assert not any(training for _, _, training in seen)
+    assert learner.model.training  # and back to training after
+    assert rec.failed is None and list(rec.typed) == [k for k, _, _ in seen][-4:]
+    assert stat.S_IMODE((store.folder / TYPED).stat().st_mode) == 0o600
+    again = load_typed(store, 10, MAX_SENTENCE_WORDS)
+    assert {k: t.to_json() for k, t in again.items()} == {k: t.to_json() for k, t in rec.typed.items()}
+    assert load_typed(store, 11, MAX_SENTENCE_WORDS) == {}  # typed otherwise: not used
 
 
 def test_the_server_refits_on_sent_mail_and_serves_it_again_after_a_restart(word_run_dir: Path,
@@ -97,6 +179,7 @@ def test_the_server_refits_on_sent_mail_and_serves_it_again_after_a_restart(word
         assert health["model"]["threshold"] == setting["threshold"] and setting["emails"] == 10
         assert health["model"]["memory"]["weights"]["memory"] == setting["weights"]["memory"]
         assert "sent emails" in health["model"]["threshold_source"]
+        assert setting["model"] in (LEARNED, GENERAL) and setting["held_out"] >= 1
     assert load_served(PersonalStore(run)) == setting
     config2 = ServerConfig(run, log_dir=tmp_path / "log2", learn=True, learn_settings=settings)
     with running_server(config2) as url:

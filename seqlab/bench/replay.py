@@ -13,8 +13,9 @@ are added one at a time, each row keeping the ones above it (`LEVERS`):
   the server serves it to anyone;
 - + the person's memory of what they sent before (`generation.memory`), + copies from the message being
   answered (`generation.reply_copy`), + learning (the server's own `Learner` taking an idle server's steps
-  after each email), + a threshold and memory weight fitted on the person's own earlier mail
-  (`replay_passes.online_settings`).
+  after each email), + a threshold, memory weight and model (the learned one or the general one, whichever
+  saved more) fitted on the person's own earlier mail (`replay_passes.online_settings`, as
+  `serving.recalibrate` fits them).
 
 Every row but the last is scored at the run's served setting (calibration.json's rule and threshold). Figures:
 the share of typed characters saved and wrong suggestions shown per 100 words, pooled and per person; their
@@ -39,6 +40,7 @@ from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
+from seqlab.serving.recalibrate import GENERAL, LEARNED
 
 BOOTSTRAP = 1000
 MAX_WRONG = 3.0  # the cap the per-person setting keeps to: wrong suggestions per 100 words
@@ -51,7 +53,7 @@ LEVERS = (("word_starts", "general model, at word starts, 3 words"),
           ("memory", "+ the person's memory"),
           ("reply", "+ copies from the message answered"),
           ("learning", "+ learning"),
-          ("per_person", "+ threshold and weight fitted per person"))
+          ("per_person", "+ threshold, weight and model fitted per person"))
 ON = LEVERS[-1][0]
 
 # each figure as a ratio of two per-email counts: (numerator, denominator, scale)
@@ -128,7 +130,13 @@ def person_rows(model: Any, tok: Any, person: passes.Person, rule: str, threshol
         "learning": lambda: learned,
     }
     rows = {key: email_counts(build(), rule, served) for key, build in typed.items()}
-    rows["per_person"] = email_counts(learned, rule, passes.online_settings(learned, rule, threshold, cap))
+    # the served model chosen per person too: the learned one, or the general one where it saves more
+    typings = {LEARNED: learned, GENERAL: passes.add_reply(with_memory, person)}
+    chosen = passes.online_settings(typings, rule, threshold, cap)
+    rows["per_person"] = email_counts([typings[name][e] for e, (name, _, _) in enumerate(chosen)], rule,
+                                      [(t, w) for _, t, w in chosen])
+    for count, (name, _, _) in zip(rows["per_person"], chosen):
+        count["model"] = name  # the model served for this email
     return rows
 
 
@@ -156,7 +164,8 @@ def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: in
         for key in pooled:
             pooled[key] += rows[key]
         result["people"].append({"person": person.name, "emails": len(person.emails),
-                                 "replies": sum(bool(c.strip()) for c in person.contexts), **summary(rows)})
+                                 "replies": sum(bool(c.strip()) for c in person.contexts),
+                                 "served_general": sum(c["model"] == GENERAL for c in rows[ON]), **summary(rows)})
         got = result["people"][-1]
         print(f"  {person.name}: {len(person.emails)} emails, saved {got[OFF]['figures']['saved']} -> "
               f"{got[ON]['figures']['saved']}", flush=True)
@@ -186,13 +195,14 @@ def format_table(result: dict[str, Any]) -> str:
         shares = ", ".join(f"{s} {100 * v:.0f}%" for s, v in row["saved_by_source"].items())
         lines.append(f"| {label} | {_pct(f['saved'])}{_ci(ci['saved'], 100)} | "
                      f"{'—' if wrong is None else f'{wrong:.2f}'}{_ci(ci['wrong_per_100_words'], 1)} | {shares} |")
-    lines += ["", "| person | emails | replies | saved off -> on | wrong / 100 words off -> on |",
-              "|---|---:|---:|---|---|"]
-    for p in [*result["people"], {"person": "**pooled**", "replies": "", **pooled}]:
+    lines += ["", "| person | emails | replies | general model served | saved off -> on "
+              "| wrong / 100 words off -> on |", "|---|---:|---:|---:|---|---|"]
+    general = sum(p["served_general"] for p in result["people"])
+    for p in [*result["people"], {"person": "**pooled**", "replies": "", "served_general": general, **pooled}]:
         off, on = p[OFF]["figures"], p[ON]["figures"]
         ci = p[ON]["minus_off_ci95"]
         w_off, w_on = off["wrong_per_100_words"], on["wrong_per_100_words"]
-        lines.append(f"| {p['person']} | {p['emails']} | {p['replies']} | "
+        lines.append(f"| {p['person']} | {p['emails']} | {p['replies']} | {p['served_general']} | "
                      f"{_pct(off['saved'])} -> {_pct(on['saved'])}{_ci(ci['saved'], 100)} | "
                      f"{w_off or 0:.2f} -> {w_on or 0:.2f}{_ci(ci['wrong_per_100_words'], 1)} |")
     return "\n".join(lines)

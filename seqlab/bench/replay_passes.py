@@ -13,16 +13,17 @@ kept proposals (`seqlab.evaluation.typing_sim.simulate`), not another pass:
 - `limited` and `without` give the shorter and single-source variants by cutting the kept proposals: a
   greedy proposal of up to 3 words is the first 3 words of the longer one (the decode is the same until it
   stops, and the confidences of a prefix do not depend on what follows);
-- `online_settings`: a threshold and memory weight per person, fitted before each email on the emails the
-  person typed before it (`evaluation.saved_fit.fit_setting` under the cap), the served setting until
-  `min_emails` are there: what a server recalibrating on the person's own sent mail would show.
+- `online_settings`: a model, threshold and memory weight per person, fitted before each email on the emails
+  the person typed before it (`evaluation.saved_fit.fit_setting` under the cap, for the learned model and
+  the general one), the served setting until `min_emails` are there: what a server recalibrating on the
+  person's own sent mail would show (`serving.recalibrate`).
 """
 
 from __future__ import annotations
 
 import copy
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ from seqlab.data.context_store import open_contexts
 from seqlab.data.store import TokenStore, load_meta
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.dynamic import split_metadata
-from seqlab.evaluation.saved_chars import collect_typing
-from seqlab.evaluation.saved_fit import fit_setting
+from seqlab.evaluation.saved_chars import collect_typing, with_source
+from seqlab.evaluation.saved_fit import fit_rank, fit_setting
 from seqlab.evaluation.typing_sim import MODEL, Boundary, Candidate, TypedEmail
 from seqlab.generation.batched import propose_positions
 from seqlab.generation.complete import Completion
@@ -108,22 +109,6 @@ def learned_pass(model: nn.Module, tokenizer: Tokenizer, person: Person, *, word
     return out
 
 
-def _with(typed: Sequence[TypedEmail], source: str, propose: Callable[[int, str], Completion | None]
-          ) -> list[TypedEmail]:
-    """A copy of `typed` with `source`'s proposal `propose(email index, prompt)` added at every position."""
-    out = []
-    for e, email in enumerate(typed):
-        found = []
-        for b in email.boundaries:
-            proposals = dict(b.proposals)
-            c = propose(e, email.text[:b.offset])
-            if c is not None and c.text:
-                proposals[source] = Candidate.of(c)
-            found.append(Boundary(b.offset, proposals))
-        out.append(TypedEmail(email.text, email.start, email.end, found))
-    return out
-
-
 def add_memory(typed: Sequence[TypedEmail], person: Person) -> list[TypedEmail]:
     """`typed` with the person's memory's proposals, the memory holding the emails before each one."""
     memory = WritingMemory()
@@ -136,13 +121,13 @@ def add_memory(typed: Sequence[TypedEmail], person: Person) -> list[TypedEmail]:
             added += 1
         return memory.propose(prompt)
 
-    return _with(typed, MEMORY, propose)
+    return with_source(typed, MEMORY, propose)
 
 
 def add_reply(typed: Sequence[TypedEmail], person: Person) -> list[TypedEmail]:
     """`typed` with copies from the message each email answers (none where it answers nothing)."""
     copier = ReplyCopy()
-    return _with(typed, REPLY, lambda e, prompt: copier.propose(prompt, person.contexts[e] or None))
+    return with_source(typed, REPLY, lambda e, prompt: copier.propose(prompt, person.contexts[e] or None))
 
 
 def _cut(c: Candidate, max_words: int) -> Candidate:
@@ -164,17 +149,23 @@ def limited(typed: Sequence[TypedEmail], max_words: int, sources: Sequence[str] 
     return out
 
 
-def online_settings(typed: Sequence[TypedEmail], rule: str, served: float, cap: float, *, min_emails: int = 5,
-                    every: int = 5, weight_grid: Sequence[float] = (0.5, 1.0, 2.0)
-                    ) -> list[tuple[float, dict[str, float]]]:
-    """(threshold, weights) for each email: fitted on the emails before it (`fit_setting` within `cap` wrong
-    per 100 words) once `min_emails` were typed and again every `every` emails (a server would refit as
-    the sent mail grows, not at every email); the served threshold with every weight 1 before that."""
-    out: list[tuple[float, dict[str, float]]] = []
-    setting: tuple[float, dict[str, float]] = (served, {})
-    for e in range(len(typed)):
+def online_settings(typings: Mapping[str, Sequence[TypedEmail]], rule: str, served: float, cap: float, *,
+                    min_emails: int = 5, every: int = 5, weight_grid: Sequence[float] = (0.5, 1.0, 2.0)
+                    ) -> list[tuple[str, float, dict[str, float]]]:
+    """(typing, threshold, weights) for each email: `typings` are the same emails typed by each model the
+    server may serve (the learned one first); before each email, once `min_emails` were typed and again
+    every `every` emails (a server refits as the sent mail grows, not at every email), each is fitted on
+    the emails before it (`fit_setting` within `cap` wrong per 100 words) and the one saving more is taken,
+    the first on a tie, as `serving.recalibrate` chooses; until then the first, at the served threshold
+    with every weight 1."""
+    names = list(typings)
+    count = len(typings[names[0]])
+    out: list[tuple[str, float, dict[str, float]]] = []
+    setting: tuple[str, float, dict[str, float]] = (names[0], served, {})
+    for e in range(count):
         if e >= min_emails and (e - min_emails) % every == 0:
-            row = fit_setting(typed[:e], rule, cap, weight_grid)
-            setting = (float(row["threshold"]), dict(row.get("weights") or {}))
+            rows = {name: fit_setting(typings[name][:e], rule, cap, weight_grid) for name in names}
+            best = max(names, key=lambda name: fit_rank(rows[name]))  # the first of the best on a tie
+            setting = (best, float(rows[best]["threshold"]), dict(rows[best].get("weights") or {}))
         out.append(setting)
     return out

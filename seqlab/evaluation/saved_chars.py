@@ -159,6 +159,24 @@ def collect_typing(emails: Sequence[str], propose_all: ModelProposer, *, words: 
     return out
 
 
+def with_source(typed: Sequence[TypedEmail], source: str, propose: Callable[[int, str], Completion | None]
+                ) -> list[TypedEmail]:
+    """A copy of `typed` with `source`'s proposal `propose(email index, prompt)` added at every asked position:
+    a source that does not read the model (the person's memory, the message answered) is added to proposals
+    kept from an earlier typing without typing again."""
+    out = []
+    for e, email in enumerate(typed):
+        found = []
+        for b in email.boundaries:
+            proposals = dict(b.proposals)
+            c = propose(e, email.text[:b.offset])
+            if c is not None and c.text:
+                proposals[source] = Candidate.of(c)
+            found.append(Boundary(b.offset, proposals))
+        out.append(TypedEmail(email.text, email.start, email.end, found))
+    return out
+
+
 def model_proposer(model: nn.Module, tokenizer: Tokenizer, *, max_words: int = 3, phrases: Any = None,
                    sentence: bool = False) -> ModelProposer:
     """`model`'s greedy, unthresholded proposals of up to `max_words` words (with `sentence`, up to the end

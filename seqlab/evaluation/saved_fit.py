@@ -168,6 +168,14 @@ def weight_settings(typed: Sequence[TypedEmail],
     return [dict(zip(names, combo)) for combo in itertools.product(*(weight_grid[s] for s in names))]
 
 
+def fit_rank(row: Mapping[str, Any]) -> tuple[float, float]:
+    """A fitted row (`best_threshold`, `fit_setting`) as a key to compare fits by: the saving within the cap
+    first, else the fewer wrong suggestions."""
+    if row.get("within_cap"):
+        return 1.0, float(row.get("saved") or 0.0)
+    return 0.0, -float(row.get("wrong_per_100_words") or 0.0)
+
+
 def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
                 max_wrong_per_100: float = MAX_WRONG_PER_100,
                 weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from seqlab.generation.complete import Completion, split_words
 from seqlab.generation.gate import FIRST_WORD, has_word_character, prefix_values, value_passes, word_ends
@@ -128,6 +129,20 @@ class TypedEmail:
 
     def sources(self) -> set[str]:
         return {s for b in self.boundaries for s in b.proposals}
+
+    def to_json(self) -> dict[str, Any]:
+        """As JSON (the server keeps each sent email as it was typed, `serving/recalibrate.py`)."""
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "boundaries": [[b.offset, {s: [c.text, c.word_confidences, c.origin] for s, c in b.proposals.items()}]
+                               for b in self.boundaries]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TypedEmail:
+        """`to_json`'s inverse; ValueError (or KeyError, TypeError) on anything else."""
+        found = [Boundary(int(offset), {str(s): Candidate(str(t), [float(x) for x in conf], origin)
+                                        for s, (t, conf, origin) in proposals.items()})
+                 for offset, proposals in data["boundaries"]]
+        return cls(str(data["text"]), int(data["start"]), int(data["end"]), found)
 
 
 def weights_key(weights: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:

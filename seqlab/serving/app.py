@@ -10,7 +10,7 @@ anywhere: the page, the model and the logs are local.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
@@ -67,36 +67,62 @@ def load_engine(config: ServerConfig) -> tuple[CompletionEngine, dict[str, Any]]
     return engine, info
 
 
+class ServedModel:
+    """Which weights the engine serves under --learn: the run's (`general`) or the newest learned copy, as the
+    last fit on the person's sent mail chose (`recalibrate.py`). Each method is a job for the model thread,
+    so the choice and the copies change only there, between two requests (`CompletionEngine.replace_model`)."""
+
+    def __init__(self, engine: CompletionEngine, general: nn.Module, learned: nn.Module | None) -> None:
+        self.engine, self.general, self.learned = engine, general, learned
+        self.use_learned = True  # until a fit says otherwise
+        if learned is not None:
+            engine.replace_model(learned)
+
+    def learned_copy(self, model: nn.Module) -> None:
+        """The learner published a copy: served at once unless the general model was chosen."""
+        self.learned = model
+        if self.use_learned:
+            self.engine.replace_model(model)
+
+    def choose(self, use_learned: bool) -> None:
+        """Serve the learned copy (when there is one) or the run's model, as a fit chose."""
+        if use_learned != self.use_learned:
+            self.use_learned = use_learned
+            self.engine.replace_model(self.learned if use_learned and self.learned is not None else self.general)
+
+    def drop_learned(self) -> None:
+        """What was learned is gone (`forget`): the run's model again."""
+        self.learned, self.use_learned = None, True
+        self.engine.replace_model(self.general)
+
+
 def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str, Any]) -> None:
     """`--learn`: serve the weights learned before (if they grew from this run's), remember the stored emails,
     and start the learner.
 
     Runs on the model thread once the engine is loaded, with the run's learning lock held. A learned copy is
     swapped in by a job on that same thread, so it replaces the served model between two requests
-    (`CompletionEngine.replace_model`); if the personal folder is deleted under the learner, the model
-    loaded at start is swapped back in the same way."""
+    (`ServedModel`); if the personal folder is deleted under the learner, the model loaded at start is
+    swapped back in the same way."""
     from seqlab.generation.phrases import PhraseBlend, unblended
     from seqlab.serving.learner import Learner, load_learned, weights_digest
     from seqlab.serving.personal import PersonalStore
     from seqlab.serving.remembered import build_memory, sent_label
 
-    served = engine.model
-    base_model = unblended(served)
+    general = engine.model
+    base_model = unblended(general)
     base = weights_digest(base_model)
 
     def wrap(model: nn.Module) -> nn.Module:  # the phrase cache, if any, stays blended into learned weights
-        return PhraseBlend(model, served.phrases) if isinstance(served, PhraseBlend) else model
+        return PhraseBlend(model, general.phrases) if isinstance(general, PhraseBlend) else model
 
     settings = state.config.learn_settings
     state.personal = PersonalStore(state.config.run_dir, settings.max_emails, settings.max_store_bytes)
     learned = copy.deepcopy(base_model)
     record = load_learned(learned, state.personal.folder, base)
+    served = ServedModel(engine, general, wrap(learned) if record is not None else None)
     if record is not None:
-        engine.replace_model(wrap(learned))
         base_model = learned
-
-    def swap(model: nn.Module) -> None:
-        state.worker.submit(engine.replace_model, wrap(model))
 
     # the memory holds the store's emails too, and each new one the moment it is stored
     for e in state.personal.emails():
@@ -106,15 +132,16 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
     threshold, weights = engine.threshold, dict(engine.weights)  # the run's, before any fitted on sent mail
 
     def trained_again() -> None:  # the folder was deleted (`forget`): its emails leave the memory too, and
-        state.worker.submit(engine.replace_model, served)  # the setting fitted on them
+        state.worker.submit(served.drop_learned)  # the setting fitted on them
         state.worker.submit(setattr, engine, "memory", build_memory(engine.memory_emails, None))
         state.worker.submit(setattr, engine, "threshold", threshold)
         state.worker.submit(setattr, engine, "weights", weights)
 
-    state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle, swap, settings, base=base,
-                            record=record, on_forgotten=trained_again)
+    state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle,
+                            lambda model: state.worker.submit(served.learned_copy, wrap(model)), settings,
+                            base=base, record=record, on_forgotten=trained_again)
     if state.config.min_confidence is None and engine.rule in VALUE_RULES:  # the person's own setting
-        refit_on_sent_mail(state, engine, info)
+        refit_on_sent_mail(state, engine, info, served, wrap)
     state.learner.start()
     if state.config.sent is not None:
         from seqlab.serving.sent_folder import SentFolder
@@ -124,25 +151,29 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
         state.sent_folder.start()
 
 
-def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[str, Any]) -> None:
-    """Serve the threshold and memory weight fitted on the person's sent mail before (if any), and let the
-    learner refit them while idle as the mail grows (`recalibrate.py`); /health tells the setting."""
-    from seqlab.serving.recalibrate import Recalibrator
+def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[str, Any], served: ServedModel,
+                       wrap: Callable[[nn.Module], nn.Module]) -> None:
+    """Serve the threshold, memory weight and model fitted on the person's sent mail before (if any), and let
+    the learner type each new email held out and refit them while idle as the mail grows (`recalibrate.py`);
+    /health tells the setting."""
+    from seqlab.serving.recalibrate import GENERAL, LEARNED, Recalibrator
 
     def apply(setting: dict[str, Any]) -> None:  # on the model thread: between two requests
         engine.rule, engine.threshold = str(setting["rule"]), float(setting["threshold"])
         engine.weights.update(setting["weights"])
+        served.choose(setting.get("model", LEARNED) != GENERAL)
         info.update(threshold=engine.threshold, rule=engine.rule,
                     threshold_source=f"fitted on {setting['emails']} of your sent emails (personal/served.json)",
                     personal_setting=setting)
         info["memory"] = engine.describe()["memory"]
 
-    recalibrator = Recalibrator(lambda: engine.model, engine.tokenizer, state.personal, engine.memory_emails,
+    recalibrator = Recalibrator(served.general, engine.tokenizer, state.personal, engine.memory_emails,
                                 lambda setting: state.worker.submit(apply, setting))
     if recalibrator.last is not None:
         apply(recalibrator.last)  # loading runs on the model thread already
     assert state.learner is not None
     state.learner.idle_task = recalibrator
+    state.learner.before_learning = lambda email, model: recalibrator.observe(email, wrap(model))
 
 
 def take_learning_lock(state: ServerState) -> None:

@@ -13,8 +13,10 @@ model and, on a thread of its own, fine-tunes it on the sent emails of `Personal
 - Every `swap_every` steps, and when there is nothing left to learn, a frozen copy of the training model is
   handed to `on_swap`, which replaces the served model on the model thread between two requests (a request
   never sees weights that are half updated: the served model is never written to, it is replaced whole).
-- With nothing left to learn and the server idle, it runs its `idle_task` when that is due: refitting the
-  served threshold and the memory's weight on the person's sent mail (`recalibrate.Recalibrator`).
+- Before its first step on an email it hands the email and the weights that have not learned from it to
+  `before_learning`, and with nothing left to learn and the server idle, it runs its `idle_task` when that
+  is due: typing each email held out, and refitting the served threshold, the memory's weight and the model
+  served on the person's sent mail (`recalibrate.Recalibrator`).
 - The same weights are checkpointed to RUN_DIR/personal/learned.safetensors (0600, written whole and renamed
   over, so a kill leaves the last checkpoint) with learned.json naming the base weights they started from;
   the next `serve --learn` of the same run starts from them. `seqlab forget RUN` deletes both.
@@ -141,6 +143,9 @@ class Learner:
         # work for idle time once nothing is left to learn: refitting the served setting (`recalibrate.py`);
         # anything with due() -> bool and run()
         self.idle_task: Any = None
+        # called with each email and the training model (in eval mode) before the first step on that email:
+        # typing it held out for the refit (`recalibrate.Recalibrator.observe`)
+        self.before_learning: Callable[[SentEmail, nn.Module], None] | None = None
 
     # ----------------------------------------------------------------------------- the thread
 
@@ -191,6 +196,12 @@ class Learner:
                 self._wake.clear()
                 continue
             i = min(todo, key=lambda j: (self.passes.get(self._keys[j], 0), -j))
+            if self.before_learning is not None and not self.passes.get(self._keys[i], 0):
+                self.model.eval()
+                try:
+                    self.before_learning(emails[i], self.model)
+                finally:
+                    self.model.train()
             try:
                 self.last_loss = self.step(emails[i])
             except Exception as exc:  # noqa: BLE001 (reported by /health; serving goes on with the model it has)
