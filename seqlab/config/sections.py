@@ -189,7 +189,9 @@ class TrainConfig:
     """Optimisation, schedule, evaluation and checkpoint cadence."""
 
     max_steps: int = 2000
-    max_minutes: float = 0.0  # wall-clock budget; 0 means no budget
+    # a time budget in the training steps' own time: validation and checkpoints come on top of it
+    # (docs/training.md says how much); 0 means no budget
+    max_minutes: float = 0.0
     batch_size: int = 16
     grad_accum: int = 1  # a batch larger than memory holds, as micro-batches summed into one step
     lr: float = 3e-3
