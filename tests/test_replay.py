@@ -14,7 +14,7 @@ from preparing import prepare
 from seqlab.bench import replay
 from seqlab.bench import replay_passes as passes
 from seqlab.evaluation.saved_fit import fit_rank, fit_setting
-from seqlab.evaluation.typing_sim import MODEL
+from seqlab.evaluation.typing_sim import MODEL, TypedEmail
 from seqlab.generation.gate import word_ends
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
@@ -114,10 +114,15 @@ def test_the_per_person_setting_waits_for_mail_then_keeps_to_the_cap_with_the_mo
 
 def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "replay.json"
-    assert replay.main([str(word_run_dir), str(person), "--out", str(out), "--words", "6", "--emails", "3"]) == 0
+    kept = tmp_path / "typings.json"
+    assert replay.main([str(word_run_dir), str(person), "--out", str(out), "--words", "6", "--emails", "3",
+                        "--typings", str(kept)]) == 0
     result = json.loads(out.read_text())
     assert result["pooled"]["emails"] == 3 and set(result["pooled"]) >= {key for key, _ in replay.LEVERS}
     assert set(result["pooled"][replay.OFF]["figures"]) == set(replay.FIGURES)
     table = out.with_suffix(".md").read_text()
     assert "| david |" in table and "+ the person's memory" in table
     assert result["people"][0]["served_general"] == 0  # too few emails for a fit: the learned model
+    typings = json.loads(kept.read_text())["people"]["david"]
+    assert set(typings) == {"learned", "general"} and all(len(t) == 3 for t in typings.values())
+    assert TypedEmail.from_json(typings["general"][0]).to_json() == typings["general"][0]

@@ -111,8 +111,10 @@ def paired_intervals(off: Sequence[dict[str, Any]], on: Sequence[dict[str, Any]]
 
 
 def person_rows(model: Any, tok: Any, person: passes.Person, rule: str, threshold: float, *, words: int,
-                settings: LearnSettings | None, cap: float) -> dict[str, list[dict[str, Any]]]:
-    """Per lever (LEVERS), the per-email counts of one person's replay."""
+                settings: LearnSettings | None, cap: float,
+                keep: dict[str, list[TypedEmail]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per lever (LEVERS), the per-email counts of one person's replay; `keep` gets the typings the
+    per-person row chooses between (model name -> one per email)."""
     long = MAX_SENTENCE_WORDS
     served = [(threshold, {})] * len(person.emails)
     starts = passes.frozen_pass(model, tok, person, words=words, max_words=3, ask="word-starts")
@@ -133,6 +135,8 @@ def person_rows(model: Any, tok: Any, person: passes.Person, rule: str, threshol
     # the served model chosen per person too: the learned one, or the general one where it saves more
     typings = {LEARNED: learned, GENERAL: passes.add_reply(with_memory, person)}
     chosen = passes.online_settings(typings, rule, threshold, cap)
+    if keep is not None:
+        keep.update(typings)
     rows["per_person"] = email_counts([typings[name][e] for e, (name, _, _) in enumerate(chosen)], rule,
                                       [(t, w) for _, t, w in chosen])
     for count, (name, _, _) in zip(rows["per_person"], chosen):
@@ -148,8 +152,10 @@ def summary(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: int | None = None,
             splits: Sequence[str] = SPLITS, settings: LearnSettings | None = None,
-            cap: float = MAX_WRONG) -> dict[str, Any]:
-    """The replay of every person in `people`, one row each, and all of them pooled."""
+            cap: float = MAX_WRONG, typings: Path | None = None) -> dict[str, Any]:
+    """The replay of every person in `people`, one row each, and all of them pooled; with `typings`, the
+    typings of the per-person row written there as JSON (person -> model -> emails, `TypedEmail.to_json`),
+    so that other fits can be tried over them without typing again."""
     model, tok, _ = load_run(run_dir, "cpu")
     calibration = load_calibration(run_dir) or {}
     rule = calibration.get("rule", EXPECTED_CHARS)
@@ -158,9 +164,12 @@ def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: in
                               "splits": list(splits), "cap": cap, "settings": vars(settings or LearnSettings()),
                               "levers": dict(LEVERS), "people": []}
     pooled: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in LEVERS}
+    kept_all: dict[str, Any] = {}
     for data_dir in people:
         person = passes.person_mail(data_dir, tok, splits, limit)
-        rows = person_rows(model, tok, person, rule, threshold, words=words, settings=settings, cap=cap)
+        kept: dict[str, list[TypedEmail]] = {}
+        rows = person_rows(model, tok, person, rule, threshold, words=words, settings=settings, cap=cap, keep=kept)
+        kept_all[person.name] = {name: [t.to_json() for t in typed] for name, typed in kept.items()}
         for key in pooled:
             pooled[key] += rows[key]
         result["people"].append({"person": person.name, "emails": len(person.emails),
@@ -170,6 +179,9 @@ def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: in
         print(f"  {person.name}: {len(person.emails)} emails, saved {got[OFF]['figures']['saved']} -> "
               f"{got[ON]['figures']['saved']}", flush=True)
     result["pooled"] = {"emails": len(pooled[OFF]), **summary(pooled)}
+    if typings is not None:
+        typings.parent.mkdir(parents=True, exist_ok=True)
+        typings.write_text(json.dumps({"rule": rule, "threshold": threshold, "people": kept_all}) + "\n")
     return result
 
 
@@ -220,9 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--splits", default=",".join(SPLITS),
                    help="which of a person's splits to replay, merged in date order (default all: the general "
                    "model saw none of them)")
+    p.add_argument("--typings", type=Path, default=None,
+                   help="also write the per-person row's typings here (JSON), to try other fits over them")
     args = p.parse_args(argv)
     result = measure(args.run_dir, args.people, words=args.words, limit=args.emails, cap=args.max_wrong,
-                     splits=[s for s in args.splits.split(",") if s])
+                     splits=[s for s in args.splits.split(",") if s], typings=args.typings)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     table = format_table(result)
