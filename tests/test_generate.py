@@ -275,6 +275,24 @@ def test_complete_drops_a_word_cut_by_the_token_budget() -> None:
     assert complete(model, tok, "Hi", beam=3, max_words=1).text == " hello"
 
 
+def test_a_word_of_too_many_tokens_ends_the_decoding() -> None:
+    """A run that never ends a word (a rule of carets) is decoded WORD_TOKENS + 1 tokens deep, not to the
+    budget, and the words before it are still suggested."""
+    from seqlab.generation.stops import WORD_TOKENS, open_word_tokens
+
+    assert open_word_tokens([b" a", b"b", b"c"]) == 3 and open_word_tokens([b"x ", b"ab"]) == 1
+    assert open_word_tokens([b"a "]) == 0 and open_word_tokens([]) == 0
+    model, tok = scripted("Hi", " hello " + "^" * 40 + " world ")
+    calls = []
+    forward = model.forward
+    model.forward = lambda idx, state=None, **k: (calls.append(idx.shape[1]), forward(idx, state, **k))[1]
+    c = complete(model, tok, "Hi", max_words=3, max_new_tokens=200)
+    assert c.text == " hello"
+    # the prompt's one call, then one per generated token: " hello " and the carets until the cap
+    assert len(calls) - 1 <= len(" hello ") + WORD_TOKENS + 1
+    assert complete(model, tok, "Hi", max_words=1, max_new_tokens=200).text == " hello"
+
+
 def test_complete_runs_a_real_model_and_splits_words() -> None:
     assert split_words(" a\tb\nc  d ") == ["a", "b", "c", "d"]
     model, tok = tiny("attn-rope"), ByteTokenizer()

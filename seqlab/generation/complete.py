@@ -46,19 +46,20 @@ from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, VALUE_RULES, check_rule, kept_words
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
-from seqlab.generation.stops import WORD_BYTES, ValueStop, WordStop, cut_body, prefix_probability, token_starts
+from seqlab.generation.stops import (WORD_BYTES, WORD_TOKENS, ValueStop, WordStop, cut_body, prefix_probability,
+                                     token_starts)
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 MAX_SENTENCE_WORDS = 12  # the cap on a suggestion that runs to the end of its sentence (`sentence=True`)
-# Tokens a suggestion to the end of its sentence may take: 12 words of mail are about 15-25 BPE tokens, and
-# a run that never ends a word (a rule of "^^^^", a long URL) would otherwise be decoded 200 tokens deep at
-# every keystroke only to be dropped (an unfinished word is never shown).
+# Tokens a suggestion to the end of its sentence may take: 12 words of mail are about 15-25 BPE tokens; the
+# budget is what a keystroke may spend on one suggestion (a run that never ends a word stops sooner, at
+# `WORD_TOKENS`).
 SENTENCE_TOKENS = 64
 
 
 def token_budget(max_words: int, sentence: bool = False) -> int:
-    """The default `max_new_tokens`: 16 per word + 8, at most SENTENCE_TOKENS for a sentence suggestion."""
-    budget = 16 * max_words + 8
+    """The default `max_new_tokens`: WORD_TOKENS per word + 8, at most SENTENCE_TOKENS for a sentence suggestion."""
+    budget = WORD_TOKENS * max_words + 8
     return min(budget, SENTENCE_TOKENS) if sentence else budget
 
 

@@ -8,6 +8,11 @@ Sentence end. A suggestion may run to the end of its sentence instead of a fixed
 `sentence`, it ends after a ".", "!" or "?" that whitespace follows (or at a newline, or at the end of the
 email), still at most `max_words` words. The gate then decides how much of it is worth showing
 (`seqlab.generation.gate`). "e.g. " ends a sentence too: a suggestion is cut short, never made wrong.
+
+A word's tokens. A word that has taken `WORD_TOKENS` tokens and still goes on (a rule of "^^^^", a line of
+base64, a very long URL) ends the decoding there: its suggestion keeps only the words before it, as a
+word cut by the token budget (an unfinished word is never shown). Without the cap such a run was decoded
+to the whole budget at every keystroke, the slowest keystrokes of the latency benchmark, only to be dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +27,24 @@ from seqlab.generation.gate import prefix_values
 
 WORD_BYTES = re.compile(rb"[^ \t\n\r\f\v]+")
 SENTENCE_END = re.compile(rb"[.!?](?=[ \t\n\r\f\v])")
+# The most tokens one suggested word may take: English words of mail are 1-4 BPE tokens at a vocabulary of
+# 1,024, a long URL or address 10-16; a byte tokenizer's words are one token per byte.
+WORD_TOKENS = 16
+
+
+def open_word_tokens(pieces: list[bytes]) -> int:
+    """Tokens that carry bytes of the word the pieces end inside (0 when they end in whitespace): the last
+    ones, up to and including the token holding the word's first byte."""
+    body = b"".join(pieces)
+    if not body or body[-1:].isspace():
+        return 0
+    word = len(body) - max(body.rfind(c) for c in b" \t\n\r\f\v") - 1  # bytes of the open word
+    covered = tokens = 0
+    for piece in reversed(pieces):
+        if covered >= word:
+            break
+        covered, tokens = covered + len(piece), tokens + 1
+    return tokens
 
 
 def cut_body(body: bytes, stop_at_newline: bool, sentence: bool) -> tuple[bytes, bool]:
@@ -39,7 +62,7 @@ def cut_body(body: bytes, stop_at_newline: bool, sentence: bool) -> tuple[bytes,
 
 class WordStop:
     """`stop(ids)` for generate/beam search: true once a newline appears (if asked), a sentence ends (if
-    asked), or word N+1 starts.
+    asked), word N+1 starts, or the word being decoded has taken more than `WORD_TOKENS` tokens.
 
     With `early`, also true as soon as word N is followed by whitespace: `finish` keeps nothing after word
     N, so for one sequence (greedy or sampled: its earlier tokens do not depend on where it stops) the
@@ -53,7 +76,10 @@ class WordStop:
         self.early, self.sentence = early, sentence
 
     def __call__(self, ids: list[int]) -> bool:
-        body = b"".join(self.tokenizer.token_bytes(i) for i in ids)[self.skip:]
+        pieces = [self.tokenizer.token_bytes(i) for i in ids]
+        body = b"".join(pieces)[self.skip:]
+        if open_word_tokens(pieces) > WORD_TOKENS:
+            return True
         if self.stop_at_newline and b"\n" in body:
             return True
         if self.sentence and SENTENCE_END.search(body):
