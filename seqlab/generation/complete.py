@@ -46,8 +46,15 @@ from seqlab.generation.beam import beam_search_hypotheses
 from seqlab.generation.decode import IncrementalDecoder, generate_with_logprobs
 from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, VALUE_RULES, check_rule, kept_words
 from seqlab.generation.phrases import PhraseBlend, PhraseModel
-from seqlab.generation.stops import (WORD_BYTES, WORD_TOKENS, ValueStop, WordStop, cut_body, prefix_probability,
-                                     token_starts)
+from seqlab.generation.stops import (
+    WORD_BYTES,
+    WORD_TOKENS,
+    ValueStop,
+    WordStop,
+    cut_body,
+    prefix_probability,
+    token_starts,
+)
 
 _WORD = re.compile(r"[^ \t\n\r\f\v]+")
 MAX_SENTENCE_WORDS = 12  # the cap on a suggestion that runs to the end of its sentence (`sentence=True`)
