@@ -13,11 +13,12 @@ from preparing import prepare
 
 from seqlab.bench import replay
 from seqlab.bench import replay_passes as passes
-from seqlab.evaluation.saved_fit import fit_rank, fit_setting
+from seqlab.evaluation.saved_fit import fit_served
 from seqlab.evaluation.typing_sim import MODEL, TypedEmail
 from seqlab.generation.gate import word_ends
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
+from seqlab.serving.recalibrate import GENERAL, UNFITTED_MODEL
 
 PERSON = "david.cohen@keystone-legal.example"
 ALL = ("train", "val", "test")
@@ -91,25 +92,31 @@ def test_limited_cuts_every_proposal_and_keeps_the_sources_asked(person: Path, w
             assert d.word_confidences == c.word_confidences[:len(d.word_confidences)]
 
 
-def test_the_per_person_setting_waits_for_mail_then_keeps_to_the_cap_with_the_model_saving_more(
+def test_the_per_person_setting_is_the_unfitted_one_until_a_fit_on_earlier_mail_is_sure_to_save_more(
         person: Path, word_run_dir: Path) -> None:
     model, tok, _ = load_run(word_run_dir, "cpu")
     mail = passes.person_mail(person, tok, ALL, limit=8)
     typed = passes.add_memory(passes.frozen_pass(model, tok, mail, words=10, max_words=6, ask="every-letter"),
                               mail)
     silent = passes.limited(typed, 6, [])  # the same model without its memory: it can only save less
-    settings = passes.online_settings({"silent": silent, "full": typed}, "expected-chars", 0.5, 3.0,
-                                      min_emails=3, every=2)
-    assert settings[:3] == [("silent", 0.5, {})] * 3
-    assert settings[3] == settings[4] and len(settings) == len(typed)
-    # each fitted setting keeps to the cap on the emails it was fitted on, with the typing that saved more
-    name, threshold, weights = settings[3]
-    fits = {n: fit_setting(t[:3], "expected-chars", 3.0, (0.5, 1.0, 2.0)) for n, t in (("silent", silent),
-                                                                                     ("full", typed))}
-    assert name == ("full" if fit_rank(fits["full"]) > fit_rank(fits["silent"]) else "silent")
-    counts = replay.email_counts(typed[:3] if name == "full" else silent[:3], "expected-chars",
-                                 [(threshold, weights)] * 3)
-    assert (replay.figures(counts)["wrong_per_100_words"] or 0.0) <= 3.0
+    typings = {"full": typed, "silent": silent}
+    unfitted = ("silent", 0.5, {"memory": 0.0})
+    settings = passes.online_settings(typings, "expected-chars", unfitted, 3.0, min_emails=3, every=2)
+    assert settings[:3] == [unfitted] * 3 and len(settings) == len(typed)
+    assert settings[3] == settings[4] and settings[5] == settings[6]  # refitted every 2 emails
+    # from the 4th email on, fit_served's choice on every email before it (or the newest `window`)
+    windowed = passes.online_settings(typings, "expected-chars", unfitted, 3.0, min_emails=3, every=2, window=2)
+    taken = set()
+    for e in (3, 5, 7):
+        for got, lo in ((settings[e], 0), (windowed[e], e - 2)):
+            row = fit_served({n: t[lo:e] for n, t in typings.items()}, unfitted, "expected-chars", 3.0)
+            taken.add(row["fitted"])
+            assert got == (row["model"], float(row["threshold"]), row["weights"])
+            if row["fitted"]:  # a fitted setting keeps to the cap on the emails it was fitted on
+                counts = replay.email_counts(typings[row["model"]][lo:e], "expected-chars",
+                                             [(row["threshold"], row["weights"])] * (e - lo))
+                assert (replay.figures(counts)["wrong_per_100_words"] or 0.0) <= 3.0 and row["gain_low"] > 0
+    assert taken == {True, False}  # on this mail some fits are sure to save more and some are not
 
 
 def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path: Path) -> None:
@@ -122,7 +129,8 @@ def test_the_command_writes_the_table(person: Path, word_run_dir: Path, tmp_path
     assert set(result["pooled"][replay.OFF]["figures"]) == set(replay.FIGURES)
     table = out.with_suffix(".md").read_text()
     assert "| david |" in table and "+ the person's memory" in table
-    assert result["people"][0]["served_general"] == 0  # too few emails for a fit: the learned model
+    # too few emails for a fit: the unfitted model for all three
+    assert result["people"][0]["served_general"] == (3 if UNFITTED_MODEL == GENERAL else 0)
     typings = json.loads(kept.read_text())["people"]["david"]
     assert set(typings) == {"learned", "general"} and all(len(t) == 3 for t in typings.values())
     assert TypedEmail.from_json(typings["general"][0]).to_json() == typings["general"][0]

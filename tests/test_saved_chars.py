@@ -221,6 +221,33 @@ def test_fit_setting_is_the_best_of_best_threshold_over_the_weight_grid() -> Non
     assert fit_setting(emails, "expected-chars", 15.0, grid) == fit  # one grid for every other source
 
 
+def test_the_fit_is_served_only_when_sure_to_save_more_than_the_default() -> None:
+    from seqlab.evaluation.saved_fit import fit_served, gain_lower_bound
+
+    # the memory remembers "you at the game," and the model proposes nothing: memory on saves 15 a time
+    remembered = _email(Boundary(at("you"), {"memory": Candidate("you at the game,", [0.9] * 4)}))
+    plain = _email()
+    off = ("general", 0.0, {"memory": 0.0})
+    every = fit_served({"learned": [remembered] * 6, "general": [remembered] * 6}, off, "expected-chars", 3.0,
+                       {"memory": (0.0, 1.0)})
+    assert every["fitted"] and every["model"] == "learned" and every["weights"] == {"memory": 1.0}
+    assert every["gain_low"] == pytest.approx(15 / len(TEXT[START:]))  # the same gain in every email
+    assert every["saved_by_model"] == {"learned": every["saved"], "general": every["saved"]}
+    # remembered once in 20 emails: the fit saves more on them, but a resample without that email often
+    # does not; the default stays, scored as it is served
+    once = [remembered] + [plain] * 19
+    lucky = fit_served({"general": once}, off, "expected-chars", 3.0, {"memory": (0.0, 1.0)})
+    assert not lucky["fitted"] and lucky["model"] == "general" and lucky["weights"] == {"memory": 0.0}
+    assert lucky["saved"] == 0.0 and lucky["saved_by_model"]["general"] > 0.0 and lucky["gain_low"] == 0.0
+    # the bound is the quantile of the paired bootstrap: at the top it is the luckiest resample's gain
+    fits = [simulate(e, "expected-chars", 0.0) for e in once]
+    base = [simulate(e, "expected-chars", 0.0, {"memory": 0.0}) for e in once]
+    assert gain_lower_bound(fits, base, 0.0) == 0.0 < gain_lower_bound(fits, base, 0.5) \
+        < gain_lower_bound(fits, base, 1.0)
+    with pytest.raises(ValueError, match="default model"):
+        fit_served({"learned": once}, off)
+
+
 _WORD_OF_GHOST = re.compile(r"^[ \t\n\r\f\v]*[^ \t\n\r\f\v]+")  # ghost_core.js's nextWord
 
 

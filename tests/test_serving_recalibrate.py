@@ -16,10 +16,10 @@ import torch
 from serving_helpers import auth, running_server
 
 from seqlab.evaluation.saved_chars import type_emails
-from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_setting
+from seqlab.evaluation.saved_fit import fit_setting
 from seqlab.evaluation.typing_sim import Boundary, TypedEmail
 from seqlab.generation.complete import MAX_SENTENCE_WORDS, complete
-from seqlab.generation.gate import DEFAULT_RULE, word_ends
+from seqlab.generation.gate import DEFAULT_RULE, EXPECTED_CHARS, word_ends
 from seqlab.generation.memory import WritingMemory
 from seqlab.runs.load import load_run
 from seqlab.serving.app import ServerConfig
@@ -27,16 +27,20 @@ from seqlab.serving.engine import prompt_text
 from seqlab.serving.learner import Learner, LearnSettings, weights_digest
 from seqlab.serving.personal import PERSONAL, PersonalStore, SentEmail
 from seqlab.serving.recalibrate import (
+    FIT_GRID,
     GENERAL,
     LEARNED,
     SERVED,
     TYPED,
+    UNFITTED_MODEL,
+    UNFITTED_WEIGHTS,
     Recalibrator,
     fit_on_sent,
     load_served,
     load_typed,
 )
 
+SILENT = (DEFAULT_RULE, 1000.0)  # a run whose threshold lets hardly a suggestion through: any fit saves more
 WEEKLY = "Hi team,\n\nThe weekly figures are attached. Please check the totals before Friday.\n\nThanks, Sam"
 
 
@@ -53,17 +57,18 @@ def test_the_fit_is_the_replays_over_the_newest_emails_with_a_memory_of_the_rest
     for subject, body in _mail(6):
         store.append(subject, body)
     emails = store.emails()
-    got = fit_on_sent(model, tok, emails, [], held=2, words=15)  # nothing typed by a learned model: a tie
+    got = fit_on_sent(model, tok, emails, [], unfitted=SILENT, held=2, words=15)  # no learned typing: a tie
     memory = WritingMemory(max_words=MAX_SENTENCE_WORDS)
     for e in emails[:-2]:  # never the emails being typed
         memory.add_body(e.body)
     typed = type_emails(model, tok, [prompt_text(e.subject, e.body) for e in emails[-2:]], words=15,
                         max_words=MAX_SENTENCE_WORDS, sentence=True, proposers=[memory.propose])
-    row = fit_setting(typed, DEFAULT_RULE, 3.0, weight_grid={"memory": WEIGHT_GRID})
+    row = fit_setting(typed, DEFAULT_RULE, 3.0, weight_grid=FIT_GRID)
     assert got["threshold"] == row["threshold"] and got["weights"] == row["weights"]
+    assert got["weights"]["reply"] == UNFITTED_WEIGHTS["reply"]  # the memory's weight is fitted, not this one
     assert got["saved"] == pytest.approx(row["saved"]) and got["emails"] == 6 and got["typed"] == 2
     assert got["weights"]["memory"] > 0  # the weekly email is worth remembering
-    assert got["model"] == LEARNED and got["held_out"] == 0
+    assert got["model"] == LEARNED and got["held_out"] == 0 and got["fitted"] and got["gain_low"] > 0
 
 
 def _as_learned(typed: TypedEmail, right: bool) -> TypedEmail:
@@ -92,7 +97,7 @@ def test_the_fit_serves_the_learned_model_only_where_its_held_out_typing_saves_a
     typed = type_emails(model, tok, [prompt_text(e.subject, e.body) for e in emails[-2:]], words=15,
                         max_words=MAX_SENTENCE_WORDS, sentence=True)
     learned = {e.key(): _as_learned(t, right) for e, t in zip(emails[-2:], typed)}
-    got = fit_on_sent(model, tok, emails, [], learned=learned, held=2, words=15)
+    got = fit_on_sent(model, tok, emails, [], unfitted=SILENT, learned=learned, held=2, words=15)
     saved = got["saved_by_model"]
     assert got["held_out"] == 2 and saved[GENERAL] > 0
     if right:
@@ -101,11 +106,28 @@ def test_the_fit_serves_the_learned_model_only_where_its_held_out_typing_saves_a
         assert got["model"] == GENERAL and saved[LEARNED] < saved[GENERAL]
 
 
+def test_a_fit_not_sure_to_save_more_than_the_run_leaves_the_run_served(word_run_dir: Path, tmp_path: Path) -> None:
+    model, tok, _ = load_run(word_run_dir, "cpu")
+    store = PersonalStore(tmp_path)
+    for subject, body in _mail(3):
+        store.append(subject, body)
+    for subject in ("Hello", "Meeting"):  # emails the general model writes itself, the memory does not know
+        store.append(subject, "D" + complete(model, tok, prompt_text(subject, "D"), max_words=12,
+                                             stop_at_newline=False).text)
+    # the run shows every suggestion of its model: no fitted threshold or memory weight saves more
+    got = fit_on_sent(model, tok, store.emails(), [], unfitted=(EXPECTED_CHARS, 0.0), held=2, words=15)
+    assert not got["fitted"] and got["gain_low"] is not None and got["gain_low"] <= 0
+    assert (got["rule"], got["threshold"]) == (EXPECTED_CHARS, 0.0)
+    assert got["model"] == UNFITTED_MODEL and got["weights"] == UNFITTED_WEIGHTS
+    assert got["saved_by_model"][GENERAL] > 0 and got["saved"] >= got["saved_by_model"][GENERAL]
+
+
 def test_due_after_enough_mail_then_after_enough_new_mail(word_run_dir: Path, tmp_path: Path) -> None:
     model, tok, _ = load_run(word_run_dir, "cpu")
     store = PersonalStore(tmp_path)
     fitted: list[dict] = []
-    rec = Recalibrator(model, tok, store, [], fitted.append, min_emails=4, every=2, held=2, words=10)
+    rec = Recalibrator(model, tok, store, [], fitted.append, unfitted=SILENT, min_emails=4, every=2, held=2,
+                       words=10)
     mail = _mail(7)
     for subject, body in mail[:3]:
         store.append(subject, body)
@@ -120,7 +142,7 @@ def test_due_after_enough_mail_then_after_enough_new_mail(word_run_dir: Path, tm
     assert not rec.due()
     store.append(*mail[5])
     assert rec.due()
-    assert Recalibrator(model, tok, store, [], fitted.append, min_emails=4, every=2).last == setting
+    assert Recalibrator(model, tok, store, [], fitted.append, unfitted=SILENT, min_emails=4, every=2).last == setting
 
 
 def test_each_email_is_typed_before_the_learner_learns_from_it_and_the_typings_are_kept(
@@ -129,7 +151,7 @@ def test_each_email_is_typed_before_the_learner_learns_from_it_and_the_typings_a
     store = PersonalStore(tmp_path)
     for subject, body in _mail(3):
         store.append(subject, body)
-    rec = Recalibrator(model, tok, store, [], lambda s: None, held=2, words=10)
+    rec = Recalibrator(model, tok, store, [], lambda s: None, unfitted=SILENT, held=2, words=10)
     seen: list[tuple[str, str, bool]] = []
     learner = Learner(model, tok, store, idle=lambda: True, on_swap=lambda m: None,
                       settings=LearnSettings(passes=2, swap_every=2))
@@ -166,6 +188,7 @@ def test_the_server_refits_on_sent_mail_and_serves_it_again_after_a_restart(word
     with running_server(config) as url:
         health = httpx.get(f"{url}/health", headers=auth(config), timeout=30).json()
         assert "personal_setting" not in health["model"]
+        assert health["model"]["memory"]["weights"] == UNFITTED_WEIGHTS  # the unfitted setting until a fit
         for subject, body in _mail(10):
             r = httpx.post(f"{url}/v1/sent", json={"subject": subject, "body": body}, headers=auth(config), timeout=30)
             assert r.status_code == 200

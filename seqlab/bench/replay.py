@@ -14,8 +14,8 @@ are added one at a time, each row keeping the ones above it (`LEVERS`):
 - + the person's memory of what they sent before (`generation.memory`), + copies from the message being
   answered (`generation.reply_copy`), + learning (the server's own `Learner` taking an idle server's steps
   after each email), + a threshold, memory weight and model (the learned one or the general one, whichever
-  saved more) fitted on the person's own earlier mail (`replay_passes.online_settings`, as
-  `serving.recalibrate` fits them).
+  saved more) fitted on the person's own earlier mail and served where it is sure to save more than the
+  unfitted setting (`replay_passes.online_settings`, as `serving.recalibrate` fits them).
 
 Every row but the last is scored at the run's served setting (calibration.json's rule and threshold). Figures:
 the share of typed characters saved and wrong suggestions shown per 100 words, pooled and per person; their
@@ -40,7 +40,16 @@ from seqlab.generation.complete import MAX_SENTENCE_WORDS
 from seqlab.generation.gate import EXPECTED_CHARS
 from seqlab.runs.load import load_run
 from seqlab.serving.learner import LearnSettings
-from seqlab.serving.recalibrate import GENERAL, LEARNED
+from seqlab.serving.recalibrate import (
+    EVERY,
+    FIT_GRID,
+    GENERAL,
+    HELD,
+    LEARNED,
+    MIN_EMAILS,
+    UNFITTED_MODEL,
+    UNFITTED_WEIGHTS,
+)
 
 BOOTSTRAP = 1000
 MAX_WRONG = 3.0  # the cap the per-person setting keeps to: wrong suggestions per 100 words
@@ -134,7 +143,8 @@ def person_rows(model: Any, tok: Any, person: passes.Person, rule: str, threshol
     rows = {key: email_counts(build(), rule, served) for key, build in typed.items()}
     # the served model chosen per person too: the learned one, or the general one where it saves more
     typings = {LEARNED: learned, GENERAL: passes.add_reply(with_memory, person)}
-    chosen = passes.online_settings(typings, rule, threshold, cap)
+    chosen = passes.online_settings(typings, rule, (UNFITTED_MODEL, threshold, UNFITTED_WEIGHTS), cap,
+                                    min_emails=MIN_EMAILS, every=EVERY, window=HELD, weight_grid=FIT_GRID)
     if keep is not None:
         keep.update(typings)
     rows["per_person"] = email_counts([typings[name][e] for e, (name, _, _) in enumerate(chosen)], rule,

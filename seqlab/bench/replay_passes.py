@@ -14,9 +14,10 @@ kept proposals (`seqlab.evaluation.typing_sim.simulate`), not another pass:
   greedy proposal of up to 3 words is the first 3 words of the longer one (the decode is the same until it
   stops, and the confidences of a prefix do not depend on what follows);
 - `online_settings`: a model, threshold and memory weight per person, fitted before each email on the emails
-  the person typed before it (`evaluation.saved_fit.fit_setting` under the cap, for the learned model and
-  the general one), the served setting until `min_emails` are there: what a server recalibrating on the
-  person's own sent mail would show (`serving.recalibrate`).
+  the person typed before it (`evaluation.saved_fit.fit_served`: the best fit under the cap, for the learned
+  model and the general one, served only where it is sure to save more than the unfitted setting), the
+  unfitted setting until `min_emails` are there: what a server recalibrating on the person's own sent mail
+  would show (`serving.recalibrate`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from seqlab.data.store import TokenStore, load_meta
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.dynamic import split_metadata
 from seqlab.evaluation.saved_chars import collect_typing, with_source
-from seqlab.evaluation.saved_fit import fit_rank, fit_setting
+from seqlab.evaluation.saved_fit import GAIN_QUANTILE, fit_served
 from seqlab.evaluation.typing_sim import MODEL, Boundary, Candidate, TypedEmail
 from seqlab.generation.batched import propose_positions
 from seqlab.generation.complete import Completion
@@ -149,23 +150,25 @@ def limited(typed: Sequence[TypedEmail], max_words: int, sources: Sequence[str] 
     return out
 
 
-def online_settings(typings: Mapping[str, Sequence[TypedEmail]], rule: str, served: float, cap: float, *,
-                    min_emails: int = 5, every: int = 5, weight_grid: Sequence[float] = (0.5, 1.0, 2.0)
-                    ) -> list[tuple[str, float, dict[str, float]]]:
+def online_settings(typings: Mapping[str, Sequence[TypedEmail]], rule: str,
+                    default: tuple[str, float, Mapping[str, float]], cap: float, *, min_emails: int = 10,
+                    every: int = 5, window: int | None = None,
+                    weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None,
+                    quantile: float = GAIN_QUANTILE) -> list[tuple[str, float, dict[str, float]]]:
     """(typing, threshold, weights) for each email: `typings` are the same emails typed by each model the
     server may serve (the learned one first); before each email, once `min_emails` were typed and again
-    every `every` emails (a server refits as the sent mail grows, not at every email), each is fitted on
-    the emails before it (`fit_setting` within `cap` wrong per 100 words) and the one saving more is taken,
-    the first on a tie, as `serving.recalibrate` chooses; until then the first, at the served threshold
-    with every weight 1."""
-    names = list(typings)
-    count = len(typings[names[0]])
+    every `every` emails (a server refits as the sent mail grows, not at every email), `fit_served` on the
+    emails before it (the newest `window` of them, all when None) chooses between the best fit within `cap`
+    wrong per 100 words and `default` (model, threshold, weights), as `serving.recalibrate` does; until
+    then `default`."""
+    count = len(next(iter(typings.values())))
     out: list[tuple[str, float, dict[str, float]]] = []
-    setting: tuple[str, float, dict[str, float]] = (names[0], served, {})
+    setting = (default[0], default[1], dict(default[2]))
     for e in range(count):
         if e >= min_emails and (e - min_emails) % every == 0:
-            rows = {name: fit_setting(typings[name][:e], rule, cap, weight_grid) for name in names}
-            best = max(names, key=lambda name: fit_rank(rows[name]))  # the first of the best on a tie
-            setting = (best, float(rows[best]["threshold"]), dict(rows[best].get("weights") or {}))
+            lo = 0 if window is None else max(0, e - window)
+            row = fit_served({name: typed[lo:e] for name, typed in typings.items()}, default, rule, cap,
+                             weight_grid, quantile)
+            setting = (row["model"], float(row["threshold"]), dict(row.get("weights") or {}))
         out.append(setting)
     return out

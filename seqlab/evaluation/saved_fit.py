@@ -194,3 +194,65 @@ def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
             best = (score, weights)
     assert best is not None  # weight_settings gives at least one setting
     return {**best_threshold(typed, rule, max_wrong_per_100, weights=best[1]), "settings_tried": len(settings)}
+
+
+# The lower quantile of the bootstrap a fitted setting's gain over the default must clear (`fit_served`).
+GAIN_QUANTILE = 0.1
+
+
+def gain_lower_bound(fitted: Sequence[Typing], default: Sequence[Typing], quantile: float = GAIN_QUANTILE,
+                     resamples: int = BOOTSTRAP, seed: int = 0) -> float:
+    """The `quantile` of the paired bootstrap of (saved share under `fitted` - under `default`), the same
+    emails resampled for both: how much more the fitted setting saves at the least, at that confidence."""
+    if not fitted:
+        return 0.0
+    rng = random.Random(seed)
+    gain = [f.saved - d.saved for f, d in zip(fitted, default)]
+    chars = [d.chars for d in default]
+    n = len(gain)
+    stats = []
+    for _ in range(resamples):
+        pick = [rng.randrange(n) for _ in range(n)]
+        den = sum(chars[i] for i in pick)
+        stats.append(sum(gain[i] for i in pick) / den if den else 0.0)
+    stats.sort()
+    return stats[int(quantile * (len(stats) - 1))]
+
+
+def fit_served(typings: Mapping[str, Sequence[TypedEmail]], default: tuple[str, float, Mapping[str, float]],
+               rule: str = DEFAULT_RULE, max_wrong_per_100: float = MAX_WRONG_PER_100,
+               weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None,
+               quantile: float = GAIN_QUANTILE, default_rule: str | None = None) -> dict[str, Any]:
+    """The model, threshold and source weights to serve a person, fitted on their own typed emails, or the
+    `default` (model name, threshold, weights; the threshold of `default_rule`, `rule` when None) unless the
+    fit is sure to save more.
+
+    `typings` are the same emails typed by each model that may be served (the preferred one first). Each is
+    fitted (`fit_setting`), and the best fit (`fit_rank`; the first on a tie) is served only when it keeps
+    to the cap and its gain over the default on these emails clears zero at the `quantile` of a paired
+    bootstrap over emails (`gain_lower_bound`). A setting fitted on 10-40 emails is optimistic about the
+    next ones: the best of many settings on few emails wins by chance as often as by being better, and a
+    person for whom nothing helps would otherwise be served the luckiest setting and lose by it. Returns
+    `fit_setting`'s row of the setting served (without intervals), with "model", "fitted" (whether the fit
+    was taken), "gain_low" (None when no fit kept to the cap) and "saved_by_model" (each model's fitted
+    saved share)."""
+    names = list(typings)
+    if default[0] not in typings:
+        raise ValueError(f"the default model {default[0]!r} has no typings")
+    rows = {name: fit_setting(typings[name], rule, max_wrong_per_100, weight_grid) for name in names}
+    best = max(names, key=lambda name: fit_rank(rows[name]))
+    model, threshold, weights = default
+    kept_rule = rule if default_rule is None else default_rule
+    base = [simulate(e, kept_rule, threshold, weights) for e in typings[model]]
+    low: float | None = None  # none when the best fit breaks the cap
+    if rows[best].get("within_cap"):
+        fitted_weights = rows[best].get("weights") or {}
+        low = gain_lower_bound([simulate(e, rule, rows[best]["threshold"], fitted_weights) for e in typings[best]],
+                               base, quantile)
+    if low is not None and low > 0:
+        row: dict[str, Any] = {**rows[best], "model": best, "fitted": True}
+    else:
+        kept = score_typing(typings[model], kept_rule, threshold, weights=weights, intervals=False)
+        row = {**kept, "model": model, "fitted": False,
+               "within_cap": (kept["wrong_per_100_words"] or 0.0) <= max_wrong_per_100}
+    return {**row, "gain_low": low, "saved_by_model": {name: r.get("saved") for name, r in rows.items()}}

@@ -74,6 +74,7 @@ class ServedModel:
 
     def __init__(self, engine: CompletionEngine, general: nn.Module, learned: nn.Module | None) -> None:
         self.engine, self.general, self.learned = engine, general, learned
+        self.unfitted = True  # what is served before a fit (and after `forget`): the learned copy unless set
         self.use_learned = True  # until a fit says otherwise
         if learned is not None:
             engine.replace_model(learned)
@@ -91,8 +92,8 @@ class ServedModel:
             self.engine.replace_model(self.learned if use_learned and self.learned is not None else self.general)
 
     def drop_learned(self) -> None:
-        """What was learned is gone (`forget`): the run's model again."""
-        self.learned, self.use_learned = None, True
+        """What was learned is gone (`forget`): the run's model again, and the unfitted choice."""
+        self.learned, self.use_learned = None, self.unfitted
         self.engine.replace_model(self.general)
 
 
@@ -129,11 +130,13 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
         engine.memory.add_body(e.body, sent_label(e))
     state.personal.listeners.append(lambda e: engine.memory.add_body(e.body, sent_label(e)))
 
-    threshold, weights = engine.threshold, dict(engine.weights)  # the run's, before any fitted on sent mail
+    # the run's, before any fitted on sent mail
+    rule, threshold, weights = engine.rule, engine.threshold, dict(engine.weights)
 
     def trained_again() -> None:  # the folder was deleted (`forget`): its emails leave the memory too, and
         state.worker.submit(served.drop_learned)  # the setting fitted on them
         state.worker.submit(setattr, engine, "memory", build_memory(engine.memory_emails, None))
+        state.worker.submit(setattr, engine, "rule", rule)
         state.worker.submit(setattr, engine, "threshold", threshold)
         state.worker.submit(setattr, engine, "weights", weights)
 
@@ -141,7 +144,7 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
                             lambda model: state.worker.submit(served.learned_copy, wrap(model)), settings,
                             base=base, record=record, on_forgotten=trained_again)
     if state.config.min_confidence is None and engine.rule in VALUE_RULES:  # the person's own setting
-        refit_on_sent_mail(state, engine, info, served, wrap)
+        weights = refit_on_sent_mail(state, engine, info, served, wrap)
     state.learner.start()
     if state.config.sent is not None:
         from seqlab.serving.sent_folder import SentFolder
@@ -153,27 +156,39 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
 
 def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[str, Any], served: ServedModel,
                        wrap: Callable[[nn.Module], nn.Module]) -> None:
-    """Serve the threshold, memory weight and model fitted on the person's sent mail before (if any), and let
-    the learner type each new email held out and refit them while idle as the mail grows (`recalibrate.py`);
-    /health tells the setting."""
-    from seqlab.serving.recalibrate import GENERAL, LEARNED, Recalibrator
+    """Serve the threshold, memory weight and model fitted on the person's sent mail before (else the
+    unfitted setting: the run's threshold, `UNFITTED_WEIGHTS` and `UNFITTED_MODEL`), and let the learner type
+    each new email held out and refit them while idle as the mail grows (`recalibrate.py`); /health tells
+    the setting. Returns the unfitted weights, which `forget` restores."""
+    from seqlab.serving.recalibrate import GENERAL, LEARNED, UNFITTED_MODEL, UNFITTED_WEIGHTS, Recalibrator
+
+    run_source = info.get("threshold_source")
 
     def apply(setting: dict[str, Any]) -> None:  # on the model thread: between two requests
         engine.rule, engine.threshold = str(setting["rule"]), float(setting["threshold"])
         engine.weights.update(setting["weights"])
         served.choose(setting.get("model", LEARNED) != GENERAL)
-        info.update(threshold=engine.threshold, rule=engine.rule,
-                    threshold_source=f"fitted on {setting['emails']} of your sent emails (personal/served.json)",
-                    personal_setting=setting)
+        source = (f"fitted on {setting['emails']} of your sent emails (personal/served.json)"
+                  if setting.get("fitted", True) else
+                  f"{run_source}; a fit on {setting['emails']} of your sent emails was not sure to save more")
+        info.update(threshold=engine.threshold, rule=engine.rule, threshold_source=source, personal_setting=setting)
         info["memory"] = engine.describe()["memory"]
 
     recalibrator = Recalibrator(served.general, engine.tokenizer, state.personal, engine.memory_emails,
-                                lambda setting: state.worker.submit(apply, setting))
+                                lambda setting: state.worker.submit(apply, setting),
+                                unfitted=(engine.rule, engine.threshold))
+    # loading runs on the model thread already
+    served.unfitted = UNFITTED_MODEL == LEARNED
+    served.choose(served.unfitted)
+    engine.weights.update(UNFITTED_WEIGHTS)
+    unfitted = dict(engine.weights)
+    info["memory"] = engine.describe()["memory"]
     if recalibrator.last is not None:
-        apply(recalibrator.last)  # loading runs on the model thread already
+        apply(recalibrator.last)
     assert state.learner is not None
     state.learner.idle_task = recalibrator
     state.learner.before_learning = lambda email, model: recalibrator.observe(email, wrap(model))
+    return unfitted
 
 
 def take_learning_lock(state: ServerState) -> None:

@@ -1,14 +1,15 @@
 """The served threshold, the memory's blend weight and the model served, fitted on the person's own sent mail.
 
-calibration.json's threshold was chosen on the run's validation split, other people's mail, and the
-memory's blend weight is 1.0 until fitted; a fixed weight halves the gain of a personal model in the
-personalisation literature. Under `serve --learn`, once the person has sent `MIN_EMAILS` emails and
-`EVERY` more since the last fit, the learner's thread (while the server is idle and nothing is left to
-learn) fits the (threshold, weights) that save the most characters within `MAX_WRONG_PER_100` wrong
-suggestions per 100 words (`seqlab.evaluation.saved_fit.fit_setting`, the replay `seqlab eval` uses) on
-the last `HELD` of them, typed as the compose page asks (after every letter, each suggestion to the end of
-its sentence, `MAX_SENTENCE_WORDS` at most), with a memory of everything else (--memory's mail and the
-earlier sent emails: never the email being typed).
+calibration.json's threshold was chosen on the run's validation split, other people's mail, with no memory
+of the person: under `--learn` the memory's blend weight is `UNFITTED_WEIGHTS`'s until fitted (a new user's
+memory at weight 1 shows about twice the wrong suggestions the cap allows, in the replay), and a fixed
+weight halves the gain of a personal model in the personalisation literature. Under `serve --learn`, once
+the person has sent `MIN_EMAILS` emails and `EVERY` more since the last fit, the learner's thread (while the
+server is idle and nothing is left to learn) fits the (threshold, weights) that save the most characters
+within `MAX_WRONG_PER_100` wrong suggestions per 100 words (`seqlab.evaluation.saved_fit.fit_setting`, the
+replay `seqlab eval` uses) on the last `HELD` of them, typed as the compose page asks (after every letter,
+each suggestion to the end of its sentence, `MAX_SENTENCE_WORDS` at most), with a memory of everything else
+(--memory's mail and the earlier sent emails: never the email being typed).
 
 Every email is typed held out, as the replay types it (`seqlab.bench.replay`):
 
@@ -18,16 +19,19 @@ Every email is typed held out, as the replay types it (`seqlab.bench.replay`):
   on the next email: the threshold fitted on them would let too many wrong suggestions through);
 - by the general model (the run's weights), which never learns.
 
-Both are fitted, and the model whose fit saves more is served from then on (the learned one on a tie): a
-person whose own mail learning does not help is served the general model, and the learner goes on learning
-in case a later fit finds otherwise.
+Both are fitted, and the better fit (the learned model's on a tie) is served from then on only where a
+paired bootstrap over the typed emails says it saves more than the unfitted setting (the run's threshold
+with `UNFITTED_WEIGHTS`, the model `UNFITTED_MODEL`), which is served before the first fit and otherwise
+(`seqlab.evaluation.saved_fit.fit_served`): the best of many settings on a few emails is optimistic about
+the next ones, and a person for whom nothing helps would be served the luckiest one and lose by it. The
+learner goes on learning in case a later fit finds otherwise.
 
 The result is kept in RUN_DIR/personal/served.json and the typings in typed.json (0600, beside the sent
 emails; `forget` deletes them), applied to the engine on the model thread between two requests, and read
-again by the next `serve --learn`. The setting is of the default rule (`chars-per-wrong`,
+again by the next `serve --learn`. A fitted setting is of the default rule (`chars-per-wrong`,
 `seqlab.generation.gate`), whatever rule calibration.json chose (the fitted rule is served with its
-threshold); a server whose run was calibrated by the first word's probability, or told `--min-confidence`,
-which the person chose, is left as it is.
+threshold; the unfitted one keeps the run's rule); a server whose run was calibrated by the first word's
+probability, or told `--min-confidence`, which the person chose, is left as it is.
 """
 
 from __future__ import annotations
@@ -42,10 +46,10 @@ from torch import nn
 
 from seqlab.data.tokenizer import Tokenizer
 from seqlab.evaluation.saved_chars import type_emails, with_source
-from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_rank, fit_setting
+from seqlab.evaluation.saved_fit import WEIGHT_GRID, fit_served
 from seqlab.evaluation.typing_sim import TypedEmail
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
-from seqlab.generation.gate import DEFAULT_RULE
+from seqlab.generation.gate import DEFAULT_RULE, VALUE_RULES
 from seqlab.serving.engine import prompt_text
 from seqlab.serving.personal import Forgotten, PersonalStore, SentEmail
 from seqlab.serving.remembered import build_memory, sent_label
@@ -58,17 +62,26 @@ HELD = 8  # the newest emails typed for a fit
 WORDS = 40  # words typed of each
 MAX_WRONG_PER_100 = 3.0  # the issue's cap on wrong suggestions
 LEARNED, GENERAL = "learned", "general"  # the model a fit chose to serve
+# Served before the first fit and whenever a fit is not sure to save more than it (`fit_served`): the run's
+# model at the run's threshold, with these blend weights of the person's memory and the message answered.
+UNFITTED_MODEL = GENERAL
+UNFITTED_WEIGHTS = {"memory": 0.0, "reply": 0.0}
+# The weights a fit tries: the memory's; the answered message's stays as unfitted (its copies are about 1% of
+# what is saved, too few to fit on a few emails, and each weight tried multiplies the fit's cost).
+FIT_GRID = {"memory": WEIGHT_GRID, "reply": (UNFITTED_WEIGHTS["reply"],)}
 
 
 def fit_on_sent(general: nn.Module, tokenizer: Tokenizer, emails: list[SentEmail], background: list[tuple[str, str]],
-                *, learned: Mapping[str, TypedEmail] | None = None, held: int = HELD, words: int = WORDS,
-                max_words: int = MAX_SENTENCE_WORDS, max_wrong_per_100: float = MAX_WRONG_PER_100
-                ) -> dict[str, Any]:
+                *, unfitted: tuple[str, float], learned: Mapping[str, TypedEmail] | None = None, held: int = HELD,
+                words: int = WORDS, max_words: int = MAX_SENTENCE_WORDS,
+                max_wrong_per_100: float = MAX_WRONG_PER_100) -> dict[str, Any]:
     """Fit (threshold, memory weight) under the default rule on the newest `held` of `emails`, each typed by
     `general` and by the learned model before it learned from it (`learned`: email key -> typing, from
     `Recalibrator.observe`; an email without one counts as the general model's typing), with a memory of
-    `background` (text, label) and the other emails; pick the model whose fit saves more (module doc).
-    Returns the setting with what it scored: saved share, wrong per 100 words, whether within the cap."""
+    `background` (text, label) and the other emails; serve the better fit where it is sure to save more than
+    the unfitted setting (`unfitted`: the run's rule and threshold, at `UNFITTED_WEIGHTS` with
+    `UNFITTED_MODEL`), else that setting (module doc). Returns the setting with what it scored: saved share,
+    wrong per 100 words, whether within the cap, whether fitted, and the lower bound of the fit's gain."""
     typed_ones, others = emails[-held:], emails[:-held]
     memory = build_memory(background, None)
     memory.max_words = max_words  # as the page asks: to the end of the sentence, at most max_words
@@ -78,18 +91,17 @@ def fit_on_sent(general: nn.Module, tokenizer: Tokenizer, emails: list[SentEmail
                              max_words=max_words, sentence=True)
     kept = [(learned or {}).get(e.key()) for e in typed_ones]
     by_learned = [k if k is not None else g for k, g in zip(kept, by_general)]
-    rows = {}
-    for name, typed in ((LEARNED, by_learned), (GENERAL, by_general)):
-        remembered = with_source(typed, memory.source, lambda _, prompt: memory.propose(prompt))
-        rows[name] = fit_setting(remembered, DEFAULT_RULE, max_wrong_per_100, weight_grid={"memory": WEIGHT_GRID})
-    model = LEARNED if fit_rank(rows[LEARNED]) >= fit_rank(rows[GENERAL]) else GENERAL
-    row = rows[model]
-    return {"rule": DEFAULT_RULE, "threshold": float(row["threshold"]),
-            "weights": {"memory": float(row.get("weights", {}).get("memory", 1.0))}, "model": model,
+    typings = {name: with_source(typed, memory.source, lambda _, prompt: memory.propose(prompt))
+               for name, typed in ((LEARNED, by_learned), (GENERAL, by_general))}
+    rule, threshold = unfitted
+    row = fit_served(typings, (UNFITTED_MODEL, threshold, UNFITTED_WEIGHTS), DEFAULT_RULE, max_wrong_per_100,
+                     FIT_GRID, default_rule=rule)
+    weights = {**UNFITTED_WEIGHTS, **row["weights"]}
+    return {"rule": row["rule"], "threshold": float(row["threshold"]), "weights": weights, "model": row["model"],
+            "fitted": bool(row["fitted"]), "gain_low": row["gain_low"],
             "emails": len(emails), "typed": len(typed_ones), "held_out": sum(k is not None for k in kept),
             "saved": row.get("saved"), "wrong_per_100_words": row.get("wrong_per_100_words"),
-            "within_cap": bool(row.get("within_cap")),
-            "saved_by_model": {name: r.get("saved") for name, r in rows.items()}, "t": time.time()}
+            "within_cap": bool(row.get("within_cap")), "saved_by_model": row["saved_by_model"], "t": time.time()}
 
 
 def load_served(store: PersonalStore) -> dict[str, Any] | None:
@@ -99,7 +111,7 @@ def load_served(store: PersonalStore) -> dict[str, Any] | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    ok = (isinstance(data, dict) and data.get("rule") == DEFAULT_RULE and isinstance(data.get("threshold"), float)
+    ok = (isinstance(data, dict) and data.get("rule") in VALUE_RULES and isinstance(data.get("threshold"), float)
           and isinstance(data.get("weights"), dict) and data.get("model", LEARNED) in (LEARNED, GENERAL))
     return data if ok else None
 
@@ -120,13 +132,14 @@ class Recalibrator:
     types each new email with the learned model before it learns from it: `observe(email, model)`.
 
     `general` is the run's model as loaded (copied: the model thread may be serving it); `on_fitted(setting)`
-    applies a new setting; `background` is --memory's mail."""
+    applies a new setting; `background` is --memory's mail; `unfitted` the run's rule and threshold."""
 
     def __init__(self, general: nn.Module, tokenizer: Tokenizer, store: PersonalStore,
                  background: list[tuple[str, str]], on_fitted: Callable[[dict[str, Any]], None], *,
-                 min_emails: int = MIN_EMAILS, every: int = EVERY, held: int = HELD, words: int = WORDS,
-                 max_words: int = MAX_SENTENCE_WORDS) -> None:
+                 unfitted: tuple[str, float], min_emails: int = MIN_EMAILS, every: int = EVERY, held: int = HELD,
+                 words: int = WORDS, max_words: int = MAX_SENTENCE_WORDS) -> None:
         self.general = copy.deepcopy(general).eval()
+        self.unfitted = unfitted
         self.tokenizer, self.store, self.background = tokenizer, store, background
         self.on_fitted = on_fitted
         self.min_emails, self.every, self.held, self.words, self.max_words = min_emails, every, held, words, max_words
@@ -162,7 +175,8 @@ class Recalibrator:
         """Fit, keep (served.json, 0600) and apply a new setting; None when it failed (said in `failed`)."""
         try:
             setting = fit_on_sent(self.general, self.tokenizer, self.store.emails(), self.background,
-                                  learned=self.typed, held=self.held, words=self.words, max_words=self.max_words)
+                                  unfitted=self.unfitted, learned=self.typed, held=self.held, words=self.words,
+                                  max_words=self.max_words)
             self.store.write_file(SERVED, (json.dumps(setting, indent=1) + "\n").encode("utf-8"))
         except Exception as exc:  # noqa: BLE001 (reported by /health; serving goes on with the setting it has)
             self.failed = f"{type(exc).__name__}: {exc}"
