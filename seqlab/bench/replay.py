@@ -46,13 +46,13 @@ from seqlab.serving.recalibrate import (
     GENERAL,
     HELD,
     LEARNED,
+    MAX_WRONG_PER_100,
     MIN_EMAILS,
     UNFITTED_MODEL,
     UNFITTED_WEIGHTS,
 )
 
 BOOTSTRAP = 1000
-MAX_WRONG = 3.0  # the cap the per-person setting keeps to: wrong suggestions per 100 words
 OFF = "off"  # the row the others are compared with: the general model as served to anyone
 
 # (key, what the row adds); each row keeps the levers above it
@@ -162,7 +162,7 @@ def summary(rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 def measure(run_dir: Path, people: Sequence[Path], *, words: int = 50, limit: int | None = None,
             splits: Sequence[str] = SPLITS, settings: LearnSettings | None = None,
-            cap: float = MAX_WRONG, typings: Path | None = None) -> dict[str, Any]:
+            cap: float = MAX_WRONG_PER_100, typings: Path | None = None) -> dict[str, Any]:
     """The replay of every person in `people`, one row each, and all of them pooled; with `typings`, the
     typings of the per-person row written there as JSON (person -> model -> emails, `TypedEmail.to_json`),
     so that other fits can be tried over them without typing again."""
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="where to write the JSON (and a .md table beside it)")
     p.add_argument("--words", type=int, default=50, help="words typed of each email")
     p.add_argument("--emails", type=int, default=None, help="at most this many emails per person (the earliest)")
-    p.add_argument("--max-wrong", type=float, default=MAX_WRONG,
+    p.add_argument("--max-wrong", type=float, default=MAX_WRONG_PER_100,
                    help="wrong suggestions per 100 words the per-person fit keeps to")
     p.add_argument("--splits", default=",".join(SPLITS),
                    help="which of a person's splits to replay, merged in date order (default all: the general "

@@ -151,7 +151,7 @@ def limited(typed: Sequence[TypedEmail], max_words: int, sources: Sequence[str] 
 
 
 def online_settings(typings: Mapping[str, Sequence[TypedEmail]], rule: str,
-                    default: tuple[str, float, Mapping[str, float]], cap: float, *, min_emails: int = 10,
+                    default: tuple[str, float, Mapping[str, float]], cap: float, *, min_emails: int = 5,
                     every: int = 5, window: int | None = None,
                     weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None,
                     quantile: float = GAIN_QUANTILE) -> list[tuple[str, float, dict[str, float]]]:

@@ -197,7 +197,7 @@ def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
 
 
 # The lower quantile of the bootstrap a fitted setting's gain over the default must clear (`fit_served`).
-GAIN_QUANTILE = 0.1
+GAIN_QUANTILE = 0.2
 
 
 def gain_lower_bound(fitted: Sequence[Typing], default: Sequence[Typing], quantile: float = GAIN_QUANTILE,
