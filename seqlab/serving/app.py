@@ -155,7 +155,7 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
 
 
 def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[str, Any], served: ServedModel,
-                       wrap: Callable[[nn.Module], nn.Module]) -> None:
+                       wrap: Callable[[nn.Module], nn.Module]) -> dict[str, float]:
     """Serve the threshold, memory weight and model fitted on the person's sent mail before (else the
     unfitted setting: the run's threshold, `UNFITTED_WEIGHTS` and `UNFITTED_MODEL`), and let the learner type
     each new email held out and refit them while idle as the mail grows (`recalibrate.py`); /health tells
