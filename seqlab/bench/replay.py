@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from seqlab.bench import replay_passes as passes
 from seqlab.data.layout import SPLITS
+from seqlab.evaluation.bootstrap import BOOTSTRAP, draws, interval, ratios
 from seqlab.evaluation.calibration import load_calibration
 from seqlab.evaluation.typing_sim import TypedEmail, simulate
 from seqlab.generation.complete import MAX_SENTENCE_WORDS
@@ -52,7 +54,6 @@ from seqlab.serving.recalibrate import (
     UNFITTED_WEIGHTS,
 )
 
-BOOTSTRAP = 1000
 OFF = "off"  # the row the others are compared with: the general model as served to anyone
 
 # (key, what the row adds); each row keeps the levers above it
@@ -102,21 +103,12 @@ def source_shares(counts: Sequence[dict[str, Any]]) -> dict[str, float]:
 def paired_intervals(off: Sequence[dict[str, Any]], on: Sequence[dict[str, Any]], resamples: int = BOOTSTRAP,
                      seed: int = 0) -> dict[str, list[float] | None]:
     """95% bootstrap intervals of (on - off) for each figure, the same emails resampled for both."""
-    rng = random.Random(seed)
-    n = len(off)
-    diffs: dict[str, list[float]] = {name: [] for name in FIGURES}
-    for _ in range(resamples if n else 0):
-        pick = [rng.randrange(n) for _ in range(n)]
-        a, b = figures([off[i] for i in pick]), figures([on[i] for i in pick])
-        for name in FIGURES:
-            if a[name] is not None and b[name] is not None:
-                diffs[name].append(b[name] - a[name])  # type: ignore[operator]
-    out: dict[str, list[float] | None] = {}
-    for name, values in diffs.items():
-        values.sort()
-        out[name] = [values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]] if values \
-            else None
-    return out
+    picks = draws(len(off), resamples, seed)
+
+    def resampled(counts: Sequence[dict[str, Any]], top: str, bottom: str, scale: float) -> np.ndarray:
+        return ratios([c[top] for c in counts], [c[bottom] for c in counts], picks, scale)
+
+    return {name: interval(resampled(on, *how) - resampled(off, *how)) for name, how in FIGURES.items()}
 
 
 def person_rows(model: Any, tok: Any, person: passes.Person, rule: str, threshold: float, *, words: int,

@@ -24,6 +24,7 @@ from torch import nn
 
 from seqlab.data.store import TokenStore
 from seqlab.data.tokenizer import Tokenizer
+from seqlab.evaluation.bootstrap import draws, interval, ratios
 from seqlab.evaluation.heldout import score_split
 
 
@@ -76,11 +77,8 @@ def paired_bootstrap(a: EmailScores, b: EmailScores, emails: np.ndarray | None =
                      seed: int = 0, level: float = 0.95) -> dict[str, float]:
     """bpb(a) - bpb(b) over the same emails, with a percentile interval from resampling emails."""
     idx = np.arange(len(a.nll)) if emails is None else np.flatnonzero(emails) if emails.dtype == bool else emails
-    rng = np.random.default_rng([seed])
-    draws = rng.integers(0, len(idx), size=(samples, len(idx)))  # (S, N) resampled emails
-    pick = idx[draws]
-    nbytes = a.bytes[pick].sum(1)
-    diff = (a.nll[pick].sum(1) - b.nll[pick].sum(1)) / math.log(2) / np.maximum(nbytes, 1)  # (S,)
-    lo, hi = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
+    pick = idx[draws(len(idx), samples, seed)]  # (S, N) resampled emails
+    diff = ratios(a.nll - b.nll, a.bytes, pick, 1 / math.log(2))  # (S,) bits per byte
+    lo, hi = interval(diff, level) or (math.nan, math.nan)
     return {"diff": a.bpb(idx) - b.bpb(idx), "low": float(lo), "high": float(hi), "emails": int(len(idx)),
             "level": level}

@@ -6,23 +6,24 @@ threshold sweep, the trade-off curve and a joint fit of (threshold, blend weight
     saved share = sum over emails of saved characters / sum over emails of characters typed without help
     wrong per 100 words = 100 * wrong suggestions shown / words typed
 
-Each is a ratio of sums over emails, so its 95% interval is a percentile bootstrap over emails (Efron &
-Tibshirani 1993, ch. 13): emails resampled with replacement `BOOTSTRAP` times with a fixed seed; emails, not
-positions, are the independent units (positions of one email share its topic and style).
+Each is a ratio of sums over emails, so its 95% interval is a percentile bootstrap over emails
+(`seqlab.evaluation.bootstrap`): emails resampled with replacement `BOOTSTRAP` times with a fixed seed.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from seqlab.evaluation.bootstrap import BOOTSTRAP, draws, interval, quantiles, ratios
 from seqlab.evaluation.typing_sim import MODEL, TypedEmail, Typing, chosen, simulate
+from seqlab.evaluation.typing_sweep import sweep
 from seqlab.generation.gate import CHARS_PER_WRONG, DEFAULT_RULE, EXPECTED_CHARS, FIRST_WORD, RULES, check_rule
 
-BOOTSTRAP = 1000  # resamples for the 95% intervals
 # the grids the trade-off curve is drawn at: a first word's probability, and expected saved characters
 CURVE_THRESHOLDS = {
     FIRST_WORD: (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95),
@@ -42,15 +43,8 @@ def _ratio(parts: Sequence[Typing], top: str, bottom: str, scale: float) -> floa
 def bootstrap_interval(parts: Sequence[Typing], top: str, bottom: str, scale: float = 1.0,
                        resamples: int = BOOTSTRAP, seed: int = 0) -> list[float] | None:
     """95% percentile interval of scale * sum(top) / sum(bottom) over emails resampled with replacement."""
-    if not parts:
-        return None
-    rng = random.Random(seed)
-    n = len(parts)
-    stats = sorted(r for r in (_ratio([parts[rng.randrange(n)] for _ in range(n)], top, bottom, scale)
-                               for _ in range(resamples)) if r is not None)
-    if not stats:
-        return None
-    return [stats[int(0.025 * (len(stats) - 1))], stats[int(0.975 * (len(stats) - 1))]]
+    picks = draws(len(parts), resamples, seed)
+    return interval(ratios([getattr(t, top) for t in parts], [getattr(t, bottom) for t in parts], picks, scale))
 
 
 def _by_source(parts: Sequence[Typing], name: str) -> dict[str, int]:
@@ -131,9 +125,18 @@ def _check(rule: str, max_wrong_per_100: float) -> None:
 
 def _best_row(typed: Sequence[TypedEmail], rule: str, max_wrong_per_100: float,
               weights: Mapping[str, float] | None) -> tuple[dict[str, Any], bool]:
-    """(row without intervals at the best candidate threshold, whether it is within the cap)."""
-    rows = [score_typing(typed, rule, t, weights=weights, intervals=False)
-            for t in candidate_thresholds(typed, rule, weights=weights)]
+    """(the threshold, saved share and wrong per 100 words at the best candidate threshold, whether it is within
+    the cap), every candidate typed at once (`typing_sweep`)."""
+    thresholds = candidate_thresholds(typed, rule, weights=weights)
+    saved, wrong = np.zeros(len(thresholds), dtype=np.int64), np.zeros(len(thresholds), dtype=np.int64)
+    for e in typed:
+        s, w = sweep(e, rule, thresholds, weights)
+        saved += s
+        wrong += w
+    chars, words = sum(e.chars for e in typed), sum(e.words for e in typed)
+    rows = [{"threshold": t, "saved": int(saved[j]) / chars if chars else None,
+             "wrong_per_100_words": 100.0 * int(wrong[j]) / words if words else None}
+            for j, t in enumerate(thresholds)]
     ok = [r for r in rows if (r["wrong_per_100_words"] or 0.0) <= max_wrong_per_100]
     # the largest saved share; on ties the higher threshold (fewer suggestions shown for the same saving)
     return (max(ok, key=lambda r: ((r["saved"] or 0.0), r["threshold"])), True) if ok else (rows[-1], False)
@@ -141,15 +144,15 @@ def _best_row(typed: Sequence[TypedEmail], rule: str, max_wrong_per_100: float,
 
 def best_threshold(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
                    max_wrong_per_100: float = MAX_WRONG_PER_100, *,
-                   weights: Mapping[str, float] | None = None) -> dict[str, Any]:
+                   weights: Mapping[str, float] | None = None, intervals: bool = True) -> dict[str, Any]:
     """The threshold (among `candidate_thresholds`) whose saved share is largest while wrong suggestions
     stay at most `max_wrong_per_100` per 100 words, at fixed source `weights`; the highest threshold tried
-    when none keeps to the cap. Returns `score_typing`'s row there, with intervals, "max_wrong_per_100"
+    when none keeps to the cap. Returns `score_typing`'s row there (with `intervals`), "max_wrong_per_100"
     and "within_cap"."""
     _check(rule, max_wrong_per_100)
     pick, ok = _best_row(typed, rule, max_wrong_per_100, weights)
-    return {**score_typing(typed, rule, pick["threshold"], weights=weights), "max_wrong_per_100": max_wrong_per_100,
-            "within_cap": ok}
+    return {**score_typing(typed, rule, pick["threshold"], weights=weights, intervals=intervals),
+            "max_wrong_per_100": max_wrong_per_100, "within_cap": ok}
 
 
 def weight_settings(typed: Sequence[TypedEmail],
@@ -178,7 +181,8 @@ def fit_rank(row: Mapping[str, Any]) -> tuple[float, float]:
 
 def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
                 max_wrong_per_100: float = MAX_WRONG_PER_100,
-                weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None) -> dict[str, Any]:
+                weight_grid: Mapping[str, Sequence[float]] | Sequence[float] | None = None, *,
+                intervals: bool = True) -> dict[str, Any]:
     """The (threshold, source weights) saving the most characters within the cap: `best_threshold` at each
     of `weight_settings(typed, weight_grid)`, the best kept (on ties the first in grid order: with the
     default grid, the smaller weight). Returns `best_threshold`'s row there ("weights" holds the fitted
@@ -193,7 +197,8 @@ def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
         if best is None or score > best[0]:
             best = (score, weights)
     assert best is not None  # weight_settings gives at least one setting
-    return {**best_threshold(typed, rule, max_wrong_per_100, weights=best[1]), "settings_tried": len(settings)}
+    return {**best_threshold(typed, rule, max_wrong_per_100, weights=best[1], intervals=intervals),
+            "settings_tried": len(settings)}
 
 
 # The lower quantile of the bootstrap a fitted setting's gain over the default must clear (`fit_served`).
@@ -204,19 +209,12 @@ def gain_lower_bound(fitted: Sequence[Typing], default: Sequence[Typing], quanti
                      resamples: int = BOOTSTRAP, seed: int = 0) -> float:
     """The `quantile` of the paired bootstrap of (saved share under `fitted` - under `default`), the same
     emails resampled for both: how much more the fitted setting saves at the least, at that confidence."""
-    if not fitted:
-        return 0.0
-    rng = random.Random(seed)
-    gain = [f.saved - d.saved for f, d in zip(fitted, default)]
-    chars = [d.chars for d in default]
-    n = len(gain)
-    stats = []
-    for _ in range(resamples):
-        pick = [rng.randrange(n) for _ in range(n)]
-        den = sum(chars[i] for i in pick)
-        stats.append(sum(gain[i] for i in pick) / den if den else 0.0)
-    stats.sort()
-    return stats[int(quantile * (len(stats) - 1))]
+    if len(fitted) != len(default):
+        raise ValueError(f"the two settings must type the same emails: {len(fitted)} typings against {len(default)}")
+    picks = draws(len(default), resamples, seed)
+    gain = ratios([f.saved - d.saved for f, d in zip(fitted, default)], [d.chars for d in default], picks)
+    low = quantiles(gain, [quantile])
+    return low[0] if low else 0.0
 
 
 def fit_served(typings: Mapping[str, Sequence[TypedEmail]], default: tuple[str, float, Mapping[str, float]],
@@ -239,7 +237,7 @@ def fit_served(typings: Mapping[str, Sequence[TypedEmail]], default: tuple[str, 
     names = list(typings)
     if default[0] not in typings:
         raise ValueError(f"the default model {default[0]!r} has no typings")
-    rows = {name: fit_setting(typings[name], rule, max_wrong_per_100, weight_grid) for name in names}
+    rows = {name: fit_setting(typings[name], rule, max_wrong_per_100, weight_grid, intervals=False) for name in names}
     best = max(names, key=lambda name: fit_rank(rows[name]))
     model, threshold, weights = default
     kept_rule = rule if default_rule is None else default_rule

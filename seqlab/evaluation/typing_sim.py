@@ -118,6 +118,9 @@ class TypedEmail:
     # threshold, so a threshold sweep computes it once
     _chosen: dict[tuple[tuple[str, float], ...], list[Choice | None]] = field(
         default_factory=dict, repr=False, compare=False)
+    # (weights key, boundary, words shown) -> what follows (`stretch`), for the same reason
+    _stretches: dict[tuple[tuple[tuple[str, float], ...], int, int], Stretch] = field(
+        default_factory=dict, repr=False, compare=False)
 
     @property
     def chars(self) -> int:
@@ -215,49 +218,99 @@ def _bump(counts: dict[str, int], source: str, by: int = 1) -> None:
     counts[source] = counts.get(source, 0) + by
 
 
+@dataclass(frozen=True)
+class Stretch:
+    """What follows a suggestion shown at one boundary, `k` words of the proposal chosen there, until the page
+    asks again: it depends on neither the rule nor the threshold, so a threshold sweep computes it once."""
+
+    after: int  # the next boundary asked (len(boundaries) when none is)
+    saved: int
+    accepted: int  # 1 when the writer took something of it
+    wrong: int  # 1 when its first word was wrong
+    keystrokes: int
+    typed_through: int
+
+
+def next_asked(email: TypedEmail, i: int, at: int) -> int:
+    """The boundary the page asks at next, after asking at boundary `i` with the writer now at `at` without a
+    ghost: the first later one at or after `at` (boundaries passed under a ghost or inside accepted text are
+    never asked); len(boundaries) when the typed part is over."""
+    if at >= email.end:
+        return len(email.boundaries)
+    j = i + 1
+    while j < len(email.boundaries) and email.boundaries[j].offset < at:
+        j += 1
+    return j
+
+
+def first_asked(email: TypedEmail) -> int:
+    """The first boundary the page asks at: the first inside the typed part."""
+    return next_asked(email, -1, email.start)
+
+
+def stretch(email: TypedEmail, weights: Mapping[str, float] | None, i: int, k: int) -> Stretch:
+    """The `Stretch` of showing `k` words (k >= 1) of the proposal chosen at boundary `i` under `weights`,
+    kept on the email (module doc: accepting and typing through)."""
+    key = (weights_key(weights), i, k)
+    found = email._stretches.get(key)
+    if found is None:
+        found = email._stretches[key] = _type_through(email, chosen(email, weights)[i], i, k)
+    return found
+
+
+def _type_through(email: TypedEmail, c: Choice | None, i: int, k: int) -> Stretch:
+    assert c is not None and 1 <= k <= len(c.ends)
+    text, end = email.text, email.end
+    at = email.boundaries[i].offset
+    ends: Sequence[int] | None = c.ends[:k]  # the ghost's word ends while it is whole
+    ghost = c.text[:c.ends[k - 1]]  # what is left of the suggestion on screen
+    wrong = not text.startswith(ghost[:c.ends[0]], at, end)
+    if wrong:
+        ends = None
+    saved = keystrokes = accepted = through = 0
+    while True:
+        took, j = right_prefix(ghost, text, at, end, ends) if ghost[0] == text[at] else (0, 0)
+        ends = None
+        cost = 1 if took == len(ghost) else j  # Tab takes it all; Ctrl+Right one word at a time
+        if took > cost:
+            saved += took - cost
+            keystrokes += cost
+            accepted = 1
+            at, ghost = at + took, ghost[took:]
+        elif ghost[0] == text[at]:  # the writer types the next character by hand
+            through += 1
+            ghost = ghost[1:]
+            at += 1
+        else:
+            ghost = ""
+            at += 1
+        if not ghost or at >= end:
+            return Stretch(next_asked(email, i, at), saved, accepted, int(wrong), keystrokes, through)
+
+
 def simulate(email: TypedEmail, rule: str, threshold: float | None,
              weights: Mapping[str, float] | None = None) -> Typing:
     """Type `email` with suggestions chosen by `weights` and shown by `rule` at `threshold` (module doc)."""
     out = Typing(email.chars, email.words)
     choices = chosen(email, weights)
-    text, end = email.text, email.end
-    at, nxt = email.start, 0  # where the writer is; the next boundary to look at
-    ghost, source, taken = "", "", False  # the suggestion on screen (what is left of it)
-    ends: Sequence[int] | None = None  # its word ends while it is whole
-    while at < end:
-        if not ghost:
-            while nxt < len(choices) and email.boundaries[nxt].offset < at:
-                nxt += 1  # passed under a ghost or inside accepted text: never asked
-            if nxt == len(choices):
-                break
-            at, c = email.boundaries[nxt].offset, choices[nxt]
-            nxt += 1
-            k = c.shown_words(rule, threshold) if c else 0
-            if c is None or k == 0:
-                continue
-            ends = c.ends[:k]
-            ghost, source, taken = c.text[:ends[-1]], c.source, False
-            out.shown += 1
-            _bump(out.shown_by, source)
-            if not text.startswith(ghost[:ends[0]], at, end):
-                out.wrong += 1
-                _bump(out.wrong_by, source)
-                ends = None
-        took, j = right_prefix(ghost, text, at, end, ends) if ghost[0] == text[at] else (0, 0)
-        ends = None
-        cost = 1 if took == len(ghost) else j  # Tab takes it all; Ctrl+Right one word at a time
-        if took > cost:
-            out.saved += took - cost
-            out.keystrokes += cost
-            _bump(out.saved_by, source, took - cost)
-            out.accepted += not taken
-            taken, at, ghost = True, at + took, ghost[took:]
+    i = first_asked(email)
+    while i < len(choices):
+        c = choices[i]
+        k = c.shown_words(rule, threshold) if c else 0
+        if c is None or k == 0:  # nothing shown: the page asks again after the next character
+            i = next_asked(email, i, email.boundaries[i].offset)
             continue
-        # the writer types the next character by hand
-        if ghost[0] == text[at]:
-            out.typed_through += 1
-            ghost = ghost[1:]
-        else:
-            ghost = ""
-        at += 1
+        s = stretch(email, weights, i, k)
+        out.shown += 1
+        out.wrong += s.wrong
+        out.saved += s.saved
+        out.keystrokes += s.keystrokes
+        out.accepted += s.accepted
+        out.typed_through += s.typed_through
+        _bump(out.shown_by, c.source)
+        if s.wrong:
+            _bump(out.wrong_by, c.source)
+        if s.saved:
+            _bump(out.saved_by, c.source, s.saved)
+        i = s.after
     return out
