@@ -72,11 +72,13 @@ class ServedModel:
     last fit on the person's sent mail chose (`recalibrate.py`). Each method is a job for the model thread,
     so the choice and the copies change only there, between two requests (`CompletionEngine.replace_model`)."""
 
-    def __init__(self, engine: CompletionEngine, general: nn.Module, learned: nn.Module | None) -> None:
+    def __init__(self, engine: CompletionEngine, general: nn.Module, learned: nn.Module | None,
+                 unfitted_learned: bool = True) -> None:
         self.engine, self.general, self.learned = engine, general, learned
-        self.unfitted = True  # what is served before a fit (and after `forget`): the learned copy unless set
-        self.use_learned = True  # until a fit says otherwise
-        if learned is not None:
+        # which is served before a fit and after `forget` (the recalibrator's UNFITTED_MODEL where fits run)
+        self.unfitted = unfitted_learned
+        self.use_learned = unfitted_learned  # until a fit says otherwise
+        if learned is not None and unfitted_learned:
             engine.replace_model(learned)
 
     def learned_copy(self, model: nn.Module) -> None:
@@ -108,6 +110,7 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
     from seqlab.generation.phrases import PhraseBlend, unblended
     from seqlab.serving.learner import Learner, load_learned, weights_digest
     from seqlab.serving.personal import PersonalStore
+    from seqlab.serving.recalibrate import LEARNED, UNFITTED_MODEL
     from seqlab.serving.remembered import build_memory, sent_label
 
     general = engine.model
@@ -121,7 +124,9 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
     state.personal = PersonalStore(state.config.run_dir, settings.max_emails, settings.max_store_bytes)
     learned = copy.deepcopy(base_model)
     record = load_learned(learned, state.personal.folder, base)
-    served = ServedModel(engine, general, wrap(learned) if record is not None else None)
+    refits = state.config.min_confidence is None and engine.rule in VALUE_RULES  # else the person's own setting
+    served = ServedModel(engine, general, wrap(learned) if record is not None else None,
+                         UNFITTED_MODEL == LEARNED if refits else True)
     if record is not None:
         base_model = learned
 
@@ -143,7 +148,7 @@ def start_learning(state: ServerState, engine: CompletionEngine, info: dict[str,
     state.learner = Learner(base_model, engine.tokenizer, state.personal, state.idle,
                             lambda model: state.worker.submit(served.learned_copy, wrap(model)), settings,
                             base=base, record=record, on_forgotten=trained_again)
-    if state.config.min_confidence is None and engine.rule in VALUE_RULES:  # the person's own setting
+    if refits:
         weights = refit_on_sent_mail(state, engine, info, served, wrap)
     state.learner.start()
     if state.config.sent is not None:
@@ -160,7 +165,7 @@ def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[
     unfitted setting: the run's threshold, `UNFITTED_WEIGHTS` and `UNFITTED_MODEL`), and let the learner type
     each new email held out and refit them while idle as the mail grows (`recalibrate.py`); /health tells
     the setting. Returns the unfitted weights, which `forget` restores."""
-    from seqlab.serving.recalibrate import GENERAL, LEARNED, UNFITTED_MODEL, UNFITTED_WEIGHTS, Recalibrator
+    from seqlab.serving.recalibrate import GENERAL, LEARNED, UNFITTED_WEIGHTS, Recalibrator
 
     run_source = info.get("threshold_source")
 
@@ -177,9 +182,7 @@ def refit_on_sent_mail(state: ServerState, engine: CompletionEngine, info: dict[
     recalibrator = Recalibrator(served.general, engine.tokenizer, state.personal, engine.memory_emails,
                                 lambda setting: state.worker.submit(apply, setting),
                                 unfitted=(engine.rule, engine.threshold))
-    # loading runs on the model thread already
-    served.unfitted = UNFITTED_MODEL == LEARNED
-    served.choose(served.unfitted)
+    # loading runs on the model thread already; the model served unfitted was chosen with `served`
     engine.weights.update(UNFITTED_WEIGHTS)
     unfitted = dict(engine.weights)
     info["memory"] = engine.describe()["memory"]
