@@ -102,3 +102,15 @@ def test_sender_and_date_come_from_each_emails_source(tmp_path: Path) -> None:
         m = meta[i]
         assert m.date >= seen.get(m.sender, -1.0)
         seen[m.sender] = m.date
+
+
+def test_the_bench_row_times_the_whole_command_against_the_training_minutes(gru_run_dir: Path, tiny_data_dir: Path,
+                                                                            monkeypatch) -> None:
+    from seqlab.bench import dynamic_speed
+
+    monkeypatch.setattr(dynamic_speed, "model_source", lambda cache: (gru_run_dir, tiny_data_dir, 120.0, "tiny gru"))
+    (row,) = dynamic_speed.rows(Path("unused"), threads=1)
+    assert row["section"] == "evaluation" and row["unit"] == "%" and row["goal"] == "<= 100"
+    detail = row["detail"]
+    assert row["value"] == pytest.approx(100 * detail["seconds"] / 120.0) and detail["emails"] > 0
+    assert detail["bpb_dynamic"] > 0 and detail["bpb_frozen"] > 0

@@ -132,10 +132,11 @@ def speed_rows(family: str, split: str, kind: str, step_tokens: int, fed: int, r
     return out
 
 
-def rows(data: Path, threads: int) -> list[dict[str, Any]]:
+def rows(data: Path, threads: int, quick: bool = False) -> list[dict[str, Any]]:
     """The rows of each family, then the saved-characters typing's (`proposal_speed`: its proposals batched
-    against one by one, and its time against the recipe's training minutes)."""
-    from seqlab.bench import proposal_speed
+    against one by one, and its time against the recipe's training minutes) and, unless `quick`, the time of
+    `seqlab eval --dynamic` against the same minutes (`dynamic_speed`: minutes of its own)."""
+    from seqlab.bench import dynamic_speed, proposal_speed
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -143,4 +144,5 @@ def rows(data: Path, threads: int) -> list[dict[str, Any]]:
         out = [r for f in ("attention", "gru") for r in family_rows(f, data, "val")]
     finally:
         torch.set_num_threads(before)
-    return out + proposal_speed.rows(data.parent, threads)
+    out += proposal_speed.rows(data.parent, threads)
+    return out if quick else out + dynamic_speed.rows(data.parent, threads)

@@ -45,7 +45,7 @@ def every_letter(text: str) -> list[int]:
     return list(range(start + 1, end + 1))
 
 
-def _model_source(cache: Path) -> tuple[Path, Path, float, str]:
+def model_source(cache: Path) -> tuple[Path, Path, float, str]:
     """(RUN_DIR, DATA_DIR, training seconds, label): the recipe run, else the latency benchmark's GRU."""
     if (RECIPE_RUN / "manifest.json").is_file() and (RECIPE_DATA / "meta.json").is_file():
         minutes = json.loads((RECIPE_RUN / "run.json").read_text()).get("recipe", {}).get("minutes", 10.0)
@@ -63,7 +63,7 @@ def _differ(a: list[list[Completion]], b: list[list[Completion]]) -> int:
 
 def rows(cache: Path, threads: int) -> list[dict[str, Any]]:
     """The two rows of the module docstring."""
-    run, data, train_s, label = _model_source(cache)
+    run, data, train_s, label = model_source(cache)
     model, tok, _ = load_run(run, "cpu")
     texts = completion_texts(TokenStore(data, "test"), tok, EMAILS, SEED)
     positions = [every_letter(t) for t in texts]

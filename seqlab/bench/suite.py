@@ -6,7 +6,9 @@ Sections, in order (each a module of this package; `--only` picks some):
               the trainer's allocator setting on and off (`allocator`)
   bf16        on a CPU with bf16 instructions: the bf16 matmul peak, each family's training step under bf16
               autocast against fp32, minGRU against the GRU in bf16 (`bf16`); one "skipped" row elsewhere
-  evaluation  evaluation of a whole split against training tokens/s (`eval_speed`)
+  evaluation  evaluation of a whole split against training tokens/s (`eval_speed`); the saved-characters
+              typing and `eval --dynamic` against the recipe's training minutes (`proposal_speed`,
+              `dynamic_speed`; the latter not with --quick)
   compile     torch.compile per family: compile seconds, steady rate, the 10-minute gain (`compiled`)
   threads     the default thread policy beside a busy process (`contention`)
   prepare     `seqlab prepare`'s MB/s and memory on synthetic mboxes, each run a fresh process
@@ -66,7 +68,7 @@ def _evaluation(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:
     from seqlab.bench import eval_speed
     from seqlab.bench.latency import ensure_data
 
-    return eval_speed.rows(ensure_data(out / "cache"), threads)
+    return eval_speed.rows(ensure_data(out / "cache"), threads, quick)
 
 
 def _compile(out: Path, quick: bool, threads: int) -> list[dict[str, Any]]:

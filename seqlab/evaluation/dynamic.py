@@ -50,7 +50,7 @@ from seqlab.evaluation.calibration import served_gate
 from seqlab.evaluation.context_scores import EmailScores, paired_bootstrap
 from seqlab.evaluation.exact_match import Proposal, coverage_table, sample_positions
 from seqlab.evaluation.heldout import token_byte_lengths
-from seqlab.evaluation.saved_chars import DEFAULT_ASK, TypedEmail, collect_typing, one_by_one, score_typing
+from seqlab.evaluation.saved_chars import DEFAULT_ASK, TypedEmail, collect_typing, model_proposer, score_typing
 from seqlab.evaluation.scored_emails import check_same_tokenizer, completion_picks
 from seqlab.generation.complete import complete, split_words
 from seqlab.generation.decode import context_limit, model_device
@@ -239,8 +239,9 @@ def adapt_pass(model: nn.Module, tok: Tokenizer, store: TokenStore, order: Seque
                                              c.words[:max_words], c.confidence if c.words else 0.0,
                                              c.word_confidences[:max_words]))
         if e in typed_texts:
-            typed[e] = collect_typing([typed_texts[e]], one_by_one(lambda p, _: propose(p, typed_max_words)),
-                                      words=saved_words, ask=ask)[0]
+            # every asked position of the email at once (prefix reuse and lanes), as `complete` would answer
+            typed[e] = collect_typing([typed_texts[e]], model_proposer(model, tok, max_words=typed_max_words),
+                                      words=saved_words, contexts=[ctx], ask=ask)[0]
         if lr > 0:
             grads = torch.autograd.grad(loss, params, allow_unused=True)
             with torch.no_grad():
