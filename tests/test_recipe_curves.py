@@ -177,3 +177,25 @@ def test_the_bench_rows_say_what_the_probe_costs_and_what_the_trainer_keeps(tmp_
     table = load_table()
     assert cost["unit"] == "%" and cost["goal"] == "< 2" and set(cost["detail"]["rates"]) == set(table["curves"])
     assert share["unit"] == "x" and share["value"] > 0 and share["detail"]["table_share"] == table["trainer_share"]
+
+
+def test_a_run_far_from_the_probe_s_prediction_drops_the_cached_rates(tmp_path: Path, monkeypatch) -> None:
+    from seqlab.config import get_preset
+    from seqlab.training.curve_choice import RATE_TOLERANCE, check_probe
+
+    monkeypatch.setenv("SEQLAB_CACHE", str(tmp_path))
+    configs = {"a": {"fp32": get_preset("tiny")}}
+    kept = probe(configs, 1, 0.05, step_fn=lambda cfg: lambda: time.sleep(0.005))
+    recipe = {"max_steps": 0, "prediction": {"reachable_steps": 1000, "probe": kept.as_dict()}}
+    ended = {"stopped": "reached train.max_minutes", "failed": False}
+    near = round(1000 * (1 + RATE_TOLERANCE / 2))
+    assert check_probe(recipe, {**ended, "steps": near}) is None and kept.path.is_file()
+    # stopped by a step budget or by failure: nothing to compare
+    assert check_probe({**recipe, "max_steps": 900}, {**ended, "steps": 400}) is None
+    assert check_probe(recipe, {**ended, "steps": 400, "failed": True}) is None and kept.path.is_file()
+    note = check_probe(recipe, {**ended, "steps": 1360})
+    assert note is not None and "1,360 steps" in note and "1,000 (+36%)" in note and "dropped" in note
+    assert not kept.path.exists() and not probe(configs, 1, 0.05, step_fn=lambda cfg: lambda: None).cached
+    odd = {**recipe, "prediction": {"reachable_steps": 1000, "probe": {"key": "../x"}}}  # never a path
+    assert check_probe(odd, {**ended, "steps": 10}) == ("this run took 10 steps where the speed probe's rates "
+                                                          "gave 1,000 (-99%)")

@@ -54,7 +54,9 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     `settings`, the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`.
     `resume` continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
     may change); `init` starts a new run from a trained one's weights, tokenizer and model settings.
-    `say(line)` is given the recipe's one-line reason before training starts, when the table chose it.
+    `say(line)` is given the recipe's one-line reason before training starts, when the table chose it, and
+    a line after it when the run's steps were far from the speed probe's prediction (whose cached rates are
+    then dropped: `seqlab.training.curve_choice.check_probe`).
     `on_step(report)` is called after every step with a `StepReport` (step, loss, elapsed seconds, tokens,
     and the validation loss on steps that ran it); `progress` shows the terminal bar. Refusals (a folder
     another process is training into, a run already there without `resume`, a run halted on non-finite
@@ -96,6 +98,12 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
         raise UserError(summary["stopped"])
     if launched_rank() != 0:  # under torchrun only rank 0 writes RUN_DIR (maybe on another machine): not loaded
         return Run(out, summary=summary)
+    if recipe is not None:
+        from seqlab.training.curve_choice import check_probe
+
+        note = check_probe(recipe, summary)
+        if note is not None and say is not None:
+            say(note)
     return load(out, summary=summary)
 
 

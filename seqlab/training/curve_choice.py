@@ -22,9 +22,12 @@ from typing import Any
 from seqlab.config import RunConfig, apply_overrides, get_preset
 from seqlab.training.curves import Reading, read_table_curve
 from seqlab.training.recipe_table import CANDIDATES, Machine, RecipeChoice, data_notes
-from seqlab.training.speed_probe import PROBE_MAX_S, PROBE_SHARE, probe
+from seqlab.training.speed_probe import PROBE_MAX_S, PROBE_SHARE, forget, probe
 
 TRAINER_SHARE = 0.85  # when the table has not measured its own (its "trainer_share")
+# How far a run's steps may fall from the probe's prediction before the probe's cached rates are dropped: a
+# rate probed while something else loaded the machine was 26% low for a whole later hour (docs/training.md).
+RATE_TOLERANCE = 0.1
 
 
 def family(name: str) -> str:
@@ -128,3 +131,22 @@ def curve_choice(minutes: float, machine: Machine, meta: dict[str, Any], table: 
     notes = "; ".join([how, *data_notes(meta, table)])
     choice = choose_by_curves(minutes, machine, measured.rates, measured.seconds, table, probe_note=f"; {notes}")
     return dataclasses.replace(choice, prediction={**(choice.prediction or {}), "probe": measured.as_dict()})
+
+
+def check_probe(recipe: Mapping[str, Any], summary: Mapping[str, Any]) -> str | None:
+    """After a run the curves chose that trained to the end of its minutes: when the steps it took are more
+    than RATE_TOLERANCE from the steps the probe's rates predicted, the cached rates are dropped, so the next
+    run on this machine measures them again (the probe or the run met another load than the other, or the
+    machine changed), and a line says so; None when they agree or nothing can be compared."""
+    prediction = recipe.get("prediction") or {}
+    reach, key = prediction.get("reachable_steps"), (prediction.get("probe") or {}).get("key")
+    steps = summary.get("steps")
+    if summary.get("failed") or not reach or not key or not steps or recipe.get("max_steps") \
+            or summary.get("stopped") != "reached train.max_minutes":
+        return None  # stopped early by design or by failure: its steps say nothing of the rate
+    off = steps / reach - 1.0
+    if abs(off) <= RATE_TOLERANCE:
+        return None
+    dropped = forget(str(key))
+    return (f"this run took {steps:,} steps where the speed probe's rates gave {reach:,} ({off:+.0%})"
+            + ("; those cached rates are dropped and the next run here measures them again" if dropped else ""))

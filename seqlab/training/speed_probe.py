@@ -40,8 +40,10 @@ class Probe:
     path: Path | None
 
     def as_dict(self) -> dict[str, Any]:
+        """As run.json keeps it: the rates, what measuring cost, and the cache entry's name (`forget`)."""
         return {"rates": {n: {p: round(r, 3) for p, r in by.items()} for n, by in self.rates.items()},
-                "seconds": round(self.seconds, 2), "cached": self.cached}
+                "seconds": round(self.seconds, 2), "cached": self.cached,
+                "key": self.path.stem if self.path is not None else None}
 
 
 def cpu_name() -> str:
@@ -66,6 +68,20 @@ def cache_path(configs: Mapping[str, Mapping[str, Any]], threads: int) -> Path:
                       "configs": {n: {p: c.to_json() for p, c in by.items()}
                                   for n, by in sorted(configs.items())}}, sort_keys=True)
     return default_cache_dir() / "speed" / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
+
+
+def forget(key: str) -> bool:
+    """Drop the cached rates named `key` (`Probe.as_dict`'s "key"), so the next run measures them again;
+    whether there were any."""
+    from seqlab.data.mail.sources import default_cache_dir
+
+    if not key.isalnum():  # a name this module wrote, never a path
+        return False
+    try:
+        (default_cache_dir() / "speed" / f"{key}.json").unlink()
+    except OSError:
+        return False
+    return True
 
 
 def probe(configs: Mapping[str, Mapping[str, Any]], threads: int, seconds: float,
