@@ -43,6 +43,18 @@ class Candidate:
     text: str  # '' when the source proposed no whole word
     word_confidences: list[float] = field(default_factory=list)  # P(first k words), k = 1..
     origin: str | None = None  # for memory: the earlier email it came from
+    # (source, weight) -> this proposal as a `Choice` (`weighed`): a fit tries many weights of the other
+    # sources, and the model's proposal (weight 1 in all of them) is the same Choice in each
+    _weighed: dict[tuple[str, float], Choice | None] = field(default_factory=dict, repr=False, compare=False)
+
+    def weighed(self, source: str, weight: float) -> Choice | None:
+        """This proposal as `source`'s `Choice`, its word confidences multiplied by `weight` (capped at 1); None
+        when it proposes no whole word."""
+        key = (source, weight)
+        if key not in self._weighed:
+            confs = self.word_confidences if weight == 1.0 else [min(1.0, weight * q) for q in self.word_confidences]
+            self._weighed[key] = Choice.of(source, self.text, confs) if confs and word_ends(self.text) else None
+        return self._weighed[key]
 
     @classmethod
     def of(cls, c: Completion) -> Candidate:
@@ -162,10 +174,9 @@ def choose(b: Boundary, weights: Mapping[str, float] | None = None) -> Choice | 
     best: Choice | None = None
     for source, c in b.proposals.items():
         w = (weights or {}).get(source, 1.0)
-        if not c.word_confidences or not word_ends(c.text) or w <= 0:
+        choice = c.weighed(source, w) if w > 0 else None
+        if choice is None:
             continue
-        confs = c.word_confidences if w == 1.0 else [min(1.0, w * q) for q in c.word_confidences]
-        choice = Choice.of(source, c.text, confs)
         if best is None or choice.best_value > best.best_value:
             best = choice
     return best

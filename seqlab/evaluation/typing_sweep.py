@@ -10,7 +10,7 @@ depends on neither the rule nor the threshold. Here each email is walked once fo
 - for each threshold, the next boundary with something shown, NEXT[b, t] (boundaries where nothing is shown
   are passed one by one, as the page asks after each typed character);
 - then every threshold's writer steps from shown suggestion to shown suggestion together, each step one
-  `Stretch` looked up (typed once per boundary and words shown, kept on the email) and added on arrays.
+  `Stretch` looked up in arrays (typed once per boundary and words shown, kept on the email) and added.
 
 So the cost is one `Stretch` per suggestion any threshold shows, plus array work per step, instead of a
 character-level walk per threshold. `sweep` gives what `simulate` gives for the saved characters and the
@@ -75,6 +75,11 @@ def sweep(email: TypedEmail, rule: str, thresholds: Sequence[float],
     # (row n is that sentinel, so a stretch that ends the email indexes it)
     rows = np.where(k > 0, np.arange(n)[:, None], n)
     nxt = np.vstack([np.minimum.accumulate(rows[::-1], axis=0)[::-1], np.full((1, len(ts)), n)])
+    # what follows a suggestion at (boundary, words shown), filled in as the walks first need it (after = -1:
+    # not yet typed)
+    width = int(k.max(initial=0)) + 1
+    after = np.full((n, width), -1, dtype=np.int64)
+    gain, missed = np.zeros((n, width), dtype=np.int64), np.zeros((n, width), dtype=np.int64)
     lanes = np.arange(len(ts))
     at = nxt[min(first_asked(email), n), lanes]
     while True:
@@ -83,18 +88,10 @@ def sweep(email: TypedEmail, rule: str, thresholds: Sequence[float],
             return saved, wrong
         lanes, at = lanes[live], at[live]
         words = k[at, lanes]
-        after = np.empty_like(at)
-        # thresholds at the same boundary showing the same words share one stretch
-        for (b, w), where in _groups(at, words):
+        new = after[at, words] < 0
+        for b, w in set(zip(at[new].tolist(), words[new].tolist())):
             s = stretch(email, weights, b, w)
-            saved[lanes[where]] += s.saved
-            wrong[lanes[where]] += s.wrong
-            after[where] = s.after
-        at = nxt[np.minimum(after, n), lanes]
-
-
-def _groups(at: np.ndarray, words: np.ndarray) -> list[tuple[tuple[int, int], np.ndarray]]:
-    """The lanes (as index arrays) at each distinct (boundary, words shown) pair."""
-    span = int(words.max()) + 1
-    keys, inverse = np.unique(at * span + words, return_inverse=True)
-    return [((int(key) // span, int(key) % span), np.nonzero(inverse == g)[0]) for g, key in enumerate(keys)]
+            after[b, w], gain[b, w], missed[b, w] = s.after, s.saved, s.wrong
+        saved[lanes] += gain[at, words]  # each lane once per step: no repeated index
+        wrong[lanes] += missed[at, words]
+        at = nxt[after[at, words], lanes]
