@@ -55,7 +55,9 @@ def test_the_path_needs_float32_cpu_no_autograd_no_autocast() -> None:
 @pytest.mark.parametrize("mixer,pos", [("attention", "rope"), ("attention", "learned"), ("gru", "none")])
 def test_scoring_a_split_with_onednn_equals_scoring_without(tmp_path: Path, mixer: str, pos: str) -> None:
     """Float32 bits per byte of a whole split (sliding, windows, lanes) with and without the oneDNN path
-    agree to about 1e-9; a training forward is bitwise the same as before (it never takes the path)."""
+    agree to float32's rounding (oneDNN picks its kernel, and so its summation order, by the CPU: about 1e-9
+    relative on an AMD EPYC, 1.1e-9 on an Intel Xeon with AMX); a training forward is bitwise the same as
+    before (it never takes the path)."""
     tok = ByteTokenizer()
     store = make_store(tmp_path / "d", [3, 30, 8, 17, 1, 9, 24, 60])
     torch.manual_seed(0)
@@ -66,7 +68,7 @@ def test_scoring_a_split_with_onednn_equals_scoring_without(tmp_path: Path, mixe
         ref = evaluate_lm(model, store, 8, 4, "cpu", tok)
     fast = evaluate_lm(model, store, 8, 4, "cpu", tok)
     assert fast["tokens"] == ref["tokens"] and fast["bytes"] == ref["bytes"]
-    assert fast["bpb"] == pytest.approx(ref["bpb"], rel=1e-9, abs=0)
+    assert fast["bpb"] == pytest.approx(ref["bpb"], rel=1e-7, abs=0)
     x = torch.randint(0, tok.vocab_size, (2, 8))
     with use_onednn(False):
         before = model(x)[0]

@@ -54,9 +54,8 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
     `settings`, the CLI's "section.field=value" strings) override its fields, e.g. `train={"max_steps": 60}`.
     `resume` continues the run in `out` from its last good checkpoint with its saved config (only train.* and data.*
     may change); `init` starts a new run from a trained one's weights, tokenizer and model settings.
-    `say(line)` is given the recipe's one-line reason before training starts, when the table chose it, and
-    a line after it when the run's steps were far from the speed probe's prediction (whose cached rates are
-    then dropped: `seqlab.training.curve_choice.check_probe`).
+    `say(line)` is given the recipe's one-line reason before training starts, when the table chose it (and
+    one after, when the run missed the speed probe's steps: `check_recipe_probe`).
     `on_step(report)` is called after every step with a `StepReport` (step, loss, elapsed seconds, tokens,
     and the validation loss on steps that ran it); `progress` shows the terminal bar. Refusals (a folder
     another process is training into, a run already there without `resume`, a run halted on non-finite
@@ -98,12 +97,7 @@ def train(data: str | Path, out: str | Path, preset: str | None = None, *, minut
         raise UserError(summary["stopped"])
     if launched_rank() != 0:  # under torchrun only rank 0 writes RUN_DIR (maybe on another machine): not loaded
         return Run(out, summary=summary)
-    if recipe is not None:
-        from seqlab.training.curve_choice import check_probe
-
-        note = check_probe(recipe, summary)
-        if note is not None and say is not None:
-            say(note)
+    check_recipe_probe(recipe, summary, say)
     return load(out, summary=summary)
 
 
@@ -114,6 +108,18 @@ def recipe_choice(data: Path, minutes: float, settings: Sequence[str]) -> Any:
     from seqlab.training.curve_choice import recipe_here
 
     return recipe_here(data, minutes, settings)
+
+
+def check_recipe_probe(recipe: dict[str, Any] | None, summary: dict[str, Any],
+                       say: Callable[[str], None] | None) -> None:
+    """After a run the recipe chose (`recipe`; None when a preset trained): its steps against the speed probe's
+    prediction, the cached rates dropped when far off (`seqlab.training.curve_choice.check_probe`), told to
+    `say`."""
+    from seqlab.training.curve_choice import check_probe
+
+    note = check_probe(recipe, summary) if recipe is not None else None
+    if note is not None and say is not None:
+        say(note)
 
 
 def recipe_base(data: Path, minutes: float, settings: list[str], say: Callable[[str], None] | None = None
