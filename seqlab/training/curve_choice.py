@@ -25,8 +25,8 @@ from seqlab.training.recipe_table import CANDIDATES, Machine, RecipeChoice, data
 from seqlab.training.speed_probe import PROBE_MAX_S, PROBE_SHARE, forget, probe
 
 TRAINER_SHARE = 0.85  # when the table has not measured its own (its "trainer_share")
-# How far a run's steps may fall from the probe's prediction before the probe's cached rates are dropped: a
-# rate probed while something else loaded the machine was 26% low for a whole later hour (docs/training.md).
+# How far a run's steps may fall from the probe's prediction before the probe's cached rates are dropped: rates
+# probed in a busy moment would otherwise mislead every later run on the machine (docs/training.md).
 RATE_TOLERANCE = 0.1
 
 
