@@ -151,7 +151,13 @@ def best_threshold(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
     and "within_cap"."""
     _check(rule, max_wrong_per_100)
     pick, ok = _best_row(typed, rule, max_wrong_per_100, weights)
-    return {**score_typing(typed, rule, pick["threshold"], weights=weights, intervals=intervals),
+    return _scored(typed, rule, max_wrong_per_100, weights, pick["threshold"], ok, intervals)
+
+
+def _scored(typed: Sequence[TypedEmail], rule: str, max_wrong_per_100: float, weights: Mapping[str, float] | None,
+            threshold: float, ok: bool, intervals: bool) -> dict[str, Any]:
+    """`best_threshold`'s row at the `threshold` a sweep picked (`ok`: within the cap)."""
+    return {**score_typing(typed, rule, threshold, weights=weights, intervals=intervals),
             "max_wrong_per_100": max_wrong_per_100, "within_cap": ok}
 
 
@@ -188,16 +194,17 @@ def fit_setting(typed: Sequence[TypedEmail], rule: str = DEFAULT_RULE,
     default grid, the smaller weight). Returns `best_threshold`'s row there ("weights" holds the fitted
     weights), with "settings_tried". When no setting keeps to the cap, the one with the fewest wrong."""
     _check(rule, max_wrong_per_100)
-    best: tuple[tuple[float, float], dict[str, float]] | None = None
+    best: tuple[tuple[float, float], dict[str, float], float, bool] | None = None
     settings = weight_settings(typed, weight_grid)
     for weights in settings:
         row, ok = _best_row(typed, rule, max_wrong_per_100, weights)
         score = ((row["saved"] or 0.0) if ok else -math.inf,
                  0.0 if ok else -(row["wrong_per_100_words"] or 0.0))
         if best is None or score > best[0]:
-            best = (score, weights)
+            best = (score, weights, row["threshold"], ok)
     assert best is not None  # weight_settings gives at least one setting
-    return {**best_threshold(typed, rule, max_wrong_per_100, weights=best[1], intervals=intervals),
+    _, weights, threshold, ok = best
+    return {**_scored(typed, rule, max_wrong_per_100, weights, threshold, ok, intervals),
             "settings_tried": len(settings)}
 
 
