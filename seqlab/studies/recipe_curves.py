@@ -17,6 +17,11 @@ Each branch is scored on the whole val split (the curve the recipe table predict
 Results go to OUT/CANDIDATE/curve.json, a branch at a time, so an interrupted study continues where it
 stopped; `--install` adds the curve to the package's recipe table (`training/recipe_table.py`).
 
+    python -m seqlab.studies.recipe_curves DATA_DIR --add-run RUN_DIR
+
+adds a run of `seqlab train DATA --minutes N` that trained to its clock to its candidate's curve (`run_end`):
+an hour's run is a point past the branches, for the price of the run it already was.
+
 Steps, not minutes, are the x-axis: the curve is the same on any machine that trains in the same precision,
 so the runs may share the machine with other work; what a machine reaches in N minutes is the speed probe's
 business (`training/speed_probe.py`).
@@ -79,18 +84,58 @@ def trunk_validations(run: Path) -> list[dict[str, Any]]:
 
 def branch(data: Path, trunk: Path, run: Path, end: int, threads: int = 1) -> dict[str, Any]:
     """Copy the trunk (stopped at trunk_stop(end)) and cool it down to `end`; score it on val and test."""
-    from seqlab.evaluation.report import evaluate_run
-    from seqlab.options import EvalOptions
-
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(trunk, run, ignore=shutil.ignore_patterns(".lock"))
     every = max(1, end - trunk_stop(end))
     summary = _train(data, run, None, [f"train.max_steps={end}", f"train.cooldown_frac={COOLDOWN}",
                                        f"train.eval_every={every}", f"train.ckpt_every={every}",
                                        f"train.threads={threads}"])
-    scores = {split: evaluate_run(run, EvalOptions(data=data, split=split, completions=False), device="cpu")["bpb"]
-              for split in ("val", "test")}
-    return {"steps": summary["steps"], "val_bpb": round(scores["val"], 4), "test_bpb": round(scores["test"], 4)}
+    return {"steps": summary["steps"], **scores(data, run)}
+
+
+def scores(data: Path, run: Path) -> dict[str, float]:
+    """The run's bits per byte on the whole val split (what the curve predicts) and test split (the report)."""
+    from seqlab.evaluation.report import evaluate_run
+    from seqlab.options import EvalOptions
+
+    return {f"{split}_bpb": round(evaluate_run(run, EvalOptions(data=data, split=split, completions=False),
+                                               device="cpu")["bpb"], 4) for split in ("val", "test")}
+
+
+def run_end(data: Path, run: Path) -> tuple[str, str, dict[str, Any]]:
+    """A recipe run (`seqlab train DATA --minutes N`) as one more end of its candidate's curve: (candidate,
+    precision, end). Its cooldown is the last 20% of its minutes, not of its steps; at a steady step rate that
+    is the same run as a branch of its step count, so a run that trained to its clock is a point of the curve
+    past the branches' last, measured on the machine the recipe is for."""
+    try:
+        info = json.loads((run / "run.json").read_text())
+        train = json.loads((run / "config.json").read_text())["train"]
+    except (OSError, ValueError, KeyError):
+        raise SystemExit(f"{run} is not a finished run (no readable run.json and config.json)") from None
+    recipe, summary = info.get("recipe") or {}, info.get("summary") or {}
+    name = recipe.get("name")
+    if name not in CANDIDATES or list(recipe.get("overrides", ())) != list(CANDIDATES[name][1]):
+        raise SystemExit(f"{run} was not trained by a candidate recipe as the table now defines it")
+    if summary.get("stopped") != "reached train.max_minutes":
+        raise SystemExit(f"{run} did not train to its clock ({summary.get('stopped')}); its end is not a curve's")
+    if train["schedule"] != "wsd" or train["cooldown_frac"] != COOLDOWN:
+        raise SystemExit(f"{run} did not cool down over its last {COOLDOWN:.0%} as the curves' runs do")
+    probe = (recipe.get("prediction") or {}).get("probe") or {}
+    where = {"run": f"{recipe['minutes']:g}-minute recipe run", "cpu": probe.get("cpu") or cpu_name(),
+             "date": time.strftime("%Y-%m-%d", time.gmtime((run / "run.json").stat().st_mtime))}
+    return name, info["precision"], {"steps": int(summary["steps"]), **scores(data, run), **where}
+
+
+def add_end(name: str, precision: str, end: dict[str, Any], table_path: Path = TABLE) -> None:
+    """Put `end` into the curve of `name` in the recipe table; the table's curves are of one precision each."""
+    table = json.loads(table_path.read_text())
+    curve = table.get("curves", {}).get(name)
+    if curve is None or curve["precision"] != precision:
+        raise SystemExit(f"the table has no {precision} curve of {name} to add this run to")
+    if any(e["steps"] == end["steps"] for e in curve["ends"]):
+        raise SystemExit(f"the curve of {name} already has a run of {end['steps']} steps")
+    curve["ends"] = sorted([*curve["ends"], end], key=lambda e: e["steps"])
+    table_path.write_text(json.dumps(table, indent=2) + "\n")
 
 
 def measure(data: Path, out: Path, name: str, ends: list[int], precision: str, threads: int,
@@ -134,7 +179,9 @@ def install(curve: dict[str, Any], table_path: Path = TABLE) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m seqlab.studies.recipe_curves", description=__doc__.split("\n")[0])
     ap.add_argument("data_dir", type=Path)
-    ap.add_argument("--candidate", required=True, choices=sorted(CANDIDATES))
+    ap.add_argument("--candidate", choices=sorted(CANDIDATES), help="the candidate whose curve to measure")
+    ap.add_argument("--add-run", type=Path, metavar="RUN_DIR",
+                    help="instead: add a recipe run trained to its clock to its candidate's curve in the table")
     ap.add_argument("--ends", default="1000,2000,4000,8000,16000",
                     help="the run lengths in steps, comma-separated (default: %(default)s)")
     ap.add_argument("--out", type=Path, default=Path("out/recipe_curves"))
@@ -148,6 +195,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.add_run is not None:
+        name, precision, end = run_end(args.data_dir, args.add_run)
+        add_end(name, precision, end, args.table)
+        print(f"{name}: added its {end['steps']:,}-step run (val {end['val_bpb']:.4f}, test {end['test_bpb']:.4f}) "
+              f"to its curve in {args.table}")
+        return 0
+    if args.candidate is None:
+        raise SystemExit("name the --candidate whose curve to measure, or --add-run a recipe run")
     try:
         ends = sorted({int(e) for e in args.ends.split(",") if e.strip()})
     except ValueError:

@@ -40,10 +40,11 @@ class Probe:
     path: Path | None
 
     def as_dict(self) -> dict[str, Any]:
-        """As run.json keeps it: the rates, what measuring cost, and the cache entry's name (`forget`)."""
+        """As run.json keeps it: the rates, what measuring cost, the cache entry's name (`forget`) and the CPU
+        they were measured on (a run's curve point records where it trained, `studies/recipe_curves.py`)."""
         return {"rates": {n: {p: round(r, 3) for p, r in by.items()} for n, by in self.rates.items()},
                 "seconds": round(self.seconds, 2), "cached": self.cached,
-                "key": self.path.stem if self.path is not None else None}
+                "key": self.path.stem if self.path is not None else None, "cpu": cpu_name()}
 
 
 def cpu_name() -> str:
