@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from seqlab.studies import recipe_curves
+from seqlab.studies.recipe_measure import candidate_config
 from seqlab.training.curve_choice import choose_by_curves, family
 from seqlab.training.curves import read
 from seqlab.training.recipe_table import Machine, load_table
@@ -26,7 +27,6 @@ def _law(steps: float, floor: float = 1.6, scale: float = 8.0, alpha: float = 0.
 def test_a_branch_cooled_down_from_the_trunk_is_the_run_of_that_length(tmp_path: Path,
                                                                        tiny_data_dir: Path) -> None:
     """The curve's runs cost one trunk and short cooldowns, and each is exactly the run it stands for."""
-    from seqlab.studies.recipe_measure import candidate_config
     from seqlab.training.trainer import train
 
     cfg = candidate_config("gru-128", "cpu-fp32", 259, ["train.max_steps=1", "train.threads=1",
@@ -53,6 +53,38 @@ def test_the_study_keeps_each_end_and_continues_where_it_stopped(tmp_path: Path,
     before = (tmp_path / "gru-128" / "curve.json").stat().st_mtime_ns
     assert recipe_curves.main(argv[:4] + ["10"] + argv[5:]) == 0  # done already: nothing trained again
     assert (tmp_path / "gru-128" / "curve.json").stat().st_mtime_ns == before
+
+
+def test_a_recipe_run_trained_to_its_clock_becomes_a_point_of_its_curve(tmp_path: Path, tiny_data_dir: Path) -> None:
+    from seqlab.training.recipe_table import CANDIDATES
+    from seqlab.training.trainer import train
+
+    cfg = candidate_config("gru-128", "cpu-fp32", 259, ["train.max_minutes=0.01", "train.max_steps=10000000",
+                                                        "train.threads=1", "train.eval_batches=2"])
+    recipe = {"name": "gru-128", "overrides": list(CANDIDATES["gru-128"][1]), "minutes": 0.01}
+    summary = train(tiny_data_dir, tmp_path / "run", cfg, progress=False, recipe=recipe)
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"curves": {"gru-128": {"precision": "fp32", "ends": [
+        {"steps": 1, "val_bpb": 9.0}, {"steps": 10**6, "val_bpb": 1.0}]}}}))
+    argv = [str(tiny_data_dir), "--add-run", str(tmp_path / "run"), "--table", str(table)]
+    assert recipe_curves.main(argv) == 0
+    ends = json.loads(table.read_text())["curves"]["gru-128"]["ends"]
+    added = ends[1]
+    assert [e["steps"] for e in ends] == [1, summary["steps"], 10**6] and added["run"] == "0.01-minute recipe run"
+    assert {k: added[k] for k in ("val_bpb", "test_bpb")} == recipe_curves.scores(tiny_data_dir, tmp_path / "run")
+    assert added["cpu"] and added["date"] == time.strftime("%Y-%m-%d", time.gmtime())
+    with pytest.raises(SystemExit, match="already has a run of"):
+        recipe_curves.main(argv)
+    # a run stopped by its steps, or trained by other settings than the candidate's, is no point of the curve
+    train(tiny_data_dir, tmp_path / "steps", candidate_config("gru-128", "cpu-fp32", 259, [
+        "train.max_steps=3", "train.threads=1", "train.eval_batches=2"]), progress=False, recipe=recipe)
+    with pytest.raises(SystemExit, match="did not train to its clock"):
+        recipe_curves.run_end(tiny_data_dir, tmp_path / "steps")
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    info["recipe"]["overrides"].append("model.n_embd=96")
+    (tmp_path / "run" / "run.json").write_text(json.dumps(info))
+    with pytest.raises(SystemExit, match="not trained by a candidate recipe"):
+        recipe_curves.run_end(tiny_data_dir, tmp_path / "run")
 
 
 def test_a_curve_is_read_inside_its_runs_and_past_them_along_a_power_law() -> None:

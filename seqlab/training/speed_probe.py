@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from seqlab.training.cpu_allocator import keep_freed_memory
+
 PROBE_SHARE = 0.015  # of the budget: under the 2% a probe may cost
 PROBE_MAX_S = 30.0  # enough rounds for a steady rate whatever the budget
 
@@ -124,17 +126,20 @@ def _measure(configs: Mapping[str, Mapping[str, Any]], threads: int, seconds: fl
     torch.set_num_threads(threads)
     steps = {(n, p): step_fn(cfg) for n, by in configs.items() for p, cfg in by.items()}
     best = {k: float("inf") for k in steps}
-    for step in steps.values():  # the warm-up step: allocations and kernel choice, not counted
-        step()
-    while True:  # at least one measured round, however short the share, and none begun that would overrun it
-        begun = time.perf_counter()
-        for k, step in steps.items():
-            t0 = time.perf_counter()
+    # the steps run as the trainer runs them, with the memory a step frees kept for the next
+    # (training/cpu_allocator.py): without it every step maps and faults in its large blocks again
+    with keep_freed_memory():
+        for step in steps.values():  # the warm-up step: allocations and kernel choice, not counted
             step()
-            best[k] = min(best[k], time.perf_counter() - t0)
-        now = time.perf_counter()
-        if now + (now - begun) > deadline:
-            break
+        while True:  # at least one measured round, however short the share, and none begun that would overrun it
+            begun = time.perf_counter()
+            for k, step in steps.items():
+                t0 = time.perf_counter()
+                step()
+                best[k] = min(best[k], time.perf_counter() - t0)
+            now = time.perf_counter()
+            if now + (now - begun) > deadline:
+                break
     out: dict[str, dict[str, float]] = {}
     for (n, p), t in best.items():
         out.setdefault(n, {})[p] = 1.0 / t
