@@ -118,9 +118,11 @@ def _falling(points: Points) -> list[tuple[float, float]]:
 
 def best_within(points: Points, steps: float, family: Sequence[Points] = ()) -> Reading:
     """The lowest reading at `steps` or at a shorter measured run: a run whose curve rises before `steps` is
-    better stopped at its lowest run's length."""
+    better stopped at its lowest run's length. Only a rise beyond the reading's uncertainty counts: runs a few
+    hundred steps apart, on two machines, differ by that much with no rise at all."""
     here = read(points, steps, family)
-    shorter = [Reading(round(s), v, FLOOR, "measured") for s, v in points if s < steps]
+    shorter = [Reading(round(s), v, FLOOR, "measured") for s, v in points
+               if s < steps and v < here.val_bpb - here.plus_minus]
     return min([here, *shorter], key=lambda r: r.val_bpb)
 
 
